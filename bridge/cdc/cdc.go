@@ -1,0 +1,223 @@
+// Package cdc holds the leaf types every part of the bridge shares: the change
+// model, log sequence numbers and operations. It imports nothing of ours.
+package cdc
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// LSN is a PostgreSQL write-ahead log position.
+type LSN uint64
+
+// String returns the Postgres form, for example "16/B374D848".
+func (l LSN) String() string { return fmt.Sprintf("%X/%X", uint64(l)>>32, uint32(l)) }
+
+// Hex returns the 16-digit upper-case hex form used in message identities.
+func (l LSN) Hex() string {
+	const digits = "0123456789ABCDEF"
+	var b [16]byte
+	v := uint64(l)
+	for i := 15; i >= 0; i-- {
+		b[i] = digits[v&0xF]
+		v >>= 4
+	}
+	return string(b[:])
+}
+
+// ParseLSN parses the Postgres form "X/Y" or the 16-digit hex form.
+func ParseLSN(s string) (LSN, error) {
+	if hi, lo, ok := strings.Cut(s, "/"); ok {
+		h, err := strconv.ParseUint(hi, 16, 32)
+		if err != nil {
+			return 0, fmt.Errorf("parsing LSN %q: %w", s, err)
+		}
+		l, err := strconv.ParseUint(lo, 16, 32)
+		if err != nil {
+			return 0, fmt.Errorf("parsing LSN %q: %w", s, err)
+		}
+		return LSN(h<<32 | l), nil
+	}
+	v, err := strconv.ParseUint(s, 16, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parsing LSN %q: %w", s, err)
+	}
+	return LSN(v), nil
+}
+
+// Op is the kind of a change.
+type Op string
+
+// The operations a change can carry.
+const (
+	OpInsert   Op = "insert"
+	OpUpdate   Op = "update"
+	OpDelete   Op = "delete"
+	OpTruncate Op = "truncate"
+	OpMessage  Op = "message"
+	OpRead     Op = "read" // a row read by a snapshot
+)
+
+// Column describes one column of a relation.
+type Column struct {
+	Name string
+	Type string // type name as Postgres spells it, e.g. "int4", "_text", "public.mood"
+	OID  uint32
+	Key  bool // part of the replica identity
+}
+
+// Relation describes a table as the source last saw it. Changes share the
+// pointer; a relation is never modified once a change refers to it.
+type Relation struct {
+	ID      uint32
+	Schema  string
+	Table   string
+	Columns []Column
+	// ReplicaIdentity is 'd' (default: primary key), 'f' (full), 'i' (index) or 'n' (nothing).
+	ReplicaIdentity byte
+}
+
+// Change is one committed row change, truncate or logical message. Sources emit
+// only whole committed transactions; (CommitLSN, Seq) orders and identifies a
+// change within a producer.
+type Change struct {
+	// Producer is "<bridge name>.<source name>.<epoch>" (DESIGN.md §3), set by the pipeline.
+	Producer string
+	// Source is the configured source name.
+	Source string
+	// CommitLSN is the END of the transaction's commit record.
+	CommitLSN LSN
+	// LSN is the change's own WAL position; diagnostic only, not an identity.
+	LSN LSN
+	// Seq is the 0-based position of the change inside its transaction.
+	Seq uint32
+	// TxSize is the number of changes in the transaction.
+	TxSize uint32
+	// Xid is the Postgres transaction id.
+	Xid        uint32
+	CommitTime time.Time
+
+	Schema, Table string
+	Op            Op
+	// Rel describes the columns of Before and After, in table column order.
+	Rel *Relation
+	// Before is the old row (update, delete) when the replica identity
+	// provides it; with the default identity only key columns are set and the
+	// others are Absent. Nil when no old row was sent.
+	Before []any
+	// After is the new row (insert, update, read). Unchanged TOAST columns
+	// hold Unchanged, never nil.
+	After []any
+
+	// Truncate options.
+	Cascade, RestartIdentity bool
+
+	// Logical decoding message (op message).
+	Prefix        string
+	Content       []byte
+	Transactional bool
+
+	// Subject and Payload are set by the router: the destination subject and
+	// the change encoded in the route's format. Sinks publish them verbatim.
+	Subject string
+	Payload []byte
+	// Headers are extra headers (trace context etc.); sinks copy them verbatim.
+	Headers map[string]string
+}
+
+// ID returns the dedupe key "<producer>:<commit end lsn, 16 hex>:<seq>", used
+// as Nats-Msg-Id. A replay of the same WAL within an epoch yields the same ID.
+func (c *Change) ID() string {
+	return c.Producer + ":" + c.CommitLSN.Hex() + ":" + strconv.FormatUint(uint64(c.Seq), 10)
+}
+
+// Pos returns the change's position in the producer's order.
+func (c *Change) Pos() Pos { return Pos{LSN: c.CommitLSN, Seq: c.Seq} }
+
+// Last reports whether the change is the last of its transaction.
+func (c *Change) Last() bool { return c.Seq+1 >= c.TxSize }
+
+// Pos is a position in a producer's order: a commit LSN and an ordinal.
+type Pos struct {
+	LSN LSN
+	Seq uint32
+}
+
+// Less orders positions.
+func (p Pos) Less(q Pos) bool { return p.LSN < q.LSN || (p.LSN == q.LSN && p.Seq < q.Seq) }
+
+// ParseID splits a message id made by Change.ID into producer and position.
+func ParseID(id string) (producer string, pos Pos, err error) {
+	i := strings.LastIndexByte(id, ':')
+	if i < 0 {
+		return "", Pos{}, fmt.Errorf("parsing message id %q: no sequence", id)
+	}
+	j := strings.LastIndexByte(id[:i], ':')
+	if j < 0 {
+		return "", Pos{}, fmt.Errorf("parsing message id %q: no commit LSN", id)
+	}
+	l, err := strconv.ParseUint(id[j+1:i], 16, 64)
+	if err != nil {
+		return "", Pos{}, fmt.Errorf("parsing message id %q: %w", id, err)
+	}
+	s, err := strconv.ParseUint(id[i+1:], 10, 32)
+	if err != nil {
+		return "", Pos{}, fmt.Errorf("parsing message id %q: %w", id, err)
+	}
+	return id[:j], Pos{LSN: LSN(l), Seq: uint32(s)}, nil
+}
+
+// Value types. Column values in Before and After are one of: nil (SQL NULL),
+// bool, int64, float64, Numeric, string, []byte (bytea), RawJSON (json, jsonb),
+// time.Time (timestamptz, in UTC), Timestamp (timestamp without time zone),
+// Date, Infinity (±infinity of a date or timestamp), []any (arrays, nested for
+// more dimensions), Unchanged and Absent. Types without a better Go form
+// (interval, inet, money, ranges, geometric types, ...) keep Postgres' text.
+
+// Numeric is an exact decimal in Postgres' text form, or "NaN", "Infinity",
+// "-Infinity".
+type Numeric string
+
+// RawJSON is a json or jsonb value, embedded as is.
+type RawJSON []byte
+
+// Timestamp is a timestamp without time zone; the wall clock in UTC fields.
+type Timestamp struct{ time.Time }
+
+// Date is a calendar date; the day at 00:00 UTC.
+type Date struct{ time.Time }
+
+// Infinity is +infinity (1) or -infinity (-1) of a date or timestamp.
+type Infinity int8
+
+// String returns "infinity" or "-infinity", as Postgres prints them.
+func (i Infinity) String() string {
+	if i < 0 {
+		return "-infinity"
+	}
+	return "infinity"
+}
+
+// UnchangedToast marks a TOASTed column whose value did not change and was
+// not sent by Postgres. It is never turned into null.
+type UnchangedToast struct{}
+
+// Unchanged is the value of an unchanged TOAST column.
+var Unchanged = UnchangedToast{}
+
+// AbsentValue marks a column the before image does not carry (replica
+// identity default or index: only key columns are sent).
+type AbsentValue struct{}
+
+// Absent is the value of a column missing from a partial before image.
+var Absent = AbsentValue{}
+
+// Txn is one whole committed transaction as a source emits it.
+type Txn struct {
+	Xid        uint32
+	CommitLSN  LSN // end of the commit record
+	CommitTime time.Time
+	Changes    []Change
+}

@@ -1,0 +1,150 @@
+// Package config loads bridge.yaml: koanf layers (YAML file < BRIDGE_* env <
+// flags), ${VAR} and ${VAR:-default} interpolation, strict decoding (unknown
+// keys are errors), and errors that name their YAML path, all reported at once.
+//
+// The framework's own keys are decoded into Config here; each plugin's
+// `config:` block stays raw and is decoded by the plugin itself through a
+// Decoder, so framework and plugin keys never share a map.
+package config
+
+import (
+	"time"
+)
+
+// Config is the whole of bridge.yaml.
+type Config struct {
+	// Name is the bridge name, the first part of every producer id. Required;
+	// letters, digits, '-' and '_' only.
+	Name string `koanf:"name"`
+	// DataDir holds local state (the embedded NATS server's store). Default "./data".
+	DataDir string `koanf:"data_dir"`
+	// NATS is the default NATS connection for the checkpoint store and NATS sinks.
+	NATS NATS `koanf:"nats"`
+	// Sources are keyed by name.
+	Sources map[string]Plugin `koanf:"sources"`
+	// Sinks are keyed by name.
+	Sinks map[string]Sink `koanf:"sinks"`
+	// Routes decide which changes go where; first match wins.
+	Routes []Route `koanf:"routes"`
+	// Unrouted says what happens to a change no route matches: "drop" (the
+	// default; the change is still checkpointed) or "error" (the pipeline stops).
+	Unrouted string `koanf:"unrouted"`
+	// Checkpoint configures the KV checkpoint store.
+	Checkpoint Checkpoint `koanf:"checkpoint"`
+	// Shutdown bounds each goodbye on SIGTERM. Default 5s.
+	Shutdown Shutdown `koanf:"shutdown"`
+	// Log configures logging.
+	Log Log `koanf:"log"`
+}
+
+// NATS is a NATS connection. With URL empty the bridge starts an embedded
+// nats-server with JetStream, storing in <data_dir>/nats.
+type NATS struct {
+	// URL is a comma-separated list of servers; empty starts the embedded server.
+	URL string `koanf:"url"`
+	// Creds is a path to a .creds file. Optional.
+	Creds string `koanf:"creds"`
+	// User and Password for user/password auth. Optional; never logged.
+	User     string `koanf:"user"`
+	Password string `koanf:"password"`
+	// Token for token auth. Optional; never logged.
+	Token string `koanf:"token"`
+	// Embedded configures the embedded server (used only when URL is empty).
+	Embedded Embedded `koanf:"embedded"`
+}
+
+// Embedded configures the in-process nats-server.
+type Embedded struct {
+	// Host to listen on. Default "127.0.0.1".
+	Host string `koanf:"host"`
+	// Port to listen on; -1 picks a free one. Default 4222.
+	Port int `koanf:"port"`
+	// StoreDir for JetStream. Default "<data_dir>/nats".
+	StoreDir string `koanf:"store_dir"`
+	// SyncAlways makes JetStream fsync every write (sync_interval: always).
+	SyncAlways bool `koanf:"sync_always"`
+}
+
+// Plugin is a source: its type and its own config block.
+type Plugin struct {
+	// Type is the registered plugin type, e.g. "pgoutput".
+	Type string `koanf:"type"`
+	// Config is the plugin's own block, decoded by the plugin.
+	Config map[string]any `koanf:"config"`
+}
+
+// Sink is a sink: framework keys (type, batch, retry) and the plugin's block.
+type Sink struct {
+	// Type is the registered sink type, e.g. "nats_jetstream".
+	Type string `koanf:"type"`
+	// Batch bounds batches handed to the sink.
+	Batch Batch `koanf:"batch"`
+	// Retry is the backoff curve for failed writes.
+	Retry Retry `koanf:"retry"`
+	// Config is the plugin's own block, decoded by the plugin.
+	Config map[string]any `koanf:"config"`
+}
+
+// Batch bounds a batch.
+type Batch struct {
+	// MaxChanges per batch. Default 1000.
+	MaxChanges int `koanf:"max_changes"`
+	// MaxWait before a partial batch is written. Default 20ms.
+	MaxWait time.Duration `koanf:"max_wait"`
+}
+
+// Retry is an exponential backoff with jitter.
+type Retry struct {
+	// Initial delay. Default 100ms.
+	Initial time.Duration `koanf:"initial"`
+	// Max delay. Default 10s.
+	Max time.Duration `koanf:"max"`
+}
+
+// Route sends matching changes to sinks.
+type Route struct {
+	// Match selects changes; an empty match matches everything.
+	Match Match `koanf:"match"`
+	// Sinks are names of entries under sinks. At least one.
+	Sinks []string `koanf:"sinks"`
+	// Subject is a Go template over .Source .Schema .Table .Op .Prefix.
+	// Default "cdc.{{.Source}}.{{.Schema}}.{{.Table}}"; logical messages
+	// render with Schema "_message" and Table their prefix.
+	Subject string `koanf:"subject"`
+	// Format of the payload. Default "native".
+	Format string `koanf:"format"`
+}
+
+// Match selects changes.
+type Match struct {
+	// Sources by name; empty means all.
+	Sources []string `koanf:"sources"`
+	// Tables as "schema.table" globs (path.Match syntax); empty means all.
+	Tables []string `koanf:"tables"`
+	// Ops: insert, update, delete, truncate, message, read; empty means all.
+	Ops []string `koanf:"ops"`
+}
+
+// Checkpoint configures the KV checkpoint store.
+type Checkpoint struct {
+	// Bucket is the JetStream KV bucket. Default "bridge_checkpoints".
+	Bucket string `koanf:"bucket"`
+	// Interval between checkpoint writes. Default 1s.
+	Interval time.Duration `koanf:"interval"`
+	// Replicas of the bucket when the bridge creates it. Default 1.
+	Replicas int `koanf:"replicas"`
+}
+
+// Shutdown bounds shutdown.
+type Shutdown struct {
+	// Timeout for each goodbye (drain, final checkpoint, status). Default 5s.
+	Timeout time.Duration `koanf:"timeout"`
+}
+
+// Log configures logging.
+type Log struct {
+	// Level: debug, info, warn, error. Default info.
+	Level string `koanf:"level"`
+	// Format: text, json, or auto (text on a terminal). Default auto.
+	Format string `koanf:"format"`
+}

@@ -1,0 +1,172 @@
+// Package sinks holds the Sink contract, the registry of sink plugins and the
+// errors sinks return. Implementations live in sub-packages and never import
+// the runtime.
+package sinks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+
+	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/internal/registry"
+)
+
+// Sink delivers batches of changes to one destination. The bridge calls
+// Connect, then Write any number of times (never concurrently, so order
+// holds), then Close. Each change arrives with Subject and Payload already
+// set by the router.
+type Sink interface {
+	// Connect dials. It is retried with backoff until it returns nil, and
+	// again after a Write returns ErrNotConnected.
+	Connect(ctx context.Context) error
+	// Write returns when every change is durably accepted or failed. nil:
+	// all delivered; *BatchError: the listed indexes failed and the others
+	// were delivered; any other error: the whole batch failed.
+	Write(ctx context.Context, batch []cdc.Change) error
+	// Close flushes in-flight work and returns by ctx's deadline, even if
+	// the server hangs.
+	Close(ctx context.Context) error
+}
+
+// Resumer is implemented by sinks that can report what they already hold
+// beyond a checkpoint, so a replay after a crash publishes nothing twice even
+// past the destination's dedupe window (DESIGN.md §4.6).
+type Resumer interface {
+	// Cursor returns an opaque position after the last successful Write; the
+	// pipeline stores it with the checkpoint. Called between Writes.
+	Cursor() string
+	// Delivered lists the positions of producer's changes the destination
+	// holds after cursor (as returned by Cursor at some earlier checkpoint;
+	// empty means from the beginning).
+	Delivered(ctx context.Context, producer, cursor string) (map[cdc.Pos]struct{}, error)
+}
+
+// AtMostOnce is implemented by sinks that do not hold back the checkpoint
+// (core NATS): a failed write there is logged and counted, not retried forever.
+type AtMostOnce interface{ AtMostOnce() bool }
+
+// ErrNotConnected makes the pipeline call Connect before retrying.
+var ErrNotConnected = errors.New("sinks: not connected")
+
+// BatchError reports per-change failures of one Write.
+type BatchError struct {
+	// Failed maps batch indexes to their errors.
+	Failed map[int]error
+}
+
+// Fail records that index i failed with err.
+func (b *BatchError) Fail(i int, err error) {
+	if b.Failed == nil {
+		b.Failed = map[int]error{}
+	}
+	b.Failed[i] = err
+}
+
+// Err returns b, or nil when nothing failed.
+func (b *BatchError) Err() error {
+	if b == nil || len(b.Failed) == 0 {
+		return nil
+	}
+	return b
+}
+
+// Indexes returns the failed indexes in order.
+func (b *BatchError) Indexes() []int {
+	out := make([]int, 0, len(b.Failed))
+	for i := range b.Failed {
+		out = append(out, i)
+	}
+	sort.Ints(out)
+	return out
+}
+
+func (b *BatchError) Error() string {
+	idx := b.Indexes()
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%d of the batch failed", len(idx))
+	if len(idx) > 0 {
+		fmt.Fprintf(&sb, "; first (#%d): %v", idx[0], b.Failed[idx[0]])
+	}
+	return sb.String()
+}
+
+// Unwrap returns the per-change errors, so errors.Is finds a Permanent one.
+func (b *BatchError) Unwrap() []error {
+	out := make([]error, 0, len(b.Failed))
+	for _, i := range b.Indexes() {
+		out = append(out, b.Failed[i])
+	}
+	return out
+}
+
+type permanent struct{ err error }
+
+func (p permanent) Error() string { return p.err.Error() }
+func (p permanent) Unwrap() error { return p.err }
+
+// Permanent marks err as not worth retrying: the pipeline stops with it.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanent{err}
+}
+
+// IsPermanent reports whether err, or one it wraps, was marked Permanent.
+func IsPermanent(err error) bool {
+	var p permanent
+	return errors.As(err, &p)
+}
+
+// Env is what the runtime gives a sink factory.
+type Env struct {
+	// Name is the sink's name in bridge.yaml.
+	Name string
+	// Logger is scoped to the sink.
+	Logger *slog.Logger
+	// NATS is the default NATS connection (bridge.yaml's nats section, or the
+	// embedded server) for sinks whose own URL is empty.
+	NATS NATSEnv
+}
+
+// NATSEnv is a resolved NATS connection setting.
+type NATSEnv struct {
+	URL                   string
+	Creds                 string
+	User, Password, Token string
+}
+
+// Factory builds a sink from its config block. It must not do network I/O.
+type Factory func(decode config.Decoder, env Env) (Sink, error)
+
+// Plugin is a registered sink type.
+type Plugin struct {
+	// New builds an instance.
+	New Factory
+	// Config is a zero or default config value; `bridge plugins` lists its keys.
+	Config any
+	// Doc is one line describing the plugin.
+	Doc string
+}
+
+// Registry maps sink types to plugins.
+type Registry = registry.Registry[Plugin]
+
+// NewRegistry returns an empty registry, for tests.
+func NewRegistry() *Registry { return registry.New[Plugin]("sink") }
+
+// Default is the registry the compiled-in plugins register with from init.
+var Default = NewRegistry()
+
+// MustRegister registers p as typ in Default and panics on a duplicate; call
+// it from init.
+func MustRegister(typ string, p Plugin) {
+	if err := Default.Register(typ, p); err != nil {
+		panic(err)
+	}
+}

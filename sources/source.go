@@ -1,0 +1,81 @@
+// Package sources holds the Source contract and the registry of source
+// plugins. Implementations live in sub-packages and never import the runtime.
+package sources
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/internal/registry"
+)
+
+// Source streams whole committed transactions from one database.
+//
+// The pipeline calls Open once, then Read in a loop from one goroutine; Ack
+// may be called concurrently with Read from another goroutine. Close is called
+// once, after Read has returned for the last time.
+type Source interface {
+	// Open connects and starts streaming after from: transactions whose commit
+	// end LSN is at or below from are not emitted. Zero means the slot's own
+	// confirmed position. Open checks the server's setup and reports each
+	// problem with its fix.
+	Open(ctx context.Context, from cdc.LSN) error
+	// Read returns the next whole committed transaction, in commit order. It
+	// blocks until one is available or ctx ends. An error ends the run; the
+	// pipeline may Open a new Source later.
+	Read(ctx context.Context) (*cdc.Txn, error)
+	// Ack reports that every transaction with commit end LSN ≤ upTo is
+	// checkpointed; only such positions are reported to Postgres as flushed.
+	Ack(ctx context.Context, upTo cdc.LSN) error
+	// Close stops streaming and returns by ctx's deadline.
+	Close(ctx context.Context) error
+}
+
+// Idler is implemented by sources that can move the checkpoint forward while
+// no published table changes (DESIGN.md §4.5).
+type Idler interface {
+	// Idle returns a position the pipeline may checkpoint and Ack once every
+	// transaction with commit end LSN ≤ after has been acked. ok is false when
+	// the source knows of no such position.
+	Idle() (safe, after cdc.LSN, ok bool)
+}
+
+// Env is what the runtime gives a source factory.
+type Env struct {
+	// Name is the source's name in bridge.yaml.
+	Name string
+	// Logger is scoped to the source.
+	Logger *slog.Logger
+}
+
+// Factory builds a source from its config block. It must not do network I/O.
+type Factory func(decode config.Decoder, env Env) (Source, error)
+
+// Plugin is a registered source type.
+type Plugin struct {
+	// New builds an instance.
+	New Factory
+	// Config is a zero or default config value; `bridge plugins` lists its keys.
+	Config any
+	// Doc is one line describing the plugin.
+	Doc string
+}
+
+// Registry maps source types to plugins.
+type Registry = registry.Registry[Plugin]
+
+// NewRegistry returns an empty registry, for tests.
+func NewRegistry() *Registry { return registry.New[Plugin]("source") }
+
+// Default is the registry the compiled-in plugins register with from init.
+var Default = NewRegistry()
+
+// MustRegister registers p as typ in Default and panics on a duplicate; call
+// it from init.
+func MustRegister(typ string, p Plugin) {
+	if err := Default.Register(typ, p); err != nil {
+		panic(err)
+	}
+}
