@@ -35,6 +35,13 @@ type Config struct {
 	Shutdown Shutdown `koanf:"shutdown"`
 	// Log configures logging.
 	Log Log `koanf:"log"`
+
+	// texts maps the YAML path of each value that came from a BRIDGE_*
+	// variable, an override or a ${VAR} reference and was read as a number
+	// or boolean to its original text, so that decoding it into a string
+	// (here or in a plugin's Decoder) keeps e.g. a numeric password verbatim.
+	// Set by Load; nil otherwise.
+	texts map[string]string
 }
 
 // NATS is a NATS connection. With URL empty the bridge starts an embedded

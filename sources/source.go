@@ -4,6 +4,7 @@ package sources
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
@@ -78,4 +79,25 @@ func MustRegister(typ string, p Plugin) {
 	if err := Default.Register(typ, p); err != nil {
 		panic(err)
 	}
+}
+
+// SetupError is a problem with the database's setup found by a source, with
+// the fix when it is known (SQL to paste, a package to install). The runtime
+// stops instead of retrying.
+type SetupError struct {
+	What string // the problem, naming the object
+	Fix  string // SQL or a command; may be empty
+}
+
+func (e *SetupError) Error() string {
+	if e.Fix == "" {
+		return e.What
+	}
+	return e.What + "; fix: " + e.Fix
+}
+
+// IsSetup reports whether err is or wraps a *SetupError.
+func IsSetup(err error) bool {
+	var se *SetupError
+	return errors.As(err, &se)
 }

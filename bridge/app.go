@@ -1,0 +1,267 @@
+// Package bridge is the runtime: it builds pipelines from bridge.yaml (one per
+// source), wires the router, sinks and the KV checkpoint, starts the embedded
+// NATS server when no URL is configured, and runs until the context ends.
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bridgecdc/bridge/bridge/checkpoint"
+	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/internal/natsembed"
+	"github.com/bridgecdc/bridge/sinks"
+	"github.com/bridgecdc/bridge/sources"
+)
+
+// Option changes how an App is built.
+type Option func(*App)
+
+// WithSinks uses reg instead of sinks.Default.
+func WithSinks(reg *sinks.Registry) Option { return func(a *App) { a.sinkReg = reg } }
+
+// WithSources uses reg instead of sources.Default.
+func WithSources(reg *sources.Registry) Option { return func(a *App) { a.srcReg = reg } }
+
+// WithLogger sets the logger.
+func WithLogger(l *slog.Logger) Option { return func(a *App) { a.log = l } }
+
+// App is a configured bridge: one pipeline per source.
+type App struct {
+	cfg     *config.Config
+	sinkReg *sinks.Registry
+	srcReg  *sources.Registry
+	log     *slog.Logger
+	run     string
+
+	embedded  *natsembed.Server
+	nc        *nats.Conn
+	pipelines []*Pipeline
+	sinkConns []sinks.Sink
+}
+
+// New validates cfg against the registries and builds the App without any
+// network I/O. Every problem is reported at once, each naming its YAML path.
+func New(cfg *config.Config, opts ...Option) (*App, error) {
+	a := &App{cfg: cfg, sinkReg: sinks.Default, srcReg: sources.Default, run: checkpoint.NewEpoch()}
+	for _, o := range opts {
+		o(a)
+	}
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
+	}
+	var errs []error
+	// Build one throwaway instance of everything to validate plugin blocks.
+	names := sortedKeys(cfg.Sources)
+	for _, n := range names {
+		if _, err := a.newSource(n); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	sinkIndex := map[string]int{}
+	for i, n := range sortedKeys(cfg.Sinks) {
+		sinkIndex[n] = i
+		if _, err := a.newSink(n, sinks.NATSEnv{}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if _, err := NewRouter(cfg, sinkIndex); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return nil, joinErrs(errs)
+	}
+	return a, nil
+}
+
+func (a *App) newSource(name string) (sources.Source, error) {
+	sc := a.cfg.Sources[name]
+	p, err := a.srcReg.Lookup(sc.Type)
+	if err != nil {
+		return nil, &config.FieldError{Path: "sources." + name + ".type", Msg: err.Error()}
+	}
+	path := "sources." + name + ".config"
+	return p.New(a.cfg.Decoder(path, sc.Config), sources.Env{Name: name, Logger: a.log.With("source", name)})
+}
+
+func (a *App) newSink(name string, ne sinks.NATSEnv) (sinks.Sink, error) {
+	sc := a.cfg.Sinks[name]
+	p, err := a.sinkReg.Lookup(sc.Type)
+	if err != nil {
+		return nil, &config.FieldError{Path: "sinks." + name + ".type", Msg: err.Error()}
+	}
+	path := "sinks." + name + ".config"
+	return p.New(a.cfg.Decoder(path, sc.Config), sinks.Env{Name: name, Logger: a.log.With("sink", name), NATS: ne})
+}
+
+// NATSURL returns the URL of the NATS server in use (embedded or configured);
+// valid after Start.
+func (a *App) NATSURL() string {
+	if a.embedded != nil {
+		return a.embedded.URL()
+	}
+	return a.cfg.NATS.URL
+}
+
+// Pipelines returns the pipelines, one per source, sorted by source name;
+// valid after Start.
+func (a *App) Pipelines() []*Pipeline { return a.pipelines }
+
+// Start starts the embedded NATS server when needed, opens the checkpoint
+// store and builds the pipelines.
+func (a *App) Start(ctx context.Context) error {
+	nc := a.cfg.NATS
+	url := nc.URL
+	if url == "" {
+		store := nc.Embedded.StoreDir
+		if store == "" {
+			store = filepath.Join(a.cfg.DataDir, "nats")
+		}
+		srv, err := natsembed.Start(natsembed.Options{Host: nc.Embedded.Host, Port: nc.Embedded.Port, StoreDir: store, SyncAlways: nc.Embedded.SyncAlways})
+		if err != nil {
+			return fmt.Errorf("starting embedded NATS (nats.embedded in bridge.yaml; store %s): %w", store, err)
+		}
+		a.embedded = srv
+		url = srv.URL()
+		a.log.Info("embedded NATS server started", "url", url, "store_dir", store)
+	}
+	ne := sinks.NATSEnv{URL: url, Creds: nc.Creds, User: nc.User, Password: nc.Password, Token: nc.Token}
+	opts := []nats.Option{nats.Name("bridge " + a.cfg.Name + " checkpoints"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
+	opts = append(opts, AuthOptions(ne)...)
+	conn, err := nats.Connect(url, opts...)
+	if err != nil {
+		return fmt.Errorf("connecting to NATS at %s: %w", config.Redact(url), err)
+	}
+	a.nc = conn
+	js, err := jetstream.New(conn)
+	if err != nil {
+		return fmt.Errorf("opening JetStream: %w", err)
+	}
+	store, err := checkpoint.Open(ctx, js, a.cfg.Checkpoint.Bucket, a.cfg.Checkpoint.Replicas)
+	if err != nil {
+		return fmt.Errorf("opening checkpoint bucket %q: %w", a.cfg.Checkpoint.Bucket, err)
+	}
+	sinkNames := sortedKeys(a.cfg.Sinks)
+	for _, srcName := range sortedKeys(a.cfg.Sources) {
+		sinkIndex := map[string]int{}
+		p := &Pipeline{
+			bridge: a.cfg.Name, source: srcName, store: store, key: checkpoint.Key(a.cfg.Name, srcName),
+			interval: a.cfg.Checkpoint.Interval, shutdown: a.cfg.Shutdown.Timeout,
+			log: a.log.With("source", srcName), run: a.run,
+		}
+		name := srcName
+		p.newSource = func() (sources.Source, error) { return a.newSource(name) }
+		for i, sn := range sinkNames {
+			sinkIndex[sn] = i
+			s, err := a.newSink(sn, ne)
+			if err != nil {
+				return err
+			}
+			a.sinkConns = append(a.sinkConns, s)
+			slot := &sinkSlot{name: sn, sink: s, cfg: a.cfg.Sinks[sn]}
+			if r, ok := s.(sinks.Resumer); ok {
+				slot.resumer = r
+			}
+			if amo, ok := s.(sinks.AtMostOnce); ok && amo.AtMostOnce() {
+				slot.amo = true
+			}
+			p.sinks = append(p.sinks, slot)
+		}
+		if p.router, err = NewRouter(a.cfg, sinkIndex); err != nil {
+			return err
+		}
+		a.pipelines = append(a.pipelines, p)
+	}
+	return nil
+}
+
+// Run runs every pipeline until ctx ends (nil) or one stops with a fatal
+// error, which stops the others and is returned. Then it closes the sinks,
+// the checkpoint connection and the embedded server, each bounded by the
+// shutdown timeout.
+func (a *App) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, len(a.pipelines))
+	for _, p := range a.pipelines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := p.Run(ctx); err != nil {
+				errc <- err
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	var errs []error
+	for err := range errc {
+		errs = append(errs, err)
+	}
+	a.Close()
+	return errors.Join(errs...)
+}
+
+// Close releases everything Start opened, each goodbye bounded.
+func (a *App) Close() {
+	d := a.cfg.Shutdown.Timeout
+	for _, s := range a.sinkConns {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		_ = s.Close(ctx)
+		cancel()
+	}
+	a.sinkConns = nil
+	if a.nc != nil {
+		done := make(chan struct{})
+		go func() { _ = a.nc.Drain(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(d):
+			a.nc.Close()
+		}
+		a.nc = nil
+	}
+	if a.embedded != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		_ = a.embedded.Shutdown(ctx)
+		cancel()
+		a.embedded = nil
+	}
+}
+
+// AuthOptions turns a NATS setting into connection options.
+func AuthOptions(ne sinks.NATSEnv) []nats.Option {
+	var o []nats.Option
+	if ne.Creds != "" {
+		o = append(o, nats.UserCredentials(ne.Creds))
+	}
+	if ne.User != "" {
+		o = append(o, nats.UserInfo(ne.User, ne.Password))
+	}
+	if ne.Token != "" {
+		o = append(o, nats.Token(ne.Token))
+	}
+	return o
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func joinErrs(errs []error) error { return errors.Join(errs...) }

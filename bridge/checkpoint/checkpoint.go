@@ -1,0 +1,225 @@
+// Package checkpoint keeps the bridge's LSN checkpoint in a JetStream
+// key-value bucket, written with compare-and-set so that a second bridge
+// instance on the same source is fenced off (DESIGN.md §4.3).
+//
+// The pipeline Loads the key once at start, keeps the revision, and passes it
+// to every Save; each successful Save returns the next revision to use. A
+// Save that finds another revision in the bucket fails with ErrFenced: some
+// other instance wrote the key, and this one must stop publishing at once.
+package checkpoint
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bridgecdc/bridge/bridge/cdc"
+)
+
+// ErrFenced is returned (wrapped) by Save when the key holds a revision
+// other than the one given: another bridge instance owns this source.
+var ErrFenced = errors.New("checkpoint: fenced: another bridge instance owns this source")
+
+// History is the number of revisions the bucket keeps per key.
+const History = 5
+
+// State is what a checkpoint records for one source.
+type State struct {
+	// Epoch is the producer epoch (DESIGN.md §3): replaced only when
+	// continuity is deliberately broken.
+	Epoch string
+	// LSN is the commit end LSN up to which every change is in every sink.
+	LSN cdc.LSN
+	// Cursors are the sinks' resume cursors (sinks.Resumer), by sink name.
+	Cursors map[string]string
+	// UpdatedAt is when the state was saved; Save fills it when zero.
+	UpdatedAt time.Time
+	// Run identifies the bridge process that wrote the state.
+	Run string
+	// SystemID is the Postgres system_identifier of the source.
+	SystemID string
+}
+
+// stateJSON is State's stored form; the LSN is kept in Postgres' "X/Y" form
+// so that the value is readable with `nats kv get`.
+type stateJSON struct {
+	Epoch     string            `json:"epoch"`
+	LSN       string            `json:"lsn"`
+	Cursors   map[string]string `json:"cursors,omitempty"`
+	UpdatedAt time.Time         `json:"updated_at"`
+	Run       string            `json:"run,omitempty"`
+	SystemID  string            `json:"system_id,omitempty"`
+}
+
+// MarshalJSON encodes s with the LSN in Postgres form, e.g. "0/16B37A0".
+func (s State) MarshalJSON() ([]byte, error) {
+	return json.Marshal(stateJSON{
+		Epoch: s.Epoch, LSN: s.LSN.String(), Cursors: s.Cursors,
+		UpdatedAt: s.UpdatedAt, Run: s.Run, SystemID: s.SystemID,
+	})
+}
+
+// UnmarshalJSON decodes what MarshalJSON wrote.
+func (s *State) UnmarshalJSON(b []byte) error {
+	var j stateJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	var lsn cdc.LSN
+	if j.LSN != "" {
+		var err error
+		if lsn, err = cdc.ParseLSN(j.LSN); err != nil {
+			return err
+		}
+	}
+	*s = State{Epoch: j.Epoch, LSN: lsn, Cursors: j.Cursors, UpdatedAt: j.UpdatedAt, Run: j.Run, SystemID: j.SystemID}
+	return nil
+}
+
+// Store reads and writes checkpoints in one bucket. It is safe for
+// concurrent use, but each key should have one writer: that is what Save's
+// compare-and-set enforces.
+type Store struct {
+	kv     jetstream.KeyValue
+	bucket string
+}
+
+// Open returns the store for bucket, creating the bucket (file storage,
+// History revisions per key, the given replicas) when it does not exist.
+// An existing bucket is used as it is. ctx bounds the round trips.
+func Open(ctx context.Context, js jetstream.JetStream, bucket string, replicas int) (*Store, error) {
+	if replicas <= 0 {
+		replicas = 1
+	}
+	kv, err := js.KeyValue(ctx, bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      bucket,
+			Description: "Postgres → NATS bridge checkpoints",
+			History:     History,
+			Storage:     jetstream.FileStorage,
+			Replicas:    replicas,
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) { // created concurrently, with other settings
+			kv, err = js.KeyValue(ctx, bucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening checkpoint bucket %q: %w", bucket, err)
+	}
+	return &Store{kv: kv, bucket: bucket}, nil
+}
+
+// Load returns the state under key and its revision; a missing (or
+// deleted) key gives the zero State and revision 0, which Save then
+// creates. ctx bounds the round trip.
+func (s *Store) Load(ctx context.Context, key string) (State, uint64, error) {
+	e, err := s.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return State{}, 0, nil
+	}
+	if err != nil {
+		return State{}, 0, fmt.Errorf("loading checkpoint %q from bucket %q: %w", key, s.bucket, err)
+	}
+	var st State
+	if err := json.Unmarshal(e.Value(), &st); err != nil {
+		return State{}, 0, fmt.Errorf("decoding checkpoint %q from bucket %q (revision %d): %w", key, s.bucket, e.Revision(), err)
+	}
+	return st, e.Revision(), nil
+}
+
+// Save writes st under key if the key is still at revision rev (0: the key
+// must not exist), and returns the new revision. If another revision is
+// there, the error wraps ErrFenced and nothing was written. UpdatedAt is set
+// to now when zero.
+//
+// A Save whose reply was lost (timeout, reconnect) may still have been
+// written. Retrying it with the same rev then finds a newer revision; if
+// that revision holds this very state (same Run, non-empty, and the same
+// epoch, LSN, cursors and system id), Save returns it as a success instead
+// of ErrFenced. ctx bounds the round trips.
+func (s *Store) Save(ctx context.Context, key string, st State, rev uint64) (uint64, error) {
+	if st.UpdatedAt.IsZero() {
+		st.UpdatedAt = time.Now().UTC()
+	}
+	b, err := json.Marshal(st)
+	if err != nil {
+		return 0, fmt.Errorf("encoding checkpoint %q: %w", key, err)
+	}
+	var next uint64
+	if rev == 0 {
+		next, err = s.kv.Create(ctx, key, b)
+	} else {
+		next, err = s.kv.Update(ctx, key, b, rev)
+	}
+	if err == nil {
+		return next, nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return 0, fmt.Errorf("saving checkpoint %q to bucket %q at revision %d: %w", key, s.bucket, rev, err)
+	}
+	cur, curRev, lerr := s.Load(ctx, key)
+	if lerr == nil && curRev > rev && sameWrite(cur, st) {
+		return curRev, nil
+	}
+	if lerr != nil {
+		return 0, fmt.Errorf("saving checkpoint %q to bucket %q: not at revision %d: %w", key, s.bucket, rev, ErrFenced)
+	}
+	who := "another instance"
+	if cur.Run != "" {
+		who = "run " + cur.Run
+	}
+	return 0, fmt.Errorf("saving checkpoint %q to bucket %q: expected revision %d, but %s wrote revision %d: %w",
+		key, s.bucket, rev, who, curRev, ErrFenced)
+}
+
+// sameWrite reports whether cur is st as written by this very run.
+func sameWrite(cur, st State) bool {
+	return st.Run != "" && cur.Run == st.Run && cur.Epoch == st.Epoch && cur.LSN == st.LSN &&
+		cur.SystemID == st.SystemID && maps.Equal(cur.Cursors, st.Cursors)
+}
+
+// NewEpoch returns a fresh producer epoch: 8 lowercase base32 characters
+// (40 random bits).
+func NewEpoch() string {
+	var b [5]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on supported platforms
+	}
+	return strings.ToLower(base32.HexEncoding.EncodeToString(b[:]))
+}
+
+// Key returns the checkpoint key of a source, "<bridge>.<source>". Bytes
+// outside [A-Za-z0-9_-] (including '.') are escaped as "=XX" (hex), so the
+// key is always a valid KV key and distinct names never share a key.
+func Key(bridge, source string) string {
+	return escape(bridge) + "." + escape(source)
+}
+
+func escape(s string) string {
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-':
+			b.WriteByte(c)
+		default:
+			b.WriteByte('=')
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&0xF])
+		}
+	}
+	if b.Len() == 0 {
+		return "=" // no escape is a lone '=', so this stays distinct
+	}
+	return b.String()
+}

@@ -1,0 +1,276 @@
+package bridge
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"reflect"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/sinks"
+	"github.com/bridgecdc/bridge/sources"
+)
+
+// Version is set at build time with -ldflags "-X github.com/bridgecdc/bridge/bridge.Version=v1.2.3".
+var Version = ""
+
+func version() string {
+	if Version != "" {
+		return Version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+// Main runs the bridge command line and exits with its status: 0 on
+// success, 1 on errors (including every validation error), 2 on usage errors.
+// A custom binary calls it from main after blank-importing its plugins.
+func Main(opts ...Option) {
+	os.Exit(Execute(os.Args[1:], os.Stdout, os.Stderr, opts...))
+}
+
+// Execute runs the command line with args and returns the exit status.
+func Execute(args []string, stdout, stderr io.Writer, opts ...Option) int {
+	root := NewCommand(stdout, stderr, opts...)
+	root.SetArgs(args)
+	err := root.Execute()
+	if err == nil {
+		return 0
+	}
+	var ue usageError
+	if errors.As(err, &ue) {
+		return 2
+	}
+	return 1
+}
+
+type usageError struct{ error }
+
+// NewCommand builds the cobra command tree.
+func NewCommand(stdout, stderr io.Writer, opts ...Option) *cobra.Command {
+	var cfgPath, logLevel string
+	root := &cobra.Command{
+		Use:           "bridge",
+		Short:         "Stream committed PostgreSQL changes into NATS, exactly once, in commit order",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
+	root.PersistentFlags().StringVarP(&cfgPath, "config", "c", "bridge.yaml", "path to bridge.yaml")
+	root.PersistentFlags().StringVar(&logLevel, "log-level", "", "override log.level (debug, info, warn, error)")
+
+	load := func() (*config.Config, error) {
+		var lo []config.Option
+		if logLevel != "" {
+			lo = append(lo, config.WithOverrides(map[string]any{"log.level": logLevel}))
+		}
+		return config.Load(cfgPath, lo...)
+	}
+	printErrs := func(err error) {
+		fmt.Fprintf(stderr, "%s: invalid configuration:\n", cfgPath)
+		for _, line := range errorLines(err) {
+			fmt.Fprintf(stderr, "  %s\n", line)
+		}
+	}
+
+	run := &cobra.Command{
+		Use:   "run",
+		Short: "Stream changes until SIGTERM or SIGINT",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := load()
+			if err != nil {
+				printErrs(err)
+				return err
+			}
+			log := NewLogger(cfg.Log, stderr)
+			a, err := New(cfg, append([]Option{WithLogger(log)}, opts...)...)
+			if err != nil {
+				printErrs(err)
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			if err := a.Start(ctx); err != nil {
+				log.Error("start failed", "err", err)
+				a.Close()
+				return err
+			}
+			log.Info("bridge running", "name", cfg.Name, "version", version(), "nats", a.NATSURL())
+			err = a.Run(ctx)
+			if err != nil {
+				log.Error("bridge stopped", "err", err)
+				return err
+			}
+			log.Info("bridge stopped")
+			return nil
+		},
+	}
+	validate := &cobra.Command{
+		Use:   "validate",
+		Short: "Check bridge.yaml, every plugin block and every route; exit 1 listing all errors",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := load()
+			if err != nil {
+				printErrs(err)
+				return err
+			}
+			if _, err := New(cfg, opts...); err != nil {
+				printErrs(err)
+				return err
+			}
+			fmt.Fprintf(stdout, "%s: ok (%d sources, %d sinks, %d routes)\n", cfgPath, len(cfg.Sources), len(cfg.Sinks), len(cfg.Routes))
+			return nil
+		},
+	}
+	plugins := &cobra.Command{
+		Use:   "plugins",
+		Short: "List the compiled-in sources and sinks with their config keys",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			a := &App{sinkReg: sinks.Default, srcReg: sources.Default}
+			for _, o := range opts {
+				o(a)
+			}
+			fmt.Fprintln(stdout, "sources:")
+			for _, t := range a.srcReg.Types() {
+				p, _ := a.srcReg.Lookup(t)
+				printPlugin(stdout, t, p.Doc, p.Config)
+			}
+			fmt.Fprintln(stdout, "sinks:")
+			for _, t := range a.sinkReg.Types() {
+				p, _ := a.sinkReg.Lookup(t)
+				printPlugin(stdout, t, p.Doc, p.Config)
+			}
+			fmt.Fprintf(stdout, "formats: %s\n", strings.Join(sortedKeys(Formats()), ", "))
+			return nil
+		},
+	}
+	ver := &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintf(stdout, "bridge %s\n", version())
+		},
+	}
+	root.AddCommand(run, validate, plugins, ver)
+	return root
+}
+
+func errorLines(err error) []string {
+	var lines []string
+	var walk func(error)
+	walk = func(e error) {
+		if j, ok := e.(interface{ Unwrap() []error }); ok {
+			for _, x := range j.Unwrap() {
+				walk(x)
+			}
+			return
+		}
+		lines = append(lines, strings.Split(e.Error(), "\n")...)
+	}
+	walk(err)
+	sort.Strings(lines)
+	out := lines[:0]
+	for i, l := range lines {
+		if l == "" || (i > 0 && l == lines[i-1]) {
+			continue
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func printPlugin(w io.Writer, typ, doc string, cfg any) {
+	fmt.Fprintf(w, "  %s\t%s\n", typ, doc)
+	for _, k := range ConfigKeys(cfg) {
+		fmt.Fprintf(w, "      %s\n", k)
+	}
+}
+
+// ConfigKeys lists a config struct's koanf keys as "key (type, default X)".
+func ConfigKeys(cfg any) []string {
+	v := reflect.ValueOf(cfg)
+	for v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return nil
+		}
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return nil
+	}
+	var out []string
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		key := strings.Split(f.Tag.Get("koanf"), ",")[0]
+		if key == "" || key == "-" || !f.IsExported() {
+			continue
+		}
+		fv := v.Field(i)
+		typ := f.Type.String()
+		if f.Type == reflect.TypeOf(time.Duration(0)) {
+			typ = "duration"
+		}
+		def := ""
+		if !fv.IsZero() {
+			switch x := fv.Interface().(type) {
+			case time.Duration:
+				def = x.String()
+			default:
+				def = fmt.Sprint(x)
+			}
+		}
+		if def != "" {
+			out = append(out, fmt.Sprintf("%s (%s, default %s)", key, typ, def))
+		} else {
+			out = append(out, fmt.Sprintf("%s (%s)", key, typ))
+		}
+	}
+	return out
+}
+
+// NewLogger builds the slog logger of bridge.yaml's log section: text on a
+// terminal, JSON otherwise, unless the format says.
+func NewLogger(l config.Log, w io.Writer) *slog.Logger {
+	var lvl slog.Level
+	switch strings.ToLower(l.Level) {
+	case "debug":
+		lvl = slog.LevelDebug
+	case "warn":
+		lvl = slog.LevelWarn
+	case "error":
+		lvl = slog.LevelError
+	}
+	ho := &slog.HandlerOptions{Level: lvl}
+	format := l.Format
+	if format == "" || format == "auto" {
+		format = "json"
+		if f, ok := w.(*os.File); ok {
+			if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+				format = "text"
+			}
+		}
+	}
+	if format == "text" {
+		return slog.New(slog.NewTextHandler(w, ho))
+	}
+	return slog.New(slog.NewJSONHandler(w, ho))
+}

@@ -1,0 +1,102 @@
+package bridge_test
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// proc is a bridge process started from the built binary.
+type proc struct {
+	cmd *exec.Cmd
+	out *bytes.Buffer
+}
+
+func startProc(t *testing.T, bin, cfg string) *proc {
+	t.Helper()
+	var out bytes.Buffer
+	cmd := exec.Command(bin, "run", "-c", cfg)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Env = append(os.Environ(), "BRIDGE_LOG__FORMAT=text")
+	require.NoError(t, cmd.Start())
+	return &proc{cmd: cmd, out: &out}
+}
+
+func (p *proc) kill9(t *testing.T) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	_ = p.cmd.Wait()
+}
+
+func (p *proc) term(t *testing.T) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		require.NoError(t, err, "bridge exited badly after SIGTERM:\n%s", p.out.String())
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Kill()
+		t.Fatalf("bridge did not exit within 20s of SIGTERM:\n%s", p.out.String())
+	}
+}
+
+// TestKill9MidStream kills the bridge process with SIGKILL at random moments
+// while four writers commit about 50k changes, restarting it each time, with
+// a 1 s duplicate window so JetStream's dedupe alone cannot hide a replay.
+func TestKill9MidStream(t *testing.T) {
+	changes := 50000
+	if testing.Short() {
+		changes = 10000
+	}
+	bin := bridgeBinary(t)
+	e := newEnv(t)
+	w := newWorkload(t, e)
+	cfg := e.config("kill", "")
+
+	p := startProc(t, bin, cfg)
+	// Let it create the publication and slot before the writers start.
+	require.Eventually(t, func() bool {
+		var n int
+		_ = e.pg.Conn(t, "").QueryRow(t.Context(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'slot_kill' AND active`).Scan(&n)
+		return n == 1
+	}, 60*time.Second, 50*time.Millisecond, "bridge never started streaming")
+
+	done := make(chan struct{})
+	go func() {
+		w.run(t, 4, changes, 500*time.Microsecond)()
+		close(done)
+	}()
+	kills := 0
+	writing := true
+	for writing || kills < 12 {
+		time.Sleep(time.Duration(200+rand.N(1200)) * time.Millisecond)
+		p.kill9(t)
+		kills++
+		if rand.N(3) == 0 {
+			time.Sleep(time.Duration(rand.N(1500)) * time.Millisecond)
+		}
+		p = startProc(t, bin, cfg)
+		select {
+		case <-done:
+			writing = false
+		default:
+		}
+	}
+	t.Logf("killed the bridge %d times while %d changes were committed", kills, w.total.Load())
+	w.verifyExactlyOnce(t, e, "CDC_kill")
+	p.term(t)
+	// A clean stop writes the final checkpoint and confirms it to Postgres.
+	var confirmed string
+	require.NoError(t, e.pg.Conn(t, "").QueryRow(t.Context(), `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'slot_kill'`).Scan(&confirmed))
+	require.NotEmpty(t, confirmed)
+	t.Logf("slot confirmed_flush_lsn after stop: %s (kills: %s)", confirmed, strconv.Itoa(kills))
+}

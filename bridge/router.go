@@ -1,0 +1,215 @@
+package bridge
+
+import (
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"text/template"
+
+	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/bridge/format"
+	"github.com/bridgecdc/bridge/config"
+)
+
+// Encoder appends the encoding of c to dst.
+type Encoder func(dst []byte, c *cdc.Change) []byte
+
+// Formats maps format names to encoders.
+func Formats() map[string]Encoder {
+	return map[string]Encoder{"native": format.AppendNative}
+}
+
+// route is a compiled config.Route.
+type route struct {
+	idx     int
+	sources []string
+	tables  []string
+	ops     []cdc.Op
+	sinks   []int // indexes into the pipeline's sinks
+	subject *template.Template
+	encode  Encoder
+
+	mu    sync.Mutex
+	cache map[subjectKey]string
+}
+
+type subjectKey struct {
+	schema, table, prefix string
+	op                    cdc.Op
+}
+
+// SubjectData is what a route's subject template sees. Every field is
+// subject-safe: characters NATS does not allow in a token ('.', '*', '>',
+// whitespace) become '_', and an empty value becomes '_'.
+type SubjectData struct {
+	Source, Schema, Table, Op, Prefix string
+}
+
+// Router assigns each change its route: subject, payload and sinks.
+type Router struct {
+	routes   []*route
+	unrouted string
+}
+
+// NewRouter compiles routes for source. sinkIndex maps sink names to
+// indexes. Every error names its YAML path.
+func NewRouter(cfg *config.Config, sinkIndex map[string]int) (*Router, error) {
+	formats := Formats()
+	r := &Router{unrouted: cfg.Unrouted}
+	var errs []error
+	for i, rc := range cfg.Routes {
+		p := fmt.Sprintf("routes[%d]", i)
+		rt := &route{idx: i, sources: rc.Match.Sources, tables: rc.Match.Tables, cache: map[subjectKey]string{}}
+		for _, op := range rc.Match.Ops {
+			rt.ops = append(rt.ops, cdc.Op(op))
+		}
+		for j, s := range rc.Sinks {
+			idx, ok := sinkIndex[s]
+			if !ok {
+				errs = append(errs, &config.FieldError{Path: fmt.Sprintf("%s.sinks[%d]", p, j), Msg: fmt.Sprintf("no sink named %q", s)})
+				continue
+			}
+			rt.sinks = append(rt.sinks, idx)
+		}
+		f := rc.Format
+		if f == "" {
+			f = "native"
+		}
+		enc, ok := formats[f]
+		if !ok {
+			known := make([]string, 0, len(formats))
+			for k := range formats {
+				known = append(known, k)
+			}
+			slices.Sort(known)
+			errs = append(errs, &config.FieldError{Path: p + ".format", Msg: fmt.Sprintf("unknown format %q (known: %s)", f, strings.Join(known, ", "))})
+		}
+		rt.encode = enc
+		subj := rc.Subject
+		if subj == "" {
+			subj = "cdc.{{.Source}}.{{.Schema}}.{{.Table}}"
+		}
+		tmpl, err := template.New(p).Option("missingkey=error").Parse(subj)
+		if err != nil {
+			errs = append(errs, &config.FieldError{Path: p + ".subject", Msg: err.Error()})
+		} else {
+			rt.subject = tmpl
+			// Test-render it so mistakes show at validate time.
+			if _, err := render(tmpl, SubjectData{Source: "src", Schema: "public", Table: "t", Op: "insert"}); err != nil {
+				errs = append(errs, &config.FieldError{Path: p + ".subject", Msg: err.Error()})
+			}
+		}
+		r.routes = append(r.routes, rt)
+	}
+	if len(errs) > 0 {
+		return nil, joinErrs(errs)
+	}
+	return r, nil
+}
+
+func render(t *template.Template, d SubjectData) (string, error) {
+	var sb strings.Builder
+	if err := t.Execute(&sb, d); err != nil {
+		return "", err
+	}
+	s := sb.String()
+	if s == "" || strings.HasPrefix(s, ".") || strings.HasSuffix(s, ".") || strings.Contains(s, "..") || strings.ContainsAny(s, " \t\r\n*>") {
+		return "", fmt.Errorf("subject %q is not a valid NATS subject", s)
+	}
+	return s, nil
+}
+
+// Token makes s safe as one NATS subject token.
+func Token(s string) string {
+	if s == "" {
+		return "_"
+	}
+	ok := true
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '.' || c == '*' || c == '>' || c <= ' ' || c == 0x7f:
+			ok = false
+		}
+	}
+	if ok {
+		return s
+	}
+	b := []byte(s)
+	for i, c := range b {
+		if c == '.' || c == '*' || c == '>' || c <= ' ' || c == 0x7f {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+func (rt *route) matches(c *cdc.Change) bool {
+	if len(rt.sources) > 0 && !slices.Contains(rt.sources, c.Source) {
+		return false
+	}
+	if len(rt.ops) > 0 && !slices.Contains(rt.ops, c.Op) {
+		return false
+	}
+	if len(rt.tables) > 0 {
+		if c.Op == cdc.OpMessage {
+			return false
+		}
+		name := c.Schema + "." + c.Table
+		for _, g := range rt.tables {
+			if ok, _ := path.Match(g, name); ok {
+				return true
+			}
+		}
+		return false
+	}
+	return true
+}
+
+func (rt *route) subjectFor(c *cdc.Change) (string, error) {
+	k := subjectKey{schema: c.Schema, table: c.Table, op: c.Op, prefix: c.Prefix}
+	rt.mu.Lock()
+	s, ok := rt.cache[k]
+	rt.mu.Unlock()
+	if ok {
+		return s, nil
+	}
+	d := SubjectData{Source: Token(c.Source), Schema: Token(c.Schema), Table: Token(c.Table), Op: string(c.Op), Prefix: Token(c.Prefix)}
+	if c.Op == cdc.OpMessage {
+		d.Schema, d.Table = "_message", Token(c.Prefix)
+	}
+	s, err := render(rt.subject, d)
+	if err != nil {
+		return "", fmt.Errorf("routes[%d].subject: %w", rt.idx, err)
+	}
+	rt.mu.Lock()
+	if len(rt.cache) > 10000 {
+		clear(rt.cache)
+	}
+	rt.cache[k] = s
+	rt.mu.Unlock()
+	return s, nil
+}
+
+// Route finds the first matching route for c, sets c.Subject and c.Payload,
+// and returns the indexes of the sinks c goes to. ok is false when no route
+// matches and the policy is to drop.
+func (r *Router) Route(c *cdc.Change) (sinks []int, ok bool, err error) {
+	for _, rt := range r.routes {
+		if !rt.matches(c) {
+			continue
+		}
+		subj, err := rt.subjectFor(c)
+		if err != nil {
+			return nil, false, err
+		}
+		c.Subject = subj
+		c.Payload = rt.encode(nil, c)
+		return rt.sinks, true, nil
+	}
+	if r.unrouted == "error" {
+		return nil, false, fmt.Errorf("no route matches %s %s.%s (unrouted: error); add a route or set unrouted: drop", c.Op, c.Schema, c.Table)
+	}
+	return nil, false, nil
+}

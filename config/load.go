@@ -1,0 +1,329 @@
+package config
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	kyaml "github.com/knadh/koanf/parsers/yaml"
+	"github.com/knadh/koanf/providers/confmap"
+	"github.com/knadh/koanf/providers/env/v2"
+	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/v2"
+)
+
+// EnvPrefix starts the name of every environment variable that overrides a
+// key of bridge.yaml.
+const EnvPrefix = "BRIDGE_"
+
+// Per-entry defaults, filled into each sink and route that lacks the key.
+const (
+	defaultMaxChanges   = 1000
+	defaultMaxWait      = 20 * time.Millisecond
+	defaultRetryInitial = 100 * time.Millisecond
+	defaultRetryMax     = 10 * time.Second
+	defaultSubject      = "cdc.{{.Source}}.{{.Schema}}.{{.Table}}"
+	defaultFormat       = "native"
+)
+
+// defaults is the bottom layer of every Load, keyed by dotted path. The
+// embedded store_dir default depends on data_dir and is filled in after the
+// layers are merged, like the per-sink and per-route defaults.
+func defaults() map[string]any {
+	return map[string]any{
+		"data_dir":            "./data",
+		"nats.embedded.host":  "127.0.0.1",
+		"nats.embedded.port":  4222,
+		"unrouted":            "drop",
+		"checkpoint.bucket":   "bridge_checkpoints",
+		"checkpoint.interval": time.Second,
+		"checkpoint.replicas": 1,
+		"shutdown.timeout":    5 * time.Second,
+		"log.level":           "info",
+		"log.format":          "auto",
+	}
+}
+
+// Option configures Load.
+type Option func(*options)
+
+type options struct {
+	environ   func() []string
+	overrides []map[string]any
+}
+
+// WithEnv makes Load take environment variables, for BRIDGE_* overrides and
+// ${VAR} interpolation alike, from environ ("NAME=value" entries, as
+// os.Environ returns them) instead of os.Environ. Tests use it to stay off
+// the process environment.
+func WithEnv(environ func() []string) Option {
+	return func(o *options) { o.environ = environ }
+}
+
+// WithOverrides layers m over the file and the environment; it is how the
+// command line's flags reach the config. Keys are dotted paths
+// ("checkpoint.interval", "sources.shop.config.dsn"), values may also be
+// nested maps. String values are read as YAML scalars, like BRIDGE_* values;
+// other values (an int, a time.Duration) are used as they are; nil values are
+// ignored. With several WithOverrides the later wins.
+func WithOverrides(m map[string]any) Option {
+	return func(o *options) { o.overrides = append(o.overrides, m) }
+}
+
+// Load reads the bridge config. It merges, each layer over the previous:
+//
+//  1. defaults (see the Config fields; each sink's batch and retry, each
+//     route's subject and format, and nats.embedded.store_dir
+//     ("<data_dir>/nats") are defaulted after merging, so that they apply to
+//     sinks and routes from any layer);
+//  2. the YAML file at path, unless path is ""; after parsing, every string
+//     value is interpolated (${VAR}, ${VAR:-default}, $$; see expand), so a
+//     variable's value can never inject YAML, and a value holding a reference
+//     that expands to a plain number or boolean becomes one (port:
+//     ${NATS_PORT:-4222} is an int);
+//  3. BRIDGE_* environment variables: the name after the prefix is
+//     lowercased and split at double underscores
+//     (BRIDGE_SOURCES__SHOP__CONFIG__DSN sets sources.shop.config.dsn), and
+//     the value is read as a YAML scalar ("500" is an int, "true" a bool, all
+//     else a string); values are not interpolated, since the shell has
+//     already expanded them;
+//  4. WithOverrides maps, in order.
+//
+// A null value counts as absent, so it never overrides a default. Maps merge
+// key by key; lists are replaced whole (list elements cannot be addressed
+// from the environment). A value read as a number or boolean from the
+// environment, an override or an interpolation still decodes into a string
+// field as its original text.
+//
+// The merged tree is decoded strictly into Config (unknown keys, wrong types
+// and bad durations are errors at their YAML path; plugin `config:` blocks
+// stay raw for Config.Decoder) and validated (see Config.Validate). Every
+// such problem, interpolation errors included, is returned at once as
+// Errors, sorted by path, and the Config is nil. A file that cannot be read
+// or parsed is returned as a wrapped error instead (errors.Is(err,
+// fs.ErrNotExist) works).
+func Load(path string, opts ...Option) (*Config, error) {
+	o := options{environ: os.Environ}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	l := loader{texts: map[string]string{}, vars: map[string]string{}}
+	for _, kv := range o.environ() {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			l.vars[k] = v
+		}
+	}
+
+	k := koanf.New(".")
+	if err := k.Load(confmap.Provider(defaults(), "."), nil); err != nil {
+		return nil, fmt.Errorf("loading defaults: %w", err)
+	}
+	if path != "" {
+		b, err := file.Provider(path).ReadBytes()
+		if err != nil {
+			return nil, fmt.Errorf("reading config file: %w", err)
+		}
+		m, err := kyaml.Parser().Unmarshal(b)
+		if err != nil {
+			return nil, fmt.Errorf("parsing config file %s: %w", path, err)
+		}
+		if m == nil {
+			m = map[string]any{}
+		}
+		l.interpolate("", m)
+		if err := k.Load(confmap.Provider(m, ""), nil); err != nil {
+			return nil, fmt.Errorf("merging config file %s: %w", path, err)
+		}
+	}
+	envp := env.Provider(".", env.Opt{Prefix: EnvPrefix, TransformFunc: l.envKey, EnvironFunc: o.environ})
+	if err := k.Load(envp, nil); err != nil {
+		return nil, fmt.Errorf("loading %s* environment variables: %w", EnvPrefix, err)
+	}
+	for _, m := range o.overrides {
+		typed := map[string]any{}
+		for key, v := range m {
+			if v = l.typeOverride(key, v); v != nil {
+				typed[key] = v
+			}
+		}
+		if err := k.Load(confmap.Provider(typed, "."), nil); err != nil {
+			return nil, fmt.Errorf("loading overrides: %w", err)
+		}
+	}
+
+	raw := k.Raw()
+	setEntryDefaults(raw)
+	cfg := &Config{}
+	d := decoder{texts: l.texts}
+	d.decode("", raw, reflect.ValueOf(cfg).Elem())
+	errs := append(l.errs, d.errs...)
+	errs = append(errs, cfg.validate(errs)...)
+	if err := errs.err(); err != nil {
+		return nil, err
+	}
+	if len(l.texts) > 0 {
+		cfg.texts = l.texts
+	}
+	return cfg, nil
+}
+
+// loader holds the state of one Load.
+type loader struct {
+	vars  map[string]string // the environment, for interpolation
+	texts map[string]string // see Config.texts
+	errs  Errors            // interpolation and environment problems
+}
+
+func (l *loader) lookup(name string) (string, bool) {
+	v, ok := l.vars[name]
+	return v, ok
+}
+
+// interpolate expands, in place, every string in the tree v found at path,
+// recording errors, and drops null values from maps.
+func (l *loader) interpolate(path string, v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if e == nil {
+				continue
+			}
+			x[k] = l.interpolate(joinPath(path, k), e)
+		}
+	case map[any]any: // a mapping with non-string keys
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			m[fmt.Sprint(k)] = e
+		}
+		return l.interpolate(path, m)
+	case []any:
+		for i, e := range x {
+			x[i] = l.interpolate(indexPath(path, i), e)
+		}
+	case string:
+		s, substituted, err := expand(x, l.lookup)
+		if err != nil {
+			l.errs.add(path, "%v", err)
+			return x
+		}
+		if substituted {
+			return l.typed(path, s)
+		}
+		return s
+	}
+	return v
+}
+
+// typed reads s, the text of the value at path, as a YAML scalar, and
+// records the text when the value is not a string.
+func (l *loader) typed(path, s string) any {
+	v := scalar(s)
+	if _, ok := v.(string); !ok {
+		l.texts[path] = s
+	} else {
+		delete(l.texts, path)
+	}
+	return v
+}
+
+// envKey is the env provider's TransformFunc: BRIDGE_A__B_C=v becomes the key
+// "a.b_c" with v read as a YAML scalar. A name with an empty segment is
+// reported and skipped.
+func (l *loader) envKey(name, value string) (string, any) {
+	rest := strings.TrimPrefix(name, EnvPrefix)
+	if rest == "" {
+		return "", nil
+	}
+	parts := strings.Split(strings.ToLower(rest), "__")
+	if slices.Contains(parts, "") {
+		l.errs.add(name, "empty path segment in variable name (separate names with a double underscore: %sSINKS__MAIN__TYPE)", EnvPrefix)
+		return "", nil
+	}
+	key := strings.Join(parts, ".")
+	return key, l.typed(key, value)
+}
+
+// typeOverride reads the string values of an override found at path as YAML
+// scalars, recursing into maps and lists, and drops nils from maps.
+func (l *loader) typeOverride(path string, v any) any {
+	switch x := v.(type) {
+	case string:
+		return l.typed(path, x)
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			if e = l.typeOverride(joinPath(path, k), e); e != nil {
+				out[k] = e
+			}
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = l.typeOverride(indexPath(path, i), e)
+		}
+		return out
+	default:
+		return v
+	}
+}
+
+// setEntryDefaults fills the defaults that depend on the merged tree: each
+// sink's batch and retry, each route's subject and format, and the embedded
+// store_dir. A key that is present, or a section that is not a mapping (a
+// decoding error to come), is left alone.
+func setEntryDefaults(raw map[string]any) {
+	if sinks, ok := raw["sinks"].(map[string]any); ok {
+		for name, s := range sinks {
+			if s == nil {
+				s = map[string]any{}
+				sinks[name] = s
+			}
+			if m, ok := s.(map[string]any); ok {
+				setDefault(m, defaultMaxChanges, "batch", "max_changes")
+				setDefault(m, defaultMaxWait, "batch", "max_wait")
+				setDefault(m, defaultRetryInitial, "retry", "initial")
+				setDefault(m, defaultRetryMax, "retry", "max")
+			}
+		}
+	}
+	if routes, ok := raw["routes"].([]any); ok {
+		for i, r := range routes {
+			if r == nil {
+				r = map[string]any{}
+				routes[i] = r
+			}
+			if m, ok := r.(map[string]any); ok {
+				setDefault(m, defaultSubject, "subject")
+				setDefault(m, defaultFormat, "format")
+			}
+		}
+	}
+	if dir, ok := raw["data_dir"].(string); ok {
+		setDefault(raw, filepath.Join(dir, "nats"), "nats", "embedded", "store_dir")
+	}
+}
+
+// setDefault sets the value at the path keys below m to v unless it is
+// present, creating absent (or null) intermediate mappings.
+func setDefault(m map[string]any, v any, keys ...string) {
+	for _, k := range keys[:len(keys)-1] {
+		next, present := m[k]
+		if !present || next == nil {
+			next = map[string]any{}
+			m[k] = next
+		}
+		sub, ok := next.(map[string]any)
+		if !ok {
+			return
+		}
+		m = sub
+	}
+	if cur, present := m[keys[len(keys)-1]]; !present || cur == nil {
+		m[keys[len(keys)-1]] = v
+	}
+}

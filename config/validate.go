@@ -1,0 +1,194 @@
+package config
+
+import (
+	"fmt"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+	"text/template"
+	"time"
+)
+
+// nameRE is the syntax of the bridge name and of source and sink names.
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+// Accepted values of the enumerated framework keys.
+var (
+	unroutedValues  = []string{"drop", "error"}
+	opValues        = []string{"insert", "update", "delete", "truncate", "message", "read"}
+	logLevelValues  = []string{"debug", "info", "warn", "error"}
+	logFormatValues = []string{"auto", "text", "json"}
+)
+
+// maxReplicas is the most replicas a JetStream KV bucket can have.
+const maxReplicas = 5
+
+// sampleSubject holds the fields a route's subject template renders, with
+// sample values; validation executes each template with it so that a
+// misspelt field fails at load time rather than on the first change.
+var sampleSubject = map[string]string{
+	"Source": "source", "Schema": "public", "Table": "table", "Op": "insert", "Prefix": "prefix",
+}
+
+// Validate checks the framework part of c: names, required keys, enums,
+// positive durations and sizes, route references, subject templates and
+// table globs. It does not check plugin types, formats or plugin `config:`
+// blocks (the runtime and the plugins do). It returns every problem at once,
+// as Errors sorted by path, or nil. Load calls it; call it yourself on a
+// Config built in code.
+func (c *Config) Validate() error {
+	return c.validate(nil).err()
+}
+
+// validate returns the problems of c, leaving out any at a path that known
+// already covers (see Errors.covers).
+func (c *Config) validate(known Errors) Errors {
+	var errs Errors
+	add := func(p, format string, args ...any) {
+		if !known.covers(p) {
+			errs.add(p, format, args...)
+		}
+	}
+
+	switch {
+	case c.Name == "":
+		add("name", "must be set")
+	case !nameRE.MatchString(c.Name):
+		add("name", "must match %s, got %q", nameRE, c.Name)
+	}
+	checkPositive(add, "checkpoint.interval", c.Checkpoint.Interval)
+	checkPositive(add, "shutdown.timeout", c.Shutdown.Timeout)
+	checkOneOf(add, "unrouted", c.Unrouted, unroutedValues)
+	checkOneOf(add, "log.level", c.Log.Level, logLevelValues)
+	checkOneOf(add, "log.format", c.Log.Format, logFormatValues)
+	switch {
+	case c.Checkpoint.Bucket == "":
+		add("checkpoint.bucket", "must be set")
+	case !nameRE.MatchString(c.Checkpoint.Bucket):
+		add("checkpoint.bucket", "must match %s, got %q", nameRE, c.Checkpoint.Bucket)
+	}
+	if r := c.Checkpoint.Replicas; r < 1 || r > maxReplicas {
+		add("checkpoint.replicas", "must be between 1 and %d, got %d", maxReplicas, r)
+	}
+	if p := c.NATS.Embedded.Port; p < -1 || p > 65535 {
+		add("nats.embedded.port", "must be a port number, or -1 for any free port, got %d", p)
+	}
+
+	if len(c.Sources) == 0 {
+		add("sources", "at least one source is required")
+	}
+	for _, name := range sortedKeys(c.Sources) {
+		p := joinPath("sources", name)
+		if !nameRE.MatchString(name) {
+			add(p, "name must match %s", nameRE)
+		}
+		if c.Sources[name].Type == "" {
+			add(p+".type", "must be set")
+		}
+	}
+	for _, name := range sortedKeys(c.Sinks) {
+		p, s := joinPath("sinks", name), c.Sinks[name]
+		if !nameRE.MatchString(name) {
+			add(p, "name must match %s", nameRE)
+		}
+		if s.Type == "" {
+			add(p+".type", "must be set")
+		}
+		if s.Batch.MaxChanges <= 0 {
+			add(p+".batch.max_changes", "must be > 0, got %d", s.Batch.MaxChanges)
+		}
+		checkPositive(add, p+".batch.max_wait", s.Batch.MaxWait)
+		checkPositive(add, p+".retry.initial", s.Retry.Initial)
+		checkPositive(add, p+".retry.max", s.Retry.Max)
+		if s.Retry.Initial > 0 && s.Retry.Max > 0 && s.Retry.Initial > s.Retry.Max {
+			add(p+".retry.initial", "must be <= retry.max (%s), got %s", s.Retry.Max, s.Retry.Initial)
+		}
+	}
+
+	for i, r := range c.Routes {
+		p := indexPath("routes", i)
+		if len(r.Sinks) == 0 {
+			add(p+".sinks", "at least one sink is required")
+		}
+		for j, name := range r.Sinks {
+			if _, ok := c.Sinks[name]; !ok {
+				add(indexPath(p+".sinks", j), "no sink named %q (defined: %s)", name, listOrNone(sortedKeys(c.Sinks)))
+			}
+		}
+		for j, name := range r.Match.Sources {
+			if _, ok := c.Sources[name]; !ok {
+				add(indexPath(p+".match.sources", j), "no source named %q (defined: %s)", name, listOrNone(sortedKeys(c.Sources)))
+			}
+		}
+		for j, glob := range r.Match.Tables {
+			if msg := checkTableGlob(glob); msg != "" {
+				add(indexPath(p+".match.tables", j), "%s", msg)
+			}
+		}
+		for j, op := range r.Match.Ops {
+			if !slices.Contains(opValues, op) {
+				add(indexPath(p+".match.ops", j), "unknown op %q (known: %s)", op, strings.Join(opValues, ", "))
+			}
+		}
+		if msg := checkSubject(r.Subject); msg != "" {
+			add(p+".subject", "%s", msg)
+		}
+	}
+	return errs
+}
+
+func checkPositive(add func(p, format string, args ...any), p string, d time.Duration) {
+	if d <= 0 {
+		add(p, "must be > 0, got %s", d)
+	}
+}
+
+func checkOneOf(add func(p, format string, args ...any), p, v string, allowed []string) {
+	if !slices.Contains(allowed, v) {
+		add(p, "must be one of %s, got %q", strings.Join(allowed, ", "), v)
+	}
+}
+
+// checkTableGlob returns what is wrong with a "schema.table" glob, or "".
+func checkTableGlob(glob string) string {
+	if _, err := path.Match(glob, ""); err != nil {
+		return fmt.Sprintf("invalid glob %q: %v", glob, err)
+	}
+	schema, table, ok := strings.Cut(glob, ".")
+	if !ok || schema == "" || table == "" || strings.Contains(table, ".") {
+		return fmt.Sprintf("must be a schema.table glob such as public.* or *.orders, got %q", glob)
+	}
+	return ""
+}
+
+// checkSubject returns what is wrong with a subject template, or "": it must
+// parse, render with the documented fields, and render a publishable NATS
+// subject (non-empty tokens, no spaces, no wildcards).
+func checkSubject(subject string) string {
+	if subject == "" {
+		return "must be set"
+	}
+	tmpl, err := template.New("subject").Option("missingkey=error").Parse(subject)
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	if err := tmpl.Execute(&b, sampleSubject); err != nil {
+		return fmt.Sprintf("%v (fields: .Source .Schema .Table .Op .Prefix)", err)
+	}
+	for _, tok := range strings.Split(b.String(), ".") {
+		if tok == "" || strings.ContainsAny(tok, " \t\r\n*>") {
+			return fmt.Sprintf("renders %q, which is not a valid NATS subject (dot-separated non-empty tokens, no spaces or wildcards)", b.String())
+		}
+	}
+	return ""
+}
+
+// listOrNone joins names with commas, or returns "none".
+func listOrNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
+}

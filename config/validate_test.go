@@ -1,0 +1,117 @@
+package config
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestValidation(t *testing.T) {
+	route := func(kv ...any) map[string]any {
+		r := map[string]any{"sinks": []any{"main"}}
+		for i := 0; i < len(kv); i += 2 {
+			r[kv[i].(string)] = kv[i+1]
+		}
+		return r
+	}
+	tests := []struct {
+		name string
+		set  map[string]any
+		want []string
+	}{
+		{"name missing", map[string]any{"name": ""}, []string{"name: must be set"}},
+		{"name with a space", map[string]any{"name": "my shop"}, []string{`name: must match ^[A-Za-z0-9_-]+$, got "my shop"`}},
+		{"source without type", map[string]any{"sources.shop.type": ""}, []string{"sources.shop.type: must be set"}},
+		{"sink without type", map[string]any{"sinks.main.type": ""}, []string{"sinks.main.type: must be set"}},
+		{"bad source name", map[string]any{"sources": map[string]any{"sh op": map[string]any{"type": "pgoutput"}}},
+			[]string{"sources.sh op: name must match ^[A-Za-z0-9_-]+$"}},
+		{"bad sink name", map[string]any{"sinks": map[string]any{"ma!n": map[string]any{"type": "nats_core"}}, "routes": []any{route("sinks", []any{"ma!n"})}},
+			[]string{"sinks.ma!n: name must match ^[A-Za-z0-9_-]+$"}},
+		{"unrouted", map[string]any{"unrouted": "ignore"}, []string{`unrouted: must be one of drop, error, got "ignore"`}},
+		{"checkpoint interval zero", map[string]any{"checkpoint.interval": "0s"}, []string{"checkpoint.interval: must be > 0, got 0s"}},
+		{"shutdown timeout negative", map[string]any{"shutdown.timeout": "-1s"}, []string{"shutdown.timeout: must be > 0, got -1s"}},
+		{"max_wait zero", map[string]any{"sinks.main.batch.max_wait": "0ms"}, []string{"sinks.main.batch.max_wait: must be > 0, got 0s"}},
+		{"retry initial zero", map[string]any{"sinks.main.retry.initial": "0s"}, []string{"sinks.main.retry.initial: must be > 0, got 0s"}},
+		{"retry max zero", map[string]any{"sinks.main.retry.max": "0s"}, []string{"sinks.main.retry.max: must be > 0, got 0s"}},
+		{"max_changes negative", map[string]any{"sinks.main.batch.max_changes": -1}, []string{"sinks.main.batch.max_changes: must be > 0, got -1"}},
+		{"retry initial above max", map[string]any{"sinks.main.retry.initial": "20s"},
+			[]string{"sinks.main.retry.initial: must be <= retry.max (10s), got 20s"}},
+		{"route without sinks", map[string]any{"routes": []any{route("sinks", []any{})}}, []string{"routes[0].sinks: at least one sink is required"}},
+		{"route to an unknown sink", map[string]any{"routes": []any{route(), route("sinks", []any{"mian"})}},
+			[]string{`routes[1].sinks[0]: no sink named "mian" (defined: main)`}},
+		{"route from an unknown source", map[string]any{"routes": []any{route("match", map[string]any{"sources": []any{"shop", "shp"}})}},
+			[]string{`routes[0].match.sources[1]: no source named "shp" (defined: shop)`}},
+		{"subject does not parse", map[string]any{"routes": []any{route("subject", "cdc.{{.Table")}},
+			[]string{"routes[0].subject: template: subject:1: unclosed action"}},
+		{"subject names an unknown field", map[string]any{"routes": []any{route("subject", "cdc.{{.Tabel}}")}},
+			[]string{`routes[0].subject: template: subject:1:6: executing "subject" at <.Tabel>: map has no entry for key "Tabel" (fields: .Source .Schema .Table .Op .Prefix)`}},
+		{"subject renders an empty token", map[string]any{"routes": []any{route("subject", "cdc..{{.Table}}")}},
+			[]string{`routes[0].subject: renders "cdc..table", which is not a valid NATS subject (dot-separated non-empty tokens, no spaces or wildcards)`}},
+		{"subject with a wildcard", map[string]any{"routes": []any{route("subject", "cdc.>")}},
+			[]string{`routes[0].subject: renders "cdc.>", which is not a valid NATS subject (dot-separated non-empty tokens, no spaces or wildcards)`}},
+		{"empty subject", map[string]any{"routes": []any{route("subject", "")}}, []string{"routes[0].subject: must be set"}},
+		{"unknown op", map[string]any{"routes": []any{route("match", map[string]any{"ops": []any{"insert", "upsert"}})}},
+			[]string{`routes[0].match.ops[1]: unknown op "upsert" (known: insert, update, delete, truncate, message, read)`}},
+		{"table glob without schema", map[string]any{"routes": []any{route("match", map[string]any{"tables": []any{"orders"}})}},
+			[]string{`routes[0].match.tables[0]: must be a schema.table glob such as public.* or *.orders, got "orders"`}},
+		{"table glob with two dots", map[string]any{"routes": []any{route("match", map[string]any{"tables": []any{"a.b.c"}})}},
+			[]string{`routes[0].match.tables[0]: must be a schema.table glob such as public.* or *.orders, got "a.b.c"`}},
+		{"bad table glob", map[string]any{"routes": []any{route("match", map[string]any{"tables": []any{"public.*", "public.[a"}})}},
+			[]string{`routes[0].match.tables[1]: invalid glob "public.[a": syntax error in pattern`}},
+		{"log level", map[string]any{"log.level": "verbose"}, []string{`log.level: must be one of debug, info, warn, error, got "verbose"`}},
+		{"log format", map[string]any{"log.format": "xml"}, []string{`log.format: must be one of auto, text, json, got "xml"`}},
+		{"replicas", map[string]any{"checkpoint.replicas": 0}, []string{"checkpoint.replicas: must be between 1 and 5, got 0"}},
+		{"bucket", map[string]any{"checkpoint.bucket": "my.bucket"}, []string{`checkpoint.bucket: must match ^[A-Za-z0-9_-]+$, got "my.bucket"`}},
+		{"port", map[string]any{"nats.embedded.port": 70000}, []string{"nats.embedded.port: must be a port number, or -1 for any free port, got 70000"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := loadYAML(t, base, WithOverrides(tt.set))
+			assert.Equal(t, tt.want, problems(t, err))
+		})
+	}
+
+	t.Run("no sources", func(t *testing.T) {
+		_, err := loadYAML(t, "name: shop\n")
+		assert.Equal(t, []string{"sources: at least one source is required"}, problems(t, err))
+	})
+	t.Run("no sinks defined", func(t *testing.T) {
+		_, err := loadYAML(t, "name: shop\nsources: { shop: { type: pgoutput } }\nroutes: [{ sinks: [main] }]\n")
+		assert.Equal(t, []string{`routes[0].sinks[0]: no sink named "main" (defined: none)`}, problems(t, err))
+	})
+	t.Run("plugin types and formats are left to the runtime", func(t *testing.T) {
+		_, err := loadYAML(t, base, WithOverrides(map[string]any{
+			"sources.shop.type": "no_such_source", "sinks.main.type": "no_such_sink",
+			"routes": []any{route("format", "no_such_format")},
+		}))
+		assert.NoError(t, err)
+	})
+}
+
+func TestValidateInCode(t *testing.T) {
+	c := &Config{
+		Name:    "shop",
+		Sources: map[string]Plugin{"shop": {Type: "pgoutput"}},
+		Sinks: map[string]Sink{"main": {
+			Type:  "nats_core",
+			Batch: Batch{MaxChanges: 1, MaxWait: time.Millisecond},
+			Retry: Retry{Initial: time.Millisecond, Max: time.Second},
+		}},
+		Routes:     []Route{{Sinks: []string{"main"}, Subject: "cdc.x"}},
+		Unrouted:   "drop",
+		Checkpoint: Checkpoint{Bucket: "b", Interval: time.Second, Replicas: 1},
+		Shutdown:   Shutdown{Timeout: time.Second},
+		Log:        Log{Level: "info", Format: "auto"},
+	}
+	require.NoError(t, c.Validate())
+
+	c.Routes = append(c.Routes, Route{Subject: "x"}, Route{Sinks: []string{"nope"}, Subject: "x"})
+	c.Log.Level = ""
+	assert.Equal(t, []string{
+		`log.level: must be one of debug, info, warn, error, got ""`,
+		"routes[1].sinks: at least one sink is required",
+		`routes[2].sinks[0]: no sink named "nope" (defined: main)`,
+	}, problems(t, c.Validate()))
+}

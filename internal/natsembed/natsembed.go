@@ -1,0 +1,128 @@
+// Package natsembed runs an in-process nats-server with JetStream: the
+// bridge's embedded default when no NATS URL is configured, and the real
+// server every NATS test runs against.
+package natsembed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// readyTimeout bounds how long Start waits for the server to accept clients.
+const readyTimeout = 10 * time.Second
+
+// Options configures an embedded server.
+type Options struct {
+	// Host to listen on. Default "127.0.0.1".
+	Host string
+	// Port to listen on; -1 picks a free one, 0 means the NATS default 4222.
+	Port int
+	// StoreDir is the JetStream store directory. Required by Start; StartT
+	// uses a fresh t.TempDir() when empty. Starting a server again with the
+	// same Port and StoreDir after Shutdown resumes with the same streams,
+	// which is how tests simulate a NATS restart.
+	StoreDir string
+	// SyncAlways makes JetStream fsync every write (sync_interval: always).
+	SyncAlways bool
+	// MaxPayload is the largest message the server accepts, in bytes;
+	// 0 keeps the server's default (1 MiB).
+	MaxPayload int32
+	// Logf receives the server's log lines; nil keeps the server silent.
+	Logf func(format string, args ...any)
+}
+
+// Server is a running embedded nats-server.
+type Server struct {
+	ns   *server.Server
+	opts Options // as started, with the port actually bound
+}
+
+// Start starts a nats-server with JetStream in this process and waits until
+// it accepts connections. The server installs no signal handlers. Call
+// Shutdown to stop it.
+func Start(o Options) (*Server, error) {
+	if o.StoreDir == "" {
+		return nil, errors.New("starting embedded nats-server: StoreDir must be set")
+	}
+	if o.Host == "" {
+		o.Host = "127.0.0.1"
+	}
+	so := &server.Options{
+		ServerName: "bridge-embedded",
+		Host:       o.Host,
+		Port:       o.Port,
+		JetStream:  true,
+		StoreDir:   o.StoreDir,
+		NoSigs:     true,
+		NoLog:      o.Logf == nil,
+		MaxPayload: o.MaxPayload,
+	}
+	if o.SyncAlways {
+		so.SyncAlways = true
+		so.SyncInterval = 2 * time.Minute // ignored with SyncAlways, but must be set
+	}
+	ns, err := server.NewServer(so)
+	if err != nil {
+		return nil, fmt.Errorf("starting embedded nats-server on %s: %w", net.JoinHostPort(o.Host, strconv.Itoa(o.Port)), err)
+	}
+	if o.Logf != nil {
+		ns.SetLogger(logger{o.Logf}, false, false)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(readyTimeout) {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		return nil, fmt.Errorf("starting embedded nats-server on %s: not ready after %s (port in use or store dir %q locked?)",
+			net.JoinHostPort(o.Host, strconv.Itoa(o.Port)), readyTimeout, o.StoreDir)
+	}
+	if a, ok := ns.Addr().(*net.TCPAddr); ok {
+		o.Port = a.Port
+	}
+	return &Server{ns: ns, opts: o}, nil
+}
+
+// URL returns the client URL, e.g. "nats://127.0.0.1:4222".
+func (s *Server) URL() string {
+	return "nats://" + net.JoinHostPort(s.opts.Host, strconv.Itoa(s.opts.Port))
+}
+
+// Options returns the options the server runs with, Port being the port
+// actually bound. Start(s.Options()) after Shutdown restarts the same server.
+func (s *Server) Options() Options { return s.opts }
+
+// NATS returns the underlying server, for tests and diagnostics.
+func (s *Server) NATS() *server.Server { return s.ns }
+
+// Shutdown stops the server, closing client connections and flushing
+// JetStream. It returns ctx's error if the server has not finished by ctx's
+// deadline; the shutdown then carries on in the background. Safe to call
+// more than once.
+func (s *Server) Shutdown(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		s.ns.Shutdown()
+		s.ns.WaitForShutdown()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("shutting down embedded nats-server: %w", ctx.Err())
+	}
+}
+
+type logger struct{ logf func(string, ...any) }
+
+func (l logger) Noticef(f string, v ...any) { l.logf("[INF] "+f, v...) }
+func (l logger) Warnf(f string, v ...any)   { l.logf("[WRN] "+f, v...) }
+func (l logger) Fatalf(f string, v ...any)  { l.logf("[FTL] "+f, v...) }
+func (l logger) Errorf(f string, v ...any)  { l.logf("[ERR] "+f, v...) }
+func (l logger) Debugf(f string, v ...any)  { l.logf("[DBG] "+f, v...) }
+func (l logger) Tracef(f string, v ...any)  { l.logf("[TRC] "+f, v...) }

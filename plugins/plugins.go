@@ -1,0 +1,9 @@
+// Package plugins blank-imports every compiled-in source and sink, so that a
+// binary gets the standard set with one import. A custom binary imports this
+// package plus its own plugin packages (see the README).
+package plugins
+
+import (
+	_ "github.com/bridgecdc/bridge/sinks/natsjs"     // nats_jetstream
+	_ "github.com/bridgecdc/bridge/sources/pgoutput" // pgoutput
+)

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The tests: real PostgreSQL clusters and in-process nats-servers that the
+# tests start themselves. Set BRIDGE_LONG=1 for the long runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/deps.sh
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then echo "gofmt needed:"; echo "$unformatted"; exit 1; fi
+go vet ./...
+go test -race -count=1 -timeout 60m ./... "$@"

@@ -1,0 +1,156 @@
+package natsjs
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/bridgecdc/bridge/config"
+)
+
+// Config is the sink's `config:` block.
+type Config struct {
+	// URL is a comma-separated list of NATS server URLs. Default: the
+	// bridge's nats.url (or the embedded server). When URL is empty, the
+	// bridge's nats credentials are used too; when it is set, only the
+	// credentials given here are sent to it.
+	URL string `koanf:"url"`
+	// Creds is the path of a .creds file. Optional.
+	Creds string `koanf:"creds"`
+	// User and Password for user/password authentication. Optional; never logged.
+	User     string `koanf:"user"`
+	Password string `koanf:"password"`
+	// Token for token authentication. Optional; never logged.
+	Token string `koanf:"token"`
+	// Stream is the JetStream stream every message goes to. Required. Use
+	// one stream per source, or subjects no other writer uses, so the
+	// bridge can find its tail on restart (DESIGN.md §4.6).
+	Stream string `koanf:"stream"`
+	// Subjects the stream binds. Default ["cdc.>"]; an empty list means the
+	// default. Every routed subject must match one of the stream's subjects.
+	Subjects []string `koanf:"subjects"`
+	// CreateStream makes Connect create the stream (file storage) or update
+	// it so it binds Subjects (added to the stream's own) with
+	// DuplicateWindow and Replicas. Default true. With false the stream
+	// must exist already.
+	CreateStream bool `koanf:"create_stream"`
+	// DuplicateWindow is the stream's dedupe window (Nats-Msg-Id), a
+	// duration. Default 2m. Exactly-once holds beyond it too: on restart
+	// the bridge reads the stream's tail instead of relying on it.
+	DuplicateWindow time.Duration `koanf:"duplicate_window"`
+	// Replicas of the stream when the bridge creates or updates it (1-5).
+	// Default 1; use 3 on a cluster.
+	Replicas int `koanf:"replicas"`
+	// MaxPending is the number of published messages awaiting their ack at
+	// any time (the pipelining window), in messages. Default 4096.
+	MaxPending int `koanf:"max_pending"`
+	// AckTimeout is how long a publish waits for its ack before it fails
+	// (and is retried), a duration. Default 10s.
+	AckTimeout time.Duration `koanf:"ack_timeout"`
+}
+
+// DefaultSubjects is the default of Config.Subjects.
+var DefaultSubjects = []string{"cdc.>"}
+
+// DefaultConfig returns the defaults. URL and credentials default to the
+// bridge's nats section; New fills them in.
+func DefaultConfig() Config {
+	return Config{
+		Subjects:        append([]string(nil), DefaultSubjects...),
+		CreateStream:    true,
+		DuplicateWindow: 2 * time.Minute,
+		Replicas:        1,
+		MaxPending:      4096,
+		AckTimeout:      10 * time.Second,
+	}
+}
+
+// Validate reports every invalid field at once, each naming its key.
+func (c *Config) Validate() error {
+	var errs []error
+	switch {
+	case c.Stream == "":
+		errs = append(errs, config.Field("stream", "must be set"))
+	case strings.ContainsAny(c.Stream, " \t\r\n.*>/\\") || len(c.Stream) > 255:
+		errs = append(errs, config.Field("stream", "%q is not a valid stream name: no spaces, '.', '*', '>', '/' or '\\', at most 255 bytes", c.Stream))
+	}
+	for i, s := range c.Subjects {
+		if !validFilter(s) {
+			errs = append(errs, config.Field(fmt.Sprintf("subjects[%d]", i), "%q is not a valid subject", s))
+		}
+	}
+	if c.DuplicateWindow <= 0 {
+		errs = append(errs, config.Field("duplicate_window", "must be > 0, got %s", c.DuplicateWindow))
+	}
+	if c.Replicas < 1 || c.Replicas > 5 {
+		errs = append(errs, config.Field("replicas", "must be between 1 and 5, got %d", c.Replicas))
+	}
+	if c.MaxPending <= 0 {
+		errs = append(errs, config.Field("max_pending", "must be > 0, got %d", c.MaxPending))
+	}
+	if c.AckTimeout <= 0 {
+		errs = append(errs, config.Field("ack_timeout", "must be > 0, got %s", c.AckTimeout))
+	}
+	if c.Password != "" && c.User == "" {
+		errs = append(errs, config.Field("user", "must be set when password is"))
+	}
+	return errors.Join(errs...)
+}
+
+// validFilter reports whether s is a valid subject, wildcards allowed.
+func validFilter(s string) bool {
+	if s == "" || strings.ContainsAny(s, " \t\r\n") {
+		return false
+	}
+	toks := strings.Split(s, ".")
+	for i, t := range toks {
+		if t == "" || (t == ">" && i != len(toks)-1) {
+			return false
+		}
+		if len(t) > 1 && strings.ContainsAny(t, "*>") {
+			return false
+		}
+	}
+	return true
+}
+
+// validSubject reports whether s can be published to: valid, no wildcards.
+func validSubject(s string) bool {
+	if !validFilter(s) {
+		return false
+	}
+	for _, t := range strings.Split(s, ".") {
+		if t == "*" || t == ">" {
+			return false
+		}
+	}
+	return true
+}
+
+// matchSubject reports whether the literal subject subj matches filter.
+func matchSubject(filter, subj string) bool {
+	for {
+		ft, frest, fmore := strings.Cut(filter, ".")
+		st, srest, smore := strings.Cut(subj, ".")
+		switch {
+		case ft == ">":
+			return true
+		case ft != "*" && ft != st:
+			return false
+		case !fmore || !smore:
+			return fmore == smore
+		}
+		filter, subj = frest, srest
+	}
+}
+
+// covered reports whether subj matches one of filters.
+func covered(filters []string, subj string) bool {
+	for _, f := range filters {
+		if matchSubject(f, subj) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,35 @@
+// Package natsjs is the "nats_jetstream" sink: it publishes every change to
+// a JetStream stream, in order, exactly once.
+//
+// Each message carries the router's subject and payload, the change's own
+// headers (W3C traceparent etc., keys as given) and the bridge's:
+// Nats-Msg-Id ("<producer>:<commit LSN, 16 hex>:<seq>", stable across
+// restarts, so JetStream drops replays inside the duplicate window),
+// Bridge-Commit-Lsn, Bridge-Seq, Bridge-Tx-Size, Bridge-Xid, Bridge-Table,
+// Bridge-Op and Bridge-Run. Publishes are pipelined (max_pending messages
+// in flight) and each is acked; a publish during a disconnect fails at once
+// rather than being buffered and sent later behind a gap.
+//
+// Exactly-once beyond the duplicate window comes from sinks.Resumer: the
+// pipeline checkpoints Cursor (the highest acked stream sequence) and, on
+// restart, Delivered lists what the stream holds after it, headers only.
+// For production, run the stream with R3 and the server with
+// `sync_interval: always`: a JetStream ack means written to the OS, fsynced
+// every 2 minutes by default.
+//
+// Example (bridge.yaml):
+//
+//	sinks:
+//	  main:
+//	    type: nats_jetstream
+//	    config:
+//	      url: nats://nats-1:4222,nats://nats-2:4222   # default: the bridge's nats.url
+//	      creds: /etc/bridge/bridge.creds               # or user/password, or token
+//	      stream: CDC_SHOP                              # required
+//	      subjects: ["cdc.shop.>"]                      # default ["cdc.>"]
+//	      create_stream: true                           # create or update the stream
+//	      duplicate_window: 2m
+//	      replicas: 3
+//	      max_pending: 4096                             # messages awaiting their ack
+//	      ack_timeout: 10s
+package natsjs

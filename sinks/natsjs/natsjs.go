@@ -1,0 +1,751 @@
+package natsjs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/sinks"
+)
+
+func init() {
+	sinks.MustRegister("nats_jetstream", sinks.Plugin{
+		New:    New,
+		Config: DefaultConfig(),
+		Doc:    "JetStream stream: exactly once (Nats-Msg-Id dedupe plus a tail check on restart), in order, per-change acks",
+	})
+}
+
+// Headers the sink sets on every message, besides jetstream.MsgIDHeader
+// ("Nats-Msg-Id", the change's ID) and the change's own Headers.
+const (
+	HeaderCommitLSN = "Bridge-Commit-Lsn" // commit end LSN, Postgres form "16/B374D848"
+	HeaderSeq       = "Bridge-Seq"        // ordinal of the change in its transaction, decimal
+	HeaderTxSize    = "Bridge-Tx-Size"    // number of changes in the transaction, decimal
+	HeaderXid       = "Bridge-Xid"        // Postgres transaction id, decimal
+	HeaderTable     = "Bridge-Table"      // "schema.table"; absent for logical messages
+	HeaderOp        = "Bridge-Op"         // insert, update, delete, truncate, message, read
+	HeaderRun       = "Bridge-Run"        // random id of the publishing sink instance; diagnostic
+)
+
+// jsErrCodeStreamNotMatch is the server's JSStreamNotMatchErr: the subject
+// belongs to another stream than Nats-Expected-Stream.
+const jsErrCodeStreamNotMatch jetstream.ErrorCode = 10060
+
+var (
+	errClosed = errors.New("natsjs: sink closed")
+	// errSkipped marks changes a Write did not publish because an earlier
+	// one failed: publishing them would widen the gap in the stream.
+	errSkipped = errors.New("natsjs: not published: an earlier change of the batch failed")
+)
+
+// Sink publishes changes to a JetStream stream. It implements sinks.Sink
+// and sinks.Resumer. Connect, Write, Delivered and Close follow the
+// sinks.Sink contract: Write is never called concurrently with itself;
+// Close may be called at any time, more than once.
+type Sink struct {
+	cfg  Config
+	name string
+	log  *slog.Logger
+	run  string // random per instance, the Bridge-Run header
+
+	mu       sync.Mutex // guards the fields below
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	subjects []string // the stream's subjects as last seen
+	closed   bool
+
+	asyncFails atomic.Uint64 // async publish failures seen, for stopping a Write early
+	cursor     atomic.Uint64 // see Cursor; 0 = none yet
+}
+
+// New builds a sink from its config block: it fills the defaults, decodes
+// (the decoder validates), takes url and credentials from env.NATS when url
+// is empty, and does no network I/O.
+func New(decode config.Decoder, env sinks.Env) (sinks.Sink, error) {
+	cfg := DefaultConfig()
+	cfg.Subjects = nil // a decoded list must not merge with the default one
+	if err := decode(&cfg); err != nil {
+		return nil, err
+	}
+	if len(cfg.Subjects) == 0 {
+		cfg.Subjects = append([]string(nil), DefaultSubjects...)
+	}
+	if cfg.URL == "" {
+		cfg.URL = env.NATS.URL
+		if cfg.Creds == "" && cfg.User == "" && cfg.Token == "" {
+			cfg.Creds, cfg.User, cfg.Password, cfg.Token = env.NATS.Creds, env.NATS.User, env.NATS.Password, env.NATS.Token
+		}
+	}
+	if cfg.URL == "" {
+		cfg.URL = nats.DefaultURL
+	}
+	log := env.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return &Sink{cfg: cfg, name: env.Name, log: log, run: hex.EncodeToString(b[:])}, nil
+}
+
+// Run returns the instance's random run id, sent as the Bridge-Run header.
+func (s *Sink) Run() string { return s.run }
+
+// Connect dials the servers (unless already connected) and makes sure the
+// stream exists: created or updated when create_stream is set, checked
+// otherwise. It is idempotent and cheap to call again; after a Write
+// failed with sinks.ErrNotConnected it waits, within ctx, for the client's
+// own reconnection, then checks the stream again (a server restarted with
+// an empty store gets its stream back). ctx bounds dialling and the
+// JetStream round trips.
+func (s *Sink) Connect(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return sinks.Permanent(errClosed)
+	}
+	nc, js := s.nc, s.js
+	s.mu.Unlock()
+
+	if nc == nil || nc.IsClosed() {
+		var err error
+		if nc, js, err = s.dial(ctx); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			nc.Close()
+			return sinks.Permanent(errClosed)
+		}
+		s.nc, s.js = nc, js
+		s.mu.Unlock()
+	} else if err := waitConnected(ctx, nc); err != nil {
+		return fmt.Errorf("connecting to %s: %w: %w", redact(s.cfg.URL), sinks.ErrNotConnected, err)
+	}
+	return s.ensureStream(ctx, nc, js)
+}
+
+func (s *Sink) dial(ctx context.Context) (*nats.Conn, jetstream.JetStream, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("connecting to %s: %w", redact(s.cfg.URL), err)
+	}
+	timeout := 5 * time.Second
+	if d, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, max(time.Until(d), time.Millisecond))
+	}
+	name := "bridge"
+	if s.name != "" {
+		name += " sink " + s.name
+	}
+	opts := []nats.Option{
+		nats.Name(name),
+		nats.Timeout(timeout),
+		nats.MaxReconnects(-1),
+		// No reconnect buffer: a publish while disconnected fails at once
+		// instead of being sent after the reconnect, behind a gap.
+		nats.ReconnectBufSize(-1),
+		nats.CustomReconnectDelay(reconnectDelay),
+		// Bounds a write to a server that stopped reading, Close included.
+		nats.FlusherTimeout(s.cfg.AckTimeout),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				s.log.Warn("disconnected from NATS", "error", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			s.log.Info("reconnected to NATS", "server", nc.ConnectedUrlRedacted())
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			s.log.Warn("NATS async error", "error", err)
+		}),
+	}
+	switch {
+	case s.cfg.Creds != "":
+		opts = append(opts, nats.UserCredentials(s.cfg.Creds))
+	case s.cfg.User != "":
+		opts = append(opts, nats.UserInfo(s.cfg.User, s.cfg.Password))
+	}
+	if s.cfg.Token != "" {
+		opts = append(opts, nats.Token(s.cfg.Token))
+	}
+	nc, err := nats.Connect(s.cfg.URL, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connecting to %s: %w", redact(s.cfg.URL), err)
+	}
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(s.cfg.MaxPending),
+		jetstream.WithPublishAsyncTimeout(s.cfg.AckTimeout),
+		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { s.asyncFails.Add(1) }),
+	)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("connecting to %s: %w", redact(s.cfg.URL), err)
+	}
+	return nc, js, nil
+}
+
+// reconnectDelay is DESIGN.md §5's curve for a lost connection: the client
+// redials at once, then waits 250ms doubling to 2s, with equal jitter.
+func reconnectDelay(attempts int) time.Duration {
+	d := 2 * time.Second
+	if attempts >= 1 && attempts <= 4 {
+		d = 250 * time.Millisecond << (attempts - 1)
+	}
+	return d/2 + mrand.N(d/2+1)
+}
+
+// waitConnected waits for a reconnecting nc until it is connected again,
+// it is closed, or ctx ends.
+func waitConnected(ctx context.Context, nc *nats.Conn) error {
+	ch := nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
+	defer nc.RemoveStatusListener(ch)
+	for {
+		switch nc.Status() {
+		case nats.CONNECTED:
+			return nil
+		case nats.CLOSED:
+			return nats.ErrConnectionClosed
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// ensureStream creates, updates or checks the stream, and records its subjects.
+func (s *Sink) ensureStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) error {
+	name := s.cfg.Stream
+	st, err := js.Stream(ctx, name)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound) && !s.cfg.CreateStream:
+		return fmt.Errorf("checking stream %q: it does not exist on %s: create it (for example `nats stream add %s --subjects %q --storage file --dupe-window %s`) or set create_stream: true",
+			name, redact(s.cfg.URL), name, strings.Join(s.cfg.Subjects, ","), s.cfg.DuplicateWindow)
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		st, err = js.CreateStream(ctx, jetstream.StreamConfig{
+			Name:        name,
+			Description: "Postgres changes published by the bridge",
+			Subjects:    s.cfg.Subjects,
+			Storage:     jetstream.FileStorage,
+			Duplicates:  s.cfg.DuplicateWindow,
+			Replicas:    s.cfg.Replicas,
+		})
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) { // created concurrently
+			st, err = js.Stream(ctx, name)
+		}
+		if err != nil {
+			return s.streamErr(nc, fmt.Sprintf("creating stream %q with subjects %q", name, s.cfg.Subjects), err)
+		}
+	case err != nil:
+		return s.streamErr(nc, fmt.Sprintf("checking stream %q", name), err)
+	case s.cfg.CreateStream:
+		cfg := st.CachedInfo().Config
+		changed := false
+		for _, subj := range s.cfg.Subjects {
+			if !slices.Contains(cfg.Subjects, subj) {
+				cfg.Subjects = append(cfg.Subjects, subj)
+				changed = true
+			}
+		}
+		if cfg.Duplicates != s.cfg.DuplicateWindow || cfg.Replicas != s.cfg.Replicas {
+			cfg.Duplicates, cfg.Replicas = s.cfg.DuplicateWindow, s.cfg.Replicas
+			changed = true
+		}
+		if changed {
+			if st, err = js.UpdateStream(ctx, cfg); err != nil {
+				return s.streamErr(nc, fmt.Sprintf("updating stream %q (subjects %q, duplicate_window %s, replicas %d)",
+					name, cfg.Subjects, cfg.Duplicates, cfg.Replicas), err)
+			}
+		}
+	}
+	info := st.CachedInfo()
+	if !s.cfg.CreateStream {
+		for _, subj := range s.cfg.Subjects {
+			sample := strings.NewReplacer("*", "x", ">", "x").Replace(subj) // a subject the filter matches
+			if !covered(info.Config.Subjects, sample) {
+				s.log.Warn("stream does not bind a configured subject; changes routed there will fail",
+					"stream", name, "subject", subj, "stream_subjects", info.Config.Subjects)
+			}
+		}
+	}
+	s.mu.Lock()
+	s.subjects = slices.Clone(info.Config.Subjects)
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Sink) streamErr(nc *nats.Conn, doing string, err error) error {
+	switch {
+	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
+		return fmt.Errorf("%s: JetStream is not enabled on %s (start nats-server with -js, or enable it for the account): %w",
+			doing, redact(s.cfg.URL), err)
+	case !nc.IsConnected() || isConnErr(err):
+		return fmt.Errorf("%s: %w: %w", doing, sinks.ErrNotConnected, err)
+	}
+	return fmt.Errorf("%s: %w", doing, err)
+}
+
+// Write publishes the batch in order, pipelined: up to max_pending
+// messages await their acks at once. It returns when every published change
+// is acked or failed, or when ctx ends.
+//
+// nil means every change is in the stream (a duplicate ack counts: it was
+// there already). A *sinks.BatchError lists the changes that are not known
+// to be in the stream; every index it does not list was acked. After the
+// first failure Write publishes nothing more (the rest fail with a "not
+// published" error), but changes already in flight behind the failed one
+// may still be stored, leaving a gap; they are reported as delivered if
+// and only if their ack arrived. Per-change errors wrap
+// sinks.ErrNotConnected when the connection is down (the pipeline calls
+// Connect), and are sinks.Permanent when the change can never be stored:
+// larger than the server's max_payload or the stream's max_msg_size, an
+// invalid subject, or a subject the stream does not bind. Other errors
+// (ack timeout, ctx) are worth retrying. A Write on a closed sink fails
+// with a Permanent error, one before Connect with ErrNotConnected.
+func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
+	if len(batch) == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	nc, js, closed, subjects := s.nc, s.js, s.closed, s.subjects
+	s.mu.Unlock()
+	switch {
+	case closed:
+		return sinks.Permanent(fmt.Errorf("writing %d changes to stream %q: %w", len(batch), s.cfg.Stream, errClosed))
+	case js == nil || !nc.IsConnected():
+		return fmt.Errorf("writing %d changes to stream %q: %w", len(batch), s.cfg.Stream, sinks.ErrNotConnected)
+	case ctx.Err() != nil:
+		return fmt.Errorf("writing %d changes to stream %q: %w", len(batch), s.cfg.Stream, ctx.Err())
+	}
+
+	w := &write{s: s, nc: nc, ctx: ctx, batch: batch, futs: make([]jetstream.PubAckFuture, len(batch)),
+		seqs: make([]uint64, len(batch))}
+	fails := s.asyncFails.Load()
+	pubOpts := []jetstream.PublishOpt{
+		jetstream.WithExpectStream(s.cfg.Stream),
+		// The client would otherwise resend a message that met "no
+		// responders" 250ms later, behind the ones published after it, and
+		// report it acked: out of order and unnoticed. Fail it instead.
+		jetstream.WithRetryAttempts(0),
+	}
+	refreshed := false
+	stop := len(batch) // first index not published
+publish:
+	for i := range batch {
+		c := &batch[i]
+		for i-w.next >= s.cfg.MaxPending { // window full: wait for the oldest ack
+			w.resolve()
+		}
+		if w.err.Failed != nil || s.asyncFails.Load() != fails || ctx.Err() != nil {
+			stop = i
+			break
+		}
+		if !validSubject(c.Subject) {
+			w.err.Fail(i, sinks.Permanent(fmt.Errorf("publishing %s: invalid subject %q", c.ID(), c.Subject)))
+			stop = i + 1
+			break
+		}
+		if len(subjects) > 0 && !covered(subjects, c.Subject) && !refreshed {
+			refreshed = true // the stream may have been given the subject since
+			if err := s.ensureStream(ctx, nc, js); err == nil {
+				s.mu.Lock()
+				subjects = s.subjects
+				s.mu.Unlock()
+			}
+		}
+		if len(subjects) > 0 && !covered(subjects, c.Subject) {
+			w.err.Fail(i, sinks.Permanent(fmt.Errorf("publishing %s: subject %q is not bound to stream %q (its subjects: %q); add it to the stream's subjects or change the route",
+				c.ID(), c.Subject, s.cfg.Stream, subjects)))
+			stop = i + 1
+			break
+		}
+		msg := s.toMsg(c)
+		for {
+			f, err := js.PublishMsgAsync(msg, pubOpts...)
+			if err == nil {
+				w.futs[i] = f
+				continue publish
+			}
+			if errors.Is(err, jetstream.ErrTooManyStalledMsgs) && ctx.Err() == nil {
+				continue // acks of an earlier, abandoned Write still hold the window
+			}
+			if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+				err = ctx.Err()
+			}
+			w.err.Fail(i, s.publishErr(nc, c, len(msg.Data)+headerSize(msg.Header), err))
+			stop = i + 1
+			break publish
+		}
+	}
+	first := -1
+	if idx := w.err.Indexes(); len(idx) > 0 {
+		first = idx[0]
+	}
+	for i := stop; i < len(batch); i++ {
+		if first >= 0 {
+			w.err.Fail(i, fmt.Errorf("not publishing %s after #%d failed: %w", batch[i].ID(), first, errSkipped))
+		} else {
+			w.err.Fail(i, fmt.Errorf("not publishing %s: %w", batch[i].ID(), w.ctxErr()))
+		}
+	}
+	for w.next < stop {
+		w.resolve()
+	}
+	s.advanceCursor(w)
+	return w.err.Err()
+}
+
+// write is the state of one Write.
+type write struct {
+	s     *Sink
+	nc    *nats.Conn
+	ctx   context.Context
+	batch []cdc.Change
+	futs  []jetstream.PubAckFuture
+	seqs  []uint64 // stream sequence of each acked change
+	dups  int
+	next  int // next index to resolve
+	err   sinks.BatchError
+}
+
+// resolve waits for the ack of change w.next (unless it failed to publish)
+// and records the outcome. Once ctx has ended it only takes acks that have
+// arrived already.
+func (w *write) resolve() {
+	i := w.next
+	w.next++
+	f := w.futs[i]
+	if f == nil {
+		return
+	}
+	w.futs[i] = nil
+	var (
+		ack *jetstream.PubAck
+		err error
+	)
+	select {
+	case ack = <-f.Ok():
+	case err = <-f.Err():
+	default:
+		select {
+		case ack = <-f.Ok():
+		case err = <-f.Err():
+		case <-w.ctx.Done():
+			select { // an ack that raced ctx still counts
+			case ack = <-f.Ok():
+			case err = <-f.Err():
+			default:
+				w.err.Fail(i, fmt.Errorf("waiting for the ack of %s: %w", w.batch[i].ID(), w.ctxErr()))
+				return
+			}
+		}
+	}
+	if err != nil {
+		w.err.Fail(i, w.s.publishErr(w.nc, &w.batch[i], len(f.Msg().Data)+headerSize(f.Msg().Header), err))
+		return
+	}
+	w.seqs[i] = ack.Sequence
+	if ack.Duplicate {
+		w.dups++
+	}
+}
+
+// ctxErr is ctx's error, also wrapping sinks.ErrNotConnected when the
+// connection is down (a Write blocked by a dead server).
+func (w *write) ctxErr() error {
+	err := w.ctx.Err()
+	if err == nil {
+		err = context.Canceled
+	}
+	if !w.nc.IsConnected() {
+		return fmt.Errorf("%w: %w", sinks.ErrNotConnected, err)
+	}
+	return err
+}
+
+// advanceCursor moves the cursor to the highest sequence acked before the
+// first failure of the Write. Acks behind a failure do not count, so the
+// cursor never passes a gap. A fresh (non-duplicate) ack below the cursor
+// means the stream was recreated, and resets it.
+func (s *Sink) advanceCursor(w *write) {
+	end := len(w.batch)
+	if idx := w.err.Indexes(); len(idx) > 0 {
+		end = idx[0]
+	}
+	var hi uint64
+	for _, seq := range w.seqs[:end] {
+		hi = max(hi, seq)
+	}
+	if hi == 0 {
+		return
+	}
+	cur := s.cursor.Load()
+	reset := false
+	if hi < cur && w.dups == 0 {
+		reset = true
+	}
+	if hi > cur || reset {
+		s.cursor.Store(hi)
+	}
+}
+
+// publishErr classifies a publish failure of c.
+func (s *Sink) publishErr(nc *nats.Conn, c *cdc.Change, size int, err error) error {
+	doing := fmt.Sprintf("publishing %s to %q", c.ID(), c.Subject)
+	var apiErr *jetstream.APIError
+	errors.As(err, &apiErr)
+	switch {
+	case errors.Is(err, nats.ErrMaxPayload):
+		return sinks.Permanent(fmt.Errorf("%s: the message is %d bytes, over the server's max_payload of %d: %w",
+			doing, size, nc.MaxPayload(), err))
+	case apiErr != nil && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
+		return sinks.Permanent(fmt.Errorf("%s: the message is %d bytes, over stream %q's max_msg_size: %w", doing, size, s.cfg.Stream, err))
+	case apiErr != nil && apiErr.ErrorCode == jsErrCodeStreamNotMatch:
+		return sinks.Permanent(fmt.Errorf("%s: the subject belongs to another stream than %q: %w", doing, s.cfg.Stream, err))
+	case errors.Is(err, nats.ErrHeadersNotSupported), errors.Is(err, nats.ErrBadSubject):
+		return sinks.Permanent(fmt.Errorf("%s: %w", doing, err))
+	case isConnErr(err) || !nc.IsConnected():
+		return fmt.Errorf("%s: %w: %w", doing, sinks.ErrNotConnected, err)
+	}
+	return fmt.Errorf("%s: %w", doing, err)
+}
+
+// isConnErr reports errors that mean the connection, or JetStream behind
+// it, is unavailable.
+func isConnErr(err error) bool {
+	for _, e := range []error{
+		nats.ErrConnectionClosed, nats.ErrDisconnected, nats.ErrReconnectBufExceeded,
+		nats.ErrConnectionDraining, nats.ErrConnectionReconnecting, nats.ErrNoServers,
+		nats.ErrNoResponders, nats.ErrStaleConnection, nats.ErrTimeout,
+		jetstream.ErrNoStreamResponse, jetstream.ErrJetStreamNotEnabled,
+	} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// toMsg builds the message of c: its subject and payload as the router set
+// them, the change's own headers (except "Nats-*" ones, which would steer
+// JetStream), and the bridge's headers.
+func (s *Sink) toMsg(c *cdc.Change) *nats.Msg {
+	h := make(nats.Header, len(c.Headers)+9)
+	for k, v := range c.Headers {
+		if !validHeader(k, v) {
+			s.log.Warn("dropping an invalid or reserved header", "change", c.ID(), "header", k)
+			continue
+		}
+		h[k] = []string{v}
+	}
+	h[jetstream.MsgIDHeader] = []string{c.ID()}
+	h[HeaderCommitLSN] = []string{c.CommitLSN.String()}
+	h[HeaderSeq] = []string{strconv.FormatUint(uint64(c.Seq), 10)}
+	h[HeaderTxSize] = []string{strconv.FormatUint(uint64(c.TxSize), 10)}
+	h[HeaderXid] = []string{strconv.FormatUint(uint64(c.Xid), 10)}
+	if c.Op != cdc.OpMessage && c.Table != "" {
+		h[HeaderTable] = []string{c.Schema + "." + c.Table}
+	}
+	h[HeaderOp] = []string{string(c.Op)}
+	h[HeaderRun] = []string{s.run}
+	return &nats.Msg{Subject: c.Subject, Data: c.Payload, Header: h}
+}
+
+// validHeader rejects what would corrupt the header block or steer
+// JetStream (Nats-Expected-*, Nats-Rollup, Nats-TTL, ...).
+func validHeader(k, v string) bool {
+	if k == "" || strings.ContainsAny(k, ": \t\r\n") || strings.ContainsAny(v, "\r\n") {
+		return false
+	}
+	return !strings.HasPrefix(strings.ToLower(k), "nats-")
+}
+
+func headerSize(h nats.Header) int {
+	n := len("NATS/1.0\r\n\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
+}
+
+// Cursor returns the highest stream sequence acked so far, in decimal, or
+// "" before the first ack. Acks that arrived behind a failed change of the
+// same Write do not move it, so Delivered(Cursor()) always covers a gap.
+// Call it between Writes.
+func (s *Sink) Cursor() string {
+	if c := s.cursor.Load(); c > 0 {
+		return strconv.FormatUint(c, 10)
+	}
+	return ""
+}
+
+// Delivered returns the positions of producer's changes that the stream
+// holds after cursor: it reads, headers only, from sequence cursor+1 (from
+// the first when cursor is "", older than the stream's first message, or
+// beyond its last one: a recreated stream) up to the stream's last sequence
+// at the time of the call, and keeps messages whose Nats-Msg-Id belongs to
+// producer. Call it after Connect; ctx bounds the whole read.
+func (s *Sink) Delivered(ctx context.Context, producer, cursor string) (map[cdc.Pos]struct{}, error) {
+	s.mu.Lock()
+	js := s.js
+	s.mu.Unlock()
+	if js == nil {
+		return nil, fmt.Errorf("reading stream %q: %w", s.cfg.Stream, sinks.ErrNotConnected)
+	}
+	var after uint64
+	if cursor != "" {
+		var err error
+		if after, err = strconv.ParseUint(cursor, 10, 64); err != nil {
+			return nil, fmt.Errorf("reading stream %q: invalid cursor %q: %w", s.cfg.Stream, cursor, err)
+		}
+	}
+	st, err := js.Stream(ctx, s.cfg.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("reading stream %q: %w", s.cfg.Stream, err)
+	}
+	state := st.CachedInfo().State
+	out := map[cdc.Pos]struct{}{}
+	start := after + 1
+	if after > state.LastSeq || start < state.FirstSeq {
+		start = state.FirstSeq
+	}
+	if state.Msgs == 0 || start > state.LastSeq {
+		return out, nil
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       start,
+		HeadersOnly:       true,
+		InactiveThreshold: 30 * time.Second,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading stream %q from sequence %d: %w", s.cfg.Stream, start, err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(deliveredBatch))
+	if err != nil {
+		return nil, fmt.Errorf("reading stream %q from sequence %d: %w", s.cfg.Stream, start, err)
+	}
+	defer func() {
+		it.Stop()
+		// Ordered consumers are ephemeral; delete it now rather than
+		// after InactiveThreshold.
+		if info := cons.CachedInfo(); info != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			_ = st.DeleteConsumer(dctx, info.Name)
+			cancel()
+		}
+	}()
+	prefix := producer + ":"
+	for {
+		msg, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return nil, fmt.Errorf("reading stream %q from sequence %d: %w", s.cfg.Stream, start, err)
+		}
+		if id := msg.Headers().Get(jetstream.MsgIDHeader); strings.HasPrefix(id, prefix) {
+			if p, pos, err := cdc.ParseID(id); err == nil && p == producer {
+				out[pos] = struct{}{}
+			}
+		}
+		md, err := msg.Metadata()
+		if err != nil {
+			return nil, fmt.Errorf("reading stream %q: %w", s.cfg.Stream, err)
+		}
+		if md.Sequence.Stream >= state.LastSeq || md.NumPending == 0 {
+			return out, nil
+		}
+	}
+}
+
+// deliveredBatch is how many headers-only messages Delivered asks for at once.
+const deliveredBatch = 8192
+
+// Close waits for the acks of in-flight publishes, drains the connection
+// and closes it. It returns by ctx's deadline even if the server hangs,
+// closing the connection without waiting any more. Idempotent; Write and
+// Connect fail once it has been called.
+func (s *Sink) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	nc, js := s.nc, s.js
+	s.mu.Unlock()
+	if nc == nil || nc.IsClosed() {
+		return nil
+	}
+	var err error
+	if js.PublishAsyncPending() > 0 && nc.IsConnected() {
+		select {
+		case <-js.PublishAsyncComplete():
+		case <-ctx.Done():
+			err = fmt.Errorf("closing: waiting for %d acks: %w", js.PublishAsyncPending(), ctx.Err())
+		}
+	}
+	if err == nil && nc.IsConnected() {
+		ch := nc.StatusChanged(nats.CLOSED)
+		if derr := nc.Drain(); derr == nil {
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				err = fmt.Errorf("closing: draining the connection: %w", ctx.Err())
+			}
+		}
+		nc.RemoveStatusListener(ch)
+	}
+	done := make(chan struct{})
+	go func() {
+		nc.Close() // flushes; bounded by the FlusherTimeout (ack_timeout)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		if err == nil {
+			err = fmt.Errorf("closing: %w", ctx.Err())
+		}
+	}
+	return err
+}
+
+// redact drops user info from a comma-separated list of URLs.
+func redact(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		if u, err := url.Parse(p); err == nil && u.User != nil {
+			u.User = nil
+			p = u.String()
+		}
+		parts[i] = p
+	}
+	return strings.Join(parts, ",")
+}
+
+// Interface guards.
+var (
+	_ sinks.Sink    = (*Sink)(nil)
+	_ sinks.Resumer = (*Sink)(nil)
+)

@@ -1,0 +1,388 @@
+package pgrepl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/sources"
+)
+
+// Plugin is what a logical decoding output plugin adds to the core.
+type Plugin interface {
+	// Name is the output plugin's name as Postgres knows it ("pgoutput").
+	Name() string
+	// Prepare runs plugin-specific checks and setup before the slot is
+	// created (pgoutput: the publication). cat is a regular connection.
+	Prepare(ctx context.Context, cat *pgx.Conn, log *slog.Logger) error
+	// Args are the START_REPLICATION plugin options.
+	Args() []string
+	// NewDecoder returns a decoder for one replication run; cat stays open
+	// for catalog lookups while the run lasts and is used only from the
+	// goroutine that calls Decode.
+	NewDecoder(cat *pgx.Conn) Decoder
+}
+
+// Decoder turns the plugin's output into whole transactions. It is used from
+// one goroutine.
+type Decoder interface {
+	// Decode handles one XLogData payload starting at walStart. It returns a
+	// transaction when the payload completes one (a commit), else nil. The
+	// payload's memory is reused after Decode returns.
+	Decode(ctx context.Context, walStart cdc.LSN, data []byte) (*cdc.Txn, error)
+	// InTxn reports whether a transaction is open (begun, not committed).
+	InTxn() bool
+}
+
+// Source is a sources.Source over a replication slot and a Plugin.
+type Source struct {
+	cfg    Config
+	name   string
+	log    *slog.Logger
+	plugin Plugin
+
+	cat  *pgx.Conn
+	repl *pgconn.PgConn
+
+	txns   chan *cdc.Txn
+	errc   chan error
+	acked  atomic.Uint64
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu        sync.Mutex
+	idleSafe  cdc.LSN
+	idleAfter cdc.LSN
+	idleOK    bool
+	closeOnce sync.Once
+}
+
+// New returns a source; it does no I/O.
+func New(cfg Config, env sources.Env, p Plugin) *Source {
+	log := env.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Source{cfg: cfg, name: env.Name, log: log, plugin: p}
+}
+
+// Config returns the source's configuration.
+func (s *Source) Config() Config { return s.cfg }
+
+// Open implements sources.Source.
+func (s *Source) Open(ctx context.Context, from cdc.LSN) (err error) {
+	defer func() {
+		if err != nil {
+			s.closeConns()
+		}
+	}()
+	ccfg, err := pgx.ParseConfig(s.cfg.DSN)
+	if err != nil {
+		return fmt.Errorf("parsing dsn of source %q: %w", s.name, err)
+	}
+	ccfg.RuntimeParams["application_name"] = "bridge:" + s.name
+	s.cat, err = pgx.ConnectConfig(ctx, ccfg)
+	if err != nil {
+		return fmt.Errorf("connecting to %s: %w", Redact(s.cfg.DSN), err)
+	}
+	si, err := Check(ctx, s.cat, s.cfg.Slot, s.plugin.Name())
+	if err != nil {
+		return err
+	}
+	if err := s.plugin.Prepare(ctx, s.cat, s.log); err != nil {
+		return err
+	}
+
+	rcfg, err := pgconn.ParseConfig(s.cfg.DSN)
+	if err != nil {
+		return fmt.Errorf("parsing dsn of source %q: %w", s.name, err)
+	}
+	rcfg.RuntimeParams["replication"] = "database"
+	rcfg.RuntimeParams["application_name"] = "bridge:" + s.name
+	// Values are decoded from text; fix the output formats.
+	rcfg.RuntimeParams["DateStyle"] = "ISO, MDY"
+	rcfg.RuntimeParams["TimeZone"] = "UTC"
+	rcfg.RuntimeParams["IntervalStyle"] = "postgres"
+	rcfg.RuntimeParams["extra_float_digits"] = "3"
+	s.repl, err = pgconn.ConnectConfig(ctx, rcfg)
+	if err != nil {
+		return fmt.Errorf("opening replication connection to %s: %w", Redact(s.cfg.DSN), err)
+	}
+
+	start := from
+	if !si.Exists {
+		if from != 0 {
+			return &SetupError{
+				What: fmt.Sprintf("slot %q is missing but the checkpoint is at %s: the changes after it cannot be read any more", s.cfg.Slot, from),
+				Fix:  "to start over from now (consumers must re-read): delete the checkpoint with `nats kv del <bucket> <bridge>.<source>`, then restart",
+			}
+		}
+		if !s.cfg.CreateSlot {
+			return &SetupError{
+				What: fmt.Sprintf("slot %q does not exist (create_slot is false)", s.cfg.Slot),
+				Fix:  fmt.Sprintf("SELECT pg_create_logical_replication_slot('%s', '%s');", s.cfg.Slot, s.plugin.Name()),
+			}
+		}
+		res, err := pglogrepl.CreateReplicationSlot(ctx, s.repl, s.cfg.Slot, s.plugin.Name(),
+			pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "NOEXPORT_SNAPSHOT"})
+		if err != nil {
+			return fmt.Errorf("creating slot %q: %w", s.cfg.Slot, err)
+		}
+		cp, _ := cdc.ParseLSN(res.ConsistentPoint)
+		s.log.Info("created replication slot", "slot", s.cfg.Slot, "plugin", s.plugin.Name(), "consistent_point", cp.String())
+		start = 0
+	} else if start != 0 && start < si.ConfirmedFlush {
+		// Postgres starts from its confirmed position anyway; say so.
+		s.log.Info("slot is ahead of the checkpoint; Postgres resumes at the slot's position",
+			"checkpoint", start.String(), "confirmed_flush", si.ConfirmedFlush.String())
+	}
+	initial := start
+	if initial == 0 {
+		initial = si.ConfirmedFlush
+	}
+	s.acked.Store(uint64(initial))
+
+	if err := pglogrepl.StartReplication(ctx, s.repl, s.cfg.Slot, pglogrepl.LSN(start),
+		pglogrepl.StartReplicationOptions{PluginArgs: s.plugin.Args()}); err != nil {
+		return fmt.Errorf("starting replication on slot %q at %s: %w", s.cfg.Slot, start, err)
+	}
+	s.log.Info("streaming", "slot", s.cfg.Slot, "from", start.String(), "plugin", s.plugin.Name())
+
+	rctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	s.txns = make(chan *cdc.Txn, s.cfg.Buffer)
+	s.errc = make(chan error, 1)
+	s.done = make(chan struct{})
+	go s.run(rctx, s.plugin.NewDecoder(s.cat))
+	return nil
+}
+
+// Read implements sources.Source.
+func (s *Source) Read(ctx context.Context) (*cdc.Txn, error) {
+	select {
+	case t := <-s.txns:
+		return t, nil
+	default:
+	}
+	select {
+	case t := <-s.txns:
+		return t, nil
+	case err := <-s.errc:
+		// Hand out what was decoded before the failure first.
+		select {
+		case t := <-s.txns:
+			s.errc <- err
+			return t, nil
+		default:
+		}
+		s.errc <- err
+		return nil, err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Ack implements sources.Source. Positions never move backwards.
+func (s *Source) Ack(_ context.Context, upTo cdc.LSN) error {
+	for {
+		cur := s.acked.Load()
+		if uint64(upTo) <= cur || s.acked.CompareAndSwap(cur, uint64(upTo)) {
+			return nil
+		}
+	}
+}
+
+// Idle implements sources.Idler.
+func (s *Source) Idle() (safe, after cdc.LSN, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.idleSafe, s.idleAfter, s.idleOK
+}
+
+// Close implements sources.Source.
+func (s *Source) Close(ctx context.Context) error {
+	if s.cancel != nil {
+		s.cancel()
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+		}
+	}
+	s.closeConns()
+	return nil
+}
+
+func (s *Source) closeConns() {
+	s.closeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if s.repl != nil {
+			_ = s.repl.Close(ctx)
+		}
+		if s.cat != nil {
+			_ = s.cat.Close(ctx)
+		}
+	})
+}
+
+func (s *Source) fail(err error) {
+	select {
+	case s.errc <- err:
+	default:
+	}
+}
+
+// run is the receive loop. It alone uses s.repl until it returns.
+func (s *Source) run(ctx context.Context, dec Decoder) {
+	defer close(s.done)
+	conn := s.repl.Conn()
+	var lastSent cdc.LSN
+	var lastSendAt time.Time
+	var lastCommit cdc.LSN
+	send := func(reply bool) error {
+		pos := cdc.LSN(s.acked.Load())
+		// All three positions explicitly: pglogrepl copies write into a zero
+		// flush, which would confirm what was never checkpointed.
+		err := pglogrepl.SendStandbyStatusUpdate(ctx, s.repl, pglogrepl.StandbyStatusUpdate{
+			WALWritePosition: pglogrepl.LSN(pos),
+			WALFlushPosition: pglogrepl.LSN(pos),
+			WALApplyPosition: pglogrepl.LSN(pos),
+			ClientTime:       time.Now(),
+			ReplyRequested:   reply,
+		})
+		if err != nil {
+			return fmt.Errorf("sending standby status: %w", err)
+		}
+		lastSent, lastSendAt = pos, time.Now()
+		return nil
+	}
+	defer func() {
+		// Goodbye: report the final acknowledged position, bounded.
+		_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
+		_ = send(false)
+	}()
+	ticker := time.NewTicker(s.cfg.StatusInterval)
+	defer ticker.Stop()
+	push := func(t *cdc.Txn) error {
+		for {
+			select {
+			case s.txns <- t:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-ticker.C:
+				// The pipeline is stalled: keep the walsender from timing out.
+				if err := send(false); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	nextStatus := time.Now().Add(s.cfg.StatusInterval)
+	_ = conn.SetReadDeadline(nextStatus)
+	for {
+		if ctx.Err() != nil {
+			return
+		}
+		now := time.Now()
+		if cur := cdc.LSN(s.acked.Load()); cur > lastSent && now.Sub(lastSendAt) > 500*time.Millisecond {
+			if err := send(false); err != nil {
+				s.fail(err)
+				return
+			}
+		}
+		msg, err := s.repl.ReceiveMessage(context.Background())
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() && !s.repl.IsClosed() {
+				if err := send(!dec.InTxn()); err != nil {
+					s.fail(err)
+					return
+				}
+				nextStatus = time.Now().Add(s.cfg.StatusInterval)
+				_ = conn.SetReadDeadline(nextStatus)
+				continue
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			s.fail(fmt.Errorf("receiving from slot %q: %w", s.cfg.Slot, err))
+			return
+		}
+		switch m := msg.(type) {
+		case *pgproto3.CopyData:
+			if len(m.Data) == 0 {
+				continue
+			}
+			switch m.Data[0] {
+			case pglogrepl.PrimaryKeepaliveMessageByteID:
+				pkm, err := pglogrepl.ParsePrimaryKeepaliveMessage(m.Data[1:])
+				if err != nil {
+					s.fail(fmt.Errorf("parsing keepalive: %w", err))
+					return
+				}
+				if !dec.InTxn() {
+					// Everything before ServerWALEnd was decoded and sent to
+					// us; once all we emitted is acked it may be confirmed.
+					s.mu.Lock()
+					s.idleSafe, s.idleAfter, s.idleOK = cdc.LSN(pkm.ServerWALEnd), lastCommit, true
+					s.mu.Unlock()
+				}
+				if pkm.ReplyRequested {
+					if err := send(false); err != nil {
+						s.fail(err)
+						return
+					}
+				}
+			case pglogrepl.XLogDataByteID:
+				xld, err := pglogrepl.ParseXLogData(m.Data[1:])
+				if err != nil {
+					s.fail(fmt.Errorf("parsing XLogData: %w", err))
+					return
+				}
+				t, err := dec.Decode(ctx, cdc.LSN(xld.WALStart), xld.WALData)
+				if err != nil {
+					s.fail(fmt.Errorf("decoding %s output at %s: %w", s.plugin.Name(), cdc.LSN(xld.WALStart), err))
+					return
+				}
+				if t != nil {
+					if err := push(t); err != nil {
+						if ctx.Err() == nil {
+							s.fail(err)
+						}
+						return
+					}
+					lastCommit = t.CommitLSN
+				}
+			}
+		case *pgproto3.ErrorResponse:
+			s.fail(fmt.Errorf("replication on slot %q: %w", s.cfg.Slot, pgconn.ErrorResponseToPgError(m)))
+			return
+		case *pgproto3.CopyDone:
+			s.fail(fmt.Errorf("replication on slot %q: server ended the stream", s.cfg.Slot))
+			return
+		}
+		if time.Now().After(nextStatus) {
+			if err := send(false); err != nil {
+				s.fail(err)
+				return
+			}
+			nextStatus = time.Now().Add(s.cfg.StatusInterval)
+			_ = conn.SetReadDeadline(nextStatus)
+		}
+	}
+}
+
+var _ sources.Source = (*Source)(nil)
+var _ sources.Idler = (*Source)(nil)

@@ -1,0 +1,250 @@
+// Package pgoutput is the "pgoutput" source: Postgres logical replication
+// through the built-in pgoutput plugin (protocol version 1) and a publication.
+package pgoutput
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/sources"
+	"github.com/bridgecdc/bridge/sources/internal/pgrepl"
+	"github.com/bridgecdc/bridge/sources/internal/pgtypes"
+)
+
+func init() {
+	sources.MustRegister("pgoutput", sources.Plugin{
+		New:    New,
+		Config: pgrepl.DefaultConfig("<name>"),
+		Doc:    "PostgreSQL logical replication with the built-in pgoutput plugin and a publication",
+	})
+}
+
+// New builds a pgoutput source from its config block; it does no I/O.
+func New(decode config.Decoder, env sources.Env) (sources.Source, error) {
+	cfg := pgrepl.DefaultConfig(env.Name)
+	if err := decode(&cfg); err != nil {
+		return nil, err
+	}
+	return pgrepl.New(cfg, env, &plugin{cfg: cfg, source: env.Name}), nil
+}
+
+type plugin struct {
+	cfg    pgrepl.Config
+	source string
+}
+
+func (p *plugin) Name() string { return "pgoutput" }
+
+func (p *plugin) Prepare(ctx context.Context, cat *pgx.Conn, log *slog.Logger) error {
+	return pgrepl.EnsurePublication(ctx, cat, log, p.cfg.Publication, p.cfg.Tables, p.cfg.CreatePublication)
+}
+
+func (p *plugin) Args() []string {
+	args := []string{"proto_version '1'", fmt.Sprintf("publication_names '%s'", p.cfg.Publication)}
+	if len(p.cfg.MessagePrefixes) > 0 {
+		args = append(args, "messages 'true'")
+	}
+	return args
+}
+
+func (p *plugin) NewDecoder(cat *pgx.Conn) pgrepl.Decoder {
+	return &decoder{
+		source:   p.source,
+		prefixes: p.cfg.MessagePrefixes,
+		types:    pgtypes.NewResolver(cat),
+		rels:     map[uint32]*cdc.Relation{},
+		types2:   map[uint32][]*pgtypes.Type{},
+	}
+}
+
+// decoder turns pgoutput protocol v1 messages into transactions.
+type decoder struct {
+	source   string
+	prefixes []string
+	types    *pgtypes.Resolver
+	rels     map[uint32]*cdc.Relation
+	types2   map[uint32][]*pgtypes.Type
+
+	in  bool
+	txn *cdc.Txn
+}
+
+func (d *decoder) InTxn() bool { return d.in }
+
+func (d *decoder) Decode(ctx context.Context, walStart cdc.LSN, data []byte) (*cdc.Txn, error) {
+	msg, err := pglogrepl.Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("parsing pgoutput message %q: %w", string(data[:1]), err)
+	}
+	switch m := msg.(type) {
+	case *pglogrepl.BeginMessage:
+		d.in = true
+		d.txn = &cdc.Txn{Xid: m.Xid, CommitTime: m.CommitTime.UTC()}
+	case *pglogrepl.CommitMessage:
+		t := d.txn
+		d.in, d.txn = false, nil
+		if t == nil {
+			return nil, fmt.Errorf("commit at %s without begin", cdc.LSN(m.CommitLSN))
+		}
+		if len(t.Changes) == 0 {
+			return nil, nil
+		}
+		t.CommitLSN = cdc.LSN(m.TransactionEndLSN)
+		n := uint32(len(t.Changes))
+		for i := range t.Changes {
+			c := &t.Changes[i]
+			c.CommitLSN, c.Seq, c.TxSize, c.Xid, c.CommitTime = t.CommitLSN, uint32(i), n, t.Xid, t.CommitTime
+		}
+		return t, nil
+	case *pglogrepl.RelationMessage:
+		return nil, d.relation(ctx, m)
+	case *pglogrepl.TypeMessage, *pglogrepl.OriginMessage:
+		// Types are resolved from the catalog; origins are not needed.
+	case *pglogrepl.InsertMessage:
+		rel, types, err := d.rel(m.RelationID)
+		if err != nil {
+			return nil, err
+		}
+		after, err := d.tuple(rel, types, m.Tuple, false)
+		if err != nil {
+			return nil, fmt.Errorf("insert into %s.%s at %s: %w", rel.Schema, rel.Table, walStart, err)
+		}
+		d.add(cdc.Change{Op: cdc.OpInsert, Rel: rel, Schema: rel.Schema, Table: rel.Table, LSN: walStart, After: after})
+	case *pglogrepl.UpdateMessage:
+		rel, types, err := d.rel(m.RelationID)
+		if err != nil {
+			return nil, err
+		}
+		c := cdc.Change{Op: cdc.OpUpdate, Rel: rel, Schema: rel.Schema, Table: rel.Table, LSN: walStart}
+		if m.OldTuple != nil {
+			if c.Before, err = d.tuple(rel, types, m.OldTuple, m.OldTupleType == pglogrepl.UpdateMessageTupleTypeKey); err != nil {
+				return nil, fmt.Errorf("update of %s.%s at %s (old row): %w", rel.Schema, rel.Table, walStart, err)
+			}
+		}
+		if c.After, err = d.tuple(rel, types, m.NewTuple, false); err != nil {
+			return nil, fmt.Errorf("update of %s.%s at %s: %w", rel.Schema, rel.Table, walStart, err)
+		}
+		d.add(c)
+	case *pglogrepl.DeleteMessage:
+		rel, types, err := d.rel(m.RelationID)
+		if err != nil {
+			return nil, err
+		}
+		before, err := d.tuple(rel, types, m.OldTuple, m.OldTupleType == pglogrepl.DeleteMessageTupleTypeKey)
+		if err != nil {
+			return nil, fmt.Errorf("delete from %s.%s at %s: %w", rel.Schema, rel.Table, walStart, err)
+		}
+		d.add(cdc.Change{Op: cdc.OpDelete, Rel: rel, Schema: rel.Schema, Table: rel.Table, LSN: walStart, Before: before})
+	case *pglogrepl.TruncateMessage:
+		for _, id := range m.RelationIDs {
+			rel, _, err := d.rel(id)
+			if err != nil {
+				return nil, err
+			}
+			d.add(cdc.Change{Op: cdc.OpTruncate, Rel: rel, Schema: rel.Schema, Table: rel.Table, LSN: walStart,
+				Cascade:         m.Option&pglogrepl.TruncateOptionCascade != 0,
+				RestartIdentity: m.Option&pglogrepl.TruncateOptionRestartIdentity != 0})
+		}
+	case *pglogrepl.LogicalDecodingMessage:
+		if !d.wanted(m.Prefix) {
+			return nil, nil
+		}
+		c := cdc.Change{Op: cdc.OpMessage, LSN: cdc.LSN(m.LSN), Prefix: m.Prefix,
+			Content: append([]byte(nil), m.Content...), Transactional: m.Transactional}
+		if m.Transactional && d.in {
+			d.add(c)
+			return nil, nil
+		}
+		// A non-transactional message is a transaction of its own. Its
+		// identity is its LSN + 1: never a record boundary, so it cannot
+		// collide with a commit end LSN, and it orders after that commit.
+		lsn := cdc.LSN(m.LSN) + 1
+		c.Source, c.CommitLSN, c.TxSize = d.source, lsn, 1
+		return &cdc.Txn{CommitLSN: lsn, Changes: []cdc.Change{c}}, nil
+	}
+	return nil, nil
+}
+
+func (d *decoder) wanted(prefix string) bool {
+	for _, p := range d.prefixes {
+		if p == "*" || p == prefix {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *decoder) add(c cdc.Change) {
+	c.Source = d.source
+	if d.txn == nil {
+		// Not reachable with pgoutput v1: changes come between begin and commit.
+		d.txn = &cdc.Txn{}
+		d.in = true
+	}
+	d.txn.Changes = append(d.txn.Changes, c)
+}
+
+func (d *decoder) relation(ctx context.Context, m *pglogrepl.RelationMessage) error {
+	rel := &cdc.Relation{ID: m.RelationID, Schema: m.Namespace, Table: m.RelationName, ReplicaIdentity: m.ReplicaIdentity,
+		Columns: make([]cdc.Column, len(m.Columns))}
+	types := make([]*pgtypes.Type, len(m.Columns))
+	for i, col := range m.Columns {
+		t, err := d.types.Lookup(ctx, col.DataType)
+		if err != nil {
+			return fmt.Errorf("resolving type %d of column %s.%s.%s: %w", col.DataType, m.Namespace, m.RelationName, col.Name, err)
+		}
+		types[i] = t
+		rel.Columns[i] = cdc.Column{Name: col.Name, Type: t.Name, OID: col.DataType, Key: col.Flags&1 != 0}
+	}
+	// A new Relation message replaces the old description; changes already
+	// decoded keep their pointer to the old one.
+	d.rels[m.RelationID] = rel
+	d.types2[m.RelationID] = types
+	return nil
+}
+
+func (d *decoder) rel(id uint32) (*cdc.Relation, []*pgtypes.Type, error) {
+	rel, ok := d.rels[id]
+	if !ok {
+		return nil, nil, fmt.Errorf("change for relation %d before its Relation message", id)
+	}
+	return rel, d.types2[id], nil
+}
+
+// tuple decodes a row. keyOnly marks an old-key tuple, whose non-key columns
+// are not sent and become cdc.Absent.
+func (d *decoder) tuple(rel *cdc.Relation, types []*pgtypes.Type, t *pglogrepl.TupleData, keyOnly bool) ([]any, error) {
+	if t == nil {
+		return nil, nil
+	}
+	if len(t.Columns) != len(rel.Columns) {
+		return nil, fmt.Errorf("row has %d columns, relation has %d", len(t.Columns), len(rel.Columns))
+	}
+	row := make([]any, len(t.Columns))
+	for i, col := range t.Columns {
+		switch col.DataType {
+		case pglogrepl.TupleDataTypeNull:
+			if keyOnly && !rel.Columns[i].Key {
+				row[i] = cdc.Absent
+			}
+		case pglogrepl.TupleDataTypeToast:
+			row[i] = cdc.Unchanged
+		case pglogrepl.TupleDataTypeText:
+			v, err := types[i].DecodeText(col.Data)
+			if err != nil {
+				return nil, fmt.Errorf("column %s (%s): %w", rel.Columns[i].Name, rel.Columns[i].Type, err)
+			}
+			row[i] = v
+		default:
+			return nil, fmt.Errorf("column %s: unexpected tuple data kind %q", rel.Columns[i].Name, strings.ToValidUTF8(string(rune(col.DataType)), "?"))
+		}
+	}
+	return row, nil
+}
