@@ -148,6 +148,7 @@ type msg struct {
 	Pos     cdc.Pos
 	Header  nats.Header
 	Body    map[string]any
+	Raw     []byte
 }
 
 // messages reads every message of stream.
@@ -183,7 +184,7 @@ func (e *env) messages(stream string) []msg {
 			require.NoError(e.t, err, "message %d", md.Sequence.Stream)
 			var body map[string]any
 			require.NoError(e.t, json.Unmarshal(m.Data(), &body), "message %d: %s", md.Sequence.Stream, m.Data())
-			out = append(out, msg{Seq: md.Sequence.Stream, Subject: m.Subject(), ID: id, Pos: pos, Header: m.Headers(), Body: body})
+			out = append(out, msg{Seq: md.Sequence.Stream, Subject: m.Subject(), ID: id, Pos: pos, Header: m.Headers(), Body: body, Raw: append([]byte(nil), m.Data()...)})
 		}
 		require.NoError(e.t, batch.Error())
 		if n == 0 {

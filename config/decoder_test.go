@@ -140,6 +140,14 @@ func TestDecoder(t *testing.T) {
 		assert.Equal(t, want, cfg)
 	})
 
+	t.Run("map entries decode onto existing ones", func(t *testing.T) {
+		cfg := defaultPlugin()
+		cfg.Limits = map[string]limit{"a": {Max: 1, Wait: time.Second}, "b": {Max: 2}}
+		raw := map[string]any{"stream": "CDC", "limits": map[string]any{"a": map[string]any{"max": 5}}}
+		require.NoError(t, (*Config)(nil).Decoder(path, raw)(&cfg))
+		assert.Equal(t, map[string]limit{"a": {Max: 5, Wait: time.Second}, "b": {Max: 2}}, cfg.Limits)
+	})
+
 	t.Run("does not modify the caller's maps", func(t *testing.T) {
 		shared := map[string]string{"x-default": "1"}
 		raw := map[string]any{"stream": "CDC", "headers": map[string]any{"x-extra": "2"}, "extra": map[string]any{"k": "v"}}

@@ -190,6 +190,7 @@ func (l *loader) interpolate(path string, v any) any {
 	case map[string]any:
 		for k, e := range x {
 			if e == nil {
+				delete(x, k)
 				continue
 			}
 			x[k] = l.interpolate(joinPath(path, k), e)

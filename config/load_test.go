@@ -358,6 +358,7 @@ func TestLoadOverrides(t *testing.T) {
 			"sources.shop.config.max_lag":  "100",
 			"nats.embedded.sync_always":    true,
 			"sinks.main.retry.max":         nil, // ignored
+			"log":                          map[string]any{"level": nil, "format": "json"},
 			"sinks.main.config.extra.deep": "yes",
 		}))
 		require.NoError(t, err)
@@ -369,6 +370,7 @@ func TestLoadOverrides(t *testing.T) {
 		assert.True(t, cfg.NATS.Embedded.SyncAlways)
 		assert.Equal(t, 10*time.Second, cfg.Sinks["main"].Retry.Max)
 		assert.Equal(t, map[string]any{"deep": "yes"}, cfg.Sinks["main"].Config["extra"])
+		assert.Equal(t, Log{Level: "info", Format: "json"}, cfg.Log)
 	})
 	t.Run("nested maps merge", func(t *testing.T) {
 		cfg, err := loadYAML(t, base, WithOverrides(map[string]any{

@@ -349,6 +349,7 @@ func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
 	}
 	refreshed := false
 	stop := len(batch) // first index not published
+	var stopErr error  // why, when stopped before a failure of its own
 publish:
 	for i := range batch {
 		c := &batch[i]
@@ -357,6 +358,9 @@ publish:
 		}
 		if w.err.Failed != nil || s.asyncFails.Load() != fails || ctx.Err() != nil {
 			stop = i
+			if w.err.Failed == nil && ctx.Err() != nil {
+				stopErr = w.ctxErr()
+			}
 			break
 		}
 		if !validSubject(c.Subject) {
@@ -396,19 +400,23 @@ publish:
 			break publish
 		}
 	}
-	first := -1
+	for w.next < stop {
+		w.resolve()
+	}
+	first := -1 // first failed index
 	if idx := w.err.Indexes(); len(idx) > 0 {
 		first = idx[0]
 	}
 	for i := stop; i < len(batch); i++ {
-		if first >= 0 {
-			w.err.Fail(i, fmt.Errorf("not publishing %s after #%d failed: %w", batch[i].ID(), first, errSkipped))
-		} else {
-			w.err.Fail(i, fmt.Errorf("not publishing %s: %w", batch[i].ID(), w.ctxErr()))
+		id := batch[i].ID()
+		switch {
+		case stopErr != nil:
+			w.err.Fail(i, fmt.Errorf("not publishing %s: %w", id, stopErr))
+		case first >= 0:
+			w.err.Fail(i, fmt.Errorf("not publishing %s after #%d failed: %w", id, first, errSkipped))
+		default: // a failure reported by the client, maybe of an earlier Write
+			w.err.Fail(i, fmt.Errorf("not publishing %s: %w", id, errSkipped))
 		}
-	}
-	for w.next < stop {
-		w.resolve()
 	}
 	s.advanceCursor(w)
 	return w.err.Err()
