@@ -81,10 +81,12 @@ func WithOverrides(m map[string]any) Option {
 //     ("<data_dir>/nats") are defaulted after merging, so that they apply to
 //     sinks and routes from any layer);
 //  2. the YAML file at path, unless path is ""; after parsing, every string
-//     value is interpolated (${VAR}, ${VAR:-default}, $$; see expand), so a
-//     variable's value can never inject YAML, and a value holding a reference
+//     value is interpolated, so a variable's value can never inject YAML:
+//     ${VAR} is VAR's value (an error naming the key's path and VAR when VAR
+//     is unset), ${VAR:-default} is default when VAR is unset or empty, $$ is
+//     a literal $, and any other $ is an error; a value holding a reference
 //     that expands to a plain number or boolean becomes one (port:
-//     ${NATS_PORT:-4222} is an int);
+//     "${NATS_PORT:-4222}" is an int);
 //  3. BRIDGE_* environment variables: the name after the prefix is
 //     lowercased and split at double underscores
 //     (BRIDGE_SOURCES__SHOP__CONFIG__DSN sets sources.shop.config.dsn), and

@@ -3,7 +3,6 @@ package natsjs
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -215,10 +214,7 @@ func (p *proxy) pipe(dst, src net.Conn) {
 				return
 			}
 		}
-		if err != nil {
-			if err != io.EOF {
-				return
-			}
+		if err != nil { // io.EOF or a cut
 			return
 		}
 	}
