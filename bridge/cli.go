@@ -73,12 +73,23 @@ func NewCommand(stdout, stderr io.Writer, opts ...Option) *cobra.Command {
 	root.PersistentFlags().StringVarP(&cfgPath, "config", "c", "bridge.yaml", "path to bridge.yaml")
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "", "override log.level (debug, info, warn, error)")
 
-	load := func() (*config.Config, error) {
+	// load reads bridge.yaml and builds the App; on failure the error lists
+	// every problem found, framework, plugin and route alike.
+	load := func(extra ...Option) (*config.Config, *App, error) {
 		var lo []config.Option
 		if logLevel != "" {
 			lo = append(lo, config.WithOverrides(map[string]any{"log.level": logLevel}))
 		}
-		return config.Load(cfgPath, lo...)
+		cfg, err := config.Load(cfgPath, lo...)
+		var ferrs config.Errors
+		if err != nil && (cfg == nil || !errors.As(err, &ferrs)) {
+			return nil, nil, err
+		}
+		a, aerr := New(cfg, append(append([]Option{}, opts...), extra...)...)
+		if err == nil && aerr == nil {
+			return cfg, a, nil
+		}
+		return nil, nil, mergeErrs(err, aerr)
 	}
 	printErrs := func(err error) {
 		fmt.Fprintf(stderr, "%s: invalid configuration:\n", cfgPath)
@@ -92,13 +103,13 @@ func NewCommand(stdout, stderr io.Writer, opts ...Option) *cobra.Command {
 		Short: "Stream changes until SIGTERM or SIGINT",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := load()
+			cfg, _, err := load()
 			if err != nil {
 				printErrs(err)
 				return err
 			}
 			log := NewLogger(cfg.Log, stderr)
-			a, err := New(cfg, append([]Option{WithLogger(log)}, opts...)...)
+			_, a, err := load(WithLogger(log))
 			if err != nil {
 				printErrs(err)
 				return err
@@ -125,12 +136,8 @@ func NewCommand(stdout, stderr io.Writer, opts ...Option) *cobra.Command {
 		Short: "Check bridge.yaml, every plugin block and every route; exit 1 listing all errors",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := load()
+			cfg, _, err := load()
 			if err != nil {
-				printErrs(err)
-				return err
-			}
-			if _, err := New(cfg, opts...); err != nil {
 				printErrs(err)
 				return err
 			}
@@ -273,4 +280,28 @@ func NewLogger(l config.Log, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewTextHandler(w, ho))
 	}
 	return slog.New(slog.NewJSONHandler(w, ho))
+}
+
+// mergeErrs joins config errors with App errors, dropping App errors at a
+// YAML path the config errors already cover.
+func mergeErrs(cfgErr, appErr error) error {
+	if cfgErr == nil {
+		return appErr
+	}
+	if appErr == nil {
+		return cfgErr
+	}
+	seen := map[string]bool{}
+	for _, l := range errorLines(cfgErr) {
+		path, _, _ := strings.Cut(l, ": ")
+		seen[path] = true
+	}
+	out := []error{cfgErr}
+	for _, l := range errorLines(appErr) {
+		path, _, _ := strings.Cut(l, ": ")
+		if !seen[path] {
+			out = append(out, errors.New(l))
+		}
+	}
+	return errors.Join(out...)
 }

@@ -105,7 +105,8 @@ func WithOverrides(m map[string]any) Option {
 // and bad durations are errors at their YAML path; plugin `config:` blocks
 // stay raw for Config.Decoder) and validated (see Config.Validate). Every
 // such problem, interpolation errors included, is returned at once as
-// Errors, sorted by path, and the Config is nil. A file that cannot be read
+// Errors, sorted by path, together with the partially decoded Config (so a
+// caller can report further problems at once; it must not run it). A file that cannot be read
 // or parsed is returned as a wrapped error instead (errors.Is(err,
 // fs.ErrNotExist) works).
 func Load(path string, opts ...Option) (*Config, error) {
@@ -165,7 +166,9 @@ func Load(path string, opts ...Option) (*Config, error) {
 	errs := append(l.errs, d.errs...)
 	errs = append(errs, cfg.validate(errs)...)
 	if err := errs.err(); err != nil {
-		return nil, err
+		// The partial Config lets tools such as `bridge validate` report
+		// plugin and route problems in the same pass.
+		return cfg, err
 	}
 	if len(l.texts) > 0 {
 		cfg.texts = l.texts

@@ -557,24 +557,30 @@ func isConnErr(err error) bool {
 // them, the change's own headers (except "Nats-*" ones, which would steer
 // JetStream), and the bridge's headers.
 func (s *Sink) toMsg(c *cdc.Change) *nats.Msg {
-	h := make(nats.Header, len(c.Headers)+9)
+	n := len(c.Headers) + 8
+	h := make(nats.Header, n+1) // +1: Nats-Expected-Stream
+	vals := make([]string, 0, n) // one allocation for every value
+	set := func(k, v string) {
+		vals = append(vals, v)
+		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
 	for k, v := range c.Headers {
 		if !validHeader(k, v) {
 			s.log.Warn("dropping an invalid or reserved header", "change", c.ID(), "header", k)
 			continue
 		}
-		h[k] = []string{v}
+		set(k, v)
 	}
-	h[jetstream.MsgIDHeader] = []string{c.ID()}
-	h[HeaderCommitLSN] = []string{c.CommitLSN.String()}
-	h[HeaderSeq] = []string{strconv.FormatUint(uint64(c.Seq), 10)}
-	h[HeaderTxSize] = []string{strconv.FormatUint(uint64(c.TxSize), 10)}
-	h[HeaderXid] = []string{strconv.FormatUint(uint64(c.Xid), 10)}
+	set(jetstream.MsgIDHeader, c.ID())
+	set(HeaderCommitLSN, c.CommitLSN.String())
+	set(HeaderSeq, strconv.FormatUint(uint64(c.Seq), 10))
+	set(HeaderTxSize, strconv.FormatUint(uint64(c.TxSize), 10))
+	set(HeaderXid, strconv.FormatUint(uint64(c.Xid), 10))
 	if c.Op != cdc.OpMessage && c.Table != "" {
-		h[HeaderTable] = []string{c.Schema + "." + c.Table}
+		set(HeaderTable, c.Schema+"."+c.Table)
 	}
-	h[HeaderOp] = []string{string(c.Op)}
-	h[HeaderRun] = []string{s.run}
+	set(HeaderOp, string(c.Op))
+	set(HeaderRun, s.run)
 	return &nats.Msg{Subject: c.Subject, Data: c.Payload, Header: h}
 }
 
