@@ -157,7 +157,11 @@ routes:
 		}
 		fmt.Printf("    %s\n", pretty.String())
 	}
-	fmt.Printf("\nEvery committed change arrived once, in commit order. Checkpoint: %s.\n", app.Pipelines()[0].Checkpointed())
+	// The checkpoint follows within checkpoint.interval (1s by default).
+	for deadline := time.Now().Add(5 * time.Second); app.Pipelines()[0].Checkpointed() == 0 && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	fmt.Printf("\nEvery committed change arrived once, in commit order. Checkpoint (KV bucket bridge_checkpoints, key demo.shop): %s.\n", app.Pipelines()[0].Checkpointed())
 	return nil
 }
 

@@ -558,7 +558,7 @@ func isConnErr(err error) bool {
 // JetStream), and the bridge's headers.
 func (s *Sink) toMsg(c *cdc.Change) *nats.Msg {
 	n := len(c.Headers) + 8
-	h := make(nats.Header, n+1) // +1: Nats-Expected-Stream
+	h := make(nats.Header, n+1)  // +1: Nats-Expected-Stream
 	vals := make([]string, 0, n) // one allocation for every value
 	set := func(k, v string) {
 		vals = append(vals, v)

@@ -214,9 +214,15 @@ func (s *Source) Idle() (safe, after cdc.LSN, ok bool) {
 func (s *Source) Close(ctx context.Context) error {
 	if s.cancel != nil {
 		s.cancel()
+		// Wake the receive loop; it sends the final status and returns.
+		_ = s.repl.Conn().SetReadDeadline(time.Now())
 		select {
 		case <-s.done:
 		case <-ctx.Done():
+			// The goodbye hangs: cut the socket under it (net.Conn is safe
+			// for concurrent use; pgconn is not).
+			_ = s.repl.Conn().Close()
+			<-s.done
 		}
 	}
 	s.closeConns()
@@ -304,6 +310,9 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 		}
 		msg, err := s.repl.ReceiveMessage(context.Background())
 		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() && !s.repl.IsClosed() {
 				if err := send(!dec.InTxn()); err != nil {
