@@ -38,10 +38,16 @@ func BenchmarkBacklog(b *testing.B) {
 				b.StartTimer()
 				start = time.Now()
 				r := e.start(cfg)
-				e.waitCount("CDC_"+name, rows, 10*time.Minute)
+				e.waitStored("CDC_"+name, rows, 10*time.Minute)
 				el := time.Since(start)
 				b.StopTimer()
 				r.stop(e.t)
+				// Counts are verified: every change stored once, in order.
+				ms := e.messages("CDC_" + name)
+				if len(ms) != rows {
+					b.Fatalf("stream holds %d messages, want %d", len(ms), rows)
+				}
+				checkOrdered(b, ms)
 				b.ReportMetric(float64(rows)/el.Seconds(), "changes/s")
 				b.Logf("%s: %d changes in %s = %.0f changes/s", tc.name, rows, el, float64(rows)/el.Seconds())
 			}

@@ -197,6 +197,13 @@ func (e *env) messages(stream string) []msg {
 // waitCount waits until stream holds at least n messages and returns them.
 func (e *env) waitCount(stream string, n int, within time.Duration) []msg {
 	e.t.Helper()
+	e.waitStored(stream, n, within)
+	return e.messages(stream)
+}
+
+// waitStored waits until stream holds at least n messages.
+func (e *env) waitStored(stream string, n int, within time.Duration) {
+	e.t.Helper()
 	nc, err := nats.Connect(e.natsURL())
 	require.NoError(e.t, err)
 	defer nc.Close()
@@ -221,9 +228,8 @@ func (e *env) waitCount(stream string, n int, within time.Duration) []msg {
 		if time.Now().After(deadline) {
 			e.t.Fatalf("stream %s holds %d messages after %s, want %d", stream, last, within, n)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
-	return e.messages(stream)
 }
 
 // checkOrdered asserts that ids are unique and positions strictly increase
