@@ -87,6 +87,8 @@ type Change struct {
 	Producer string
 	// Source is the configured source name.
 	Source string
+	// Database is the Postgres database the change comes from.
+	Database string
 	// CommitLSN is the END of the transaction's commit record.
 	CommitLSN LSN
 	// LSN is the change's own WAL position; diagnostic only, not an identity.

@@ -52,8 +52,9 @@ type Source struct {
 	log    *slog.Logger
 	plugin Plugin
 
-	cat  *pgx.Conn
-	repl *pgconn.PgConn
+	cat      *pgx.Conn
+	repl     *pgconn.PgConn
+	database string
 
 	txns   chan *cdc.Txn
 	errc   chan error
@@ -95,6 +96,9 @@ func (s *Source) Open(ctx context.Context, from cdc.LSN) (err error) {
 	s.cat, err = pgx.ConnectConfig(ctx, ccfg)
 	if err != nil {
 		return fmt.Errorf("connecting to %s: %w", Redact(s.cfg.DSN), err)
+	}
+	if err := s.cat.QueryRow(ctx, "SELECT current_database()").Scan(&s.database); err != nil {
+		return fmt.Errorf("reading current database: %w", err)
 	}
 	si, err := Check(ctx, s.cat, s.cfg.Slot, s.plugin.Name())
 	if err != nil {
@@ -366,6 +370,9 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 					return
 				}
 				if t != nil {
+					for i := range t.Changes {
+						t.Changes[i].Database = s.database
+					}
 					if err := push(t); err != nil {
 						if ctx.Err() == nil {
 							s.fail(err)
