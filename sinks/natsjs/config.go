@@ -48,6 +48,14 @@ type Config struct {
 	// AckTimeout is how long a publish waits for its ack before it fails
 	// (and is retried), a duration. Default 10s.
 	AckTimeout time.Duration `koanf:"ack_timeout"`
+	// DeadLetterSubject, when set, receives a change the server refuses for
+	// good (larger than max_payload or the stream's max_msg_size, a subject
+	// that is invalid or not bound to the stream) instead of stopping the
+	// bridge. The dead letter carries the change's headers and Nats-Msg-Id,
+	// Bridge-Dead-Letter-Reason and Bridge-Original-Subject, and the payload
+	// when it fits (else Bridge-Payload-Bytes). It must be bound to the
+	// stream. Default "" (stop with the error).
+	DeadLetterSubject string `koanf:"dead_letter_subject"`
 }
 
 // DefaultSubjects is the default of Config.Subjects.
@@ -94,6 +102,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Password != "" && c.User == "" {
 		errs = append(errs, config.Field("user", "must be set when password is"))
+	}
+	if c.DeadLetterSubject != "" && (!validSubject(c.DeadLetterSubject) || strings.ContainsAny(c.DeadLetterSubject, "*>")) {
+		errs = append(errs, config.Field("dead_letter_subject", "%q is not a valid subject without wildcards", c.DeadLetterSubject))
 	}
 	return errors.Join(errs...)
 }

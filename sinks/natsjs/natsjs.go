@@ -65,11 +65,12 @@ type Sink struct {
 	log  *slog.Logger
 	run  string // random per instance, the Bridge-Run header
 
-	mu       sync.Mutex // guards the fields below
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	subjects []string // the stream's subjects as last seen
-	closed   bool
+	mu         sync.Mutex // guards the fields below
+	nc         *nats.Conn
+	js         jetstream.JetStream
+	subjects   []string // the stream's subjects as last seen
+	maxMsgSize int      // the stream's max_msg_size as last seen; 0 or -1: none
+	closed     bool
 
 	asyncFails atomic.Uint64 // async publish failures seen, for stopping a Write early
 	cursor     atomic.Uint64 // see Cursor; 0 = none yet
@@ -86,6 +87,9 @@ func New(decode config.Decoder, env sinks.Env) (sinks.Sink, error) {
 	}
 	if len(cfg.Subjects) == 0 {
 		cfg.Subjects = append([]string(nil), DefaultSubjects...)
+	}
+	if d := cfg.DeadLetterSubject; d != "" && cfg.CreateStream && !covered(cfg.Subjects, d) {
+		cfg.Subjects = append(cfg.Subjects, d) // the stream binds its dead letters too
 	}
 	if cfg.URL == "" {
 		cfg.URL = env.NATS.URL
@@ -287,8 +291,12 @@ func (s *Sink) ensureStream(ctx context.Context, nc *nats.Conn, js jetstream.Jet
 			}
 		}
 	}
+	if d := s.cfg.DeadLetterSubject; d != "" && !covered(info.Config.Subjects, d) {
+		return sinks.Permanent(fmt.Errorf("dead_letter_subject %q is not bound to stream %q (its subjects: %q): add it to subjects", d, name, info.Config.Subjects))
+	}
 	s.mu.Lock()
 	s.subjects = slices.Clone(info.Config.Subjects)
+	s.maxMsgSize = int(info.Config.MaxMsgSize)
 	s.mu.Unlock()
 	return nil
 }
@@ -363,12 +371,12 @@ publish:
 			}
 			break
 		}
-		if !validSubject(c.Subject) {
-			w.err.Fail(i, sinks.Permanent(fmt.Errorf("publishing %s: invalid subject %q", c.ID(), c.Subject)))
-			stop = i + 1
-			break
+		var refusal error // a reason the server would refuse c for good
+		valid := validSubject(c.Subject)
+		if !valid {
+			refusal = fmt.Errorf("publishing %s: invalid subject %q", c.ID(), c.Subject)
 		}
-		if len(subjects) > 0 && !covered(subjects, c.Subject) && !refreshed {
+		if valid && len(subjects) > 0 && !covered(subjects, c.Subject) && !refreshed {
 			refreshed = true // the stream may have been given the subject since
 			if err := s.ensureStream(ctx, nc, js); err == nil {
 				s.mu.Lock()
@@ -376,13 +384,26 @@ publish:
 				s.mu.Unlock()
 			}
 		}
-		if len(subjects) > 0 && !covered(subjects, c.Subject) {
-			w.err.Fail(i, sinks.Permanent(fmt.Errorf("publishing %s: subject %q is not bound to stream %q (its subjects: %q); add it to the stream's subjects or change the route",
-				c.ID(), c.Subject, s.cfg.Stream, subjects)))
-			stop = i + 1
-			break
+		if valid && len(subjects) > 0 && !covered(subjects, c.Subject) {
+			refusal = fmt.Errorf("publishing %s: subject %q is not bound to stream %q (its subjects: %q); add it to the stream's subjects or change the route",
+				c.ID(), c.Subject, s.cfg.Stream, subjects)
 		}
 		msg := s.toMsg(c)
+		if refusal == nil {
+			size := len(msg.Data) + headerSize(msg.Header) + len(msg.Subject)
+			if limit, what := s.msgLimit(nc); limit > 0 && size > limit {
+				refusal = fmt.Errorf("publishing %s to %q: the message is %d bytes, over %s of %d", c.ID(), c.Subject, size, what, limit)
+			}
+		}
+		if refusal != nil {
+			if s.cfg.DeadLetterSubject == "" {
+				w.err.Fail(i, sinks.Permanent(fmt.Errorf("%w; set dead_letter_subject to divert such changes instead of stopping", refusal)))
+				stop = i + 1
+				break
+			}
+			msg = s.deadLetter(nc, c, msg, refusal)
+			s.log.Warn("change dead-lettered", "change", c.ID(), "table", c.Schema+"."+c.Table, "subject", s.cfg.DeadLetterSubject, "reason", refusal.Error())
+		}
 		for {
 			f, err := js.PublishMsgAsync(msg, pubOpts...)
 			if err == nil {
@@ -582,6 +603,39 @@ func (s *Sink) toMsg(c *cdc.Change) *nats.Msg {
 	set(HeaderOp, string(c.Op))
 	set(HeaderRun, s.run)
 	return &nats.Msg{Subject: c.Subject, Data: c.Payload, Header: h}
+}
+
+// Dead-letter headers, added to the change's own.
+const (
+	HeaderDeadLetterReason = "Bridge-Dead-Letter-Reason" // why the server would refuse the change
+	HeaderOriginalSubject  = "Bridge-Original-Subject"   // the subject the route gave it
+	HeaderPayloadBytes     = "Bridge-Payload-Bytes"      // set when the payload was left out for size
+)
+
+// msgLimit is the largest message the server and the stream accept (0 when
+// unknown) and which limit that is.
+func (s *Sink) msgLimit(nc *nats.Conn) (int, string) {
+	limit, what := int(nc.MaxPayload()), "the server's max_payload"
+	s.mu.Lock()
+	if m := s.maxMsgSize; m > 0 && (limit <= 0 || m < limit) {
+		limit, what = m, fmt.Sprintf("stream %q's max_msg_size", s.cfg.Stream)
+	}
+	s.mu.Unlock()
+	return limit, what
+}
+
+// deadLetter turns msg into its dead letter: same id and headers, the
+// reason, the dead-letter subject, and the payload only when it fits.
+func (s *Sink) deadLetter(nc *nats.Conn, c *cdc.Change, msg *nats.Msg, reason error) *nats.Msg {
+	h := msg.Header
+	h.Set(HeaderDeadLetterReason, strings.NewReplacer("\r", " ", "\n", " ").Replace(reason.Error()))
+	h.Set(HeaderOriginalSubject, strings.NewReplacer("\r", " ", "\n", " ").Replace(c.Subject))
+	data := msg.Data
+	if limit, _ := s.msgLimit(nc); limit > 0 && len(data)+headerSize(h)+len(s.cfg.DeadLetterSubject) > limit {
+		h.Set(HeaderPayloadBytes, strconv.Itoa(len(data)))
+		data = nil
+	}
+	return &nats.Msg{Subject: s.cfg.DeadLetterSubject, Header: h, Data: data}
 }
 
 // validHeader rejects what would corrupt the header block or steer

@@ -627,3 +627,37 @@ func TestStreamDeleted(t *testing.T) {
 	require.NoError(t, s.Write(t.Context(), batch[5:]))
 	require.Equal(t, ids(batch[5:]), storedIDs(t, srv.URL(), "CDC"))
 }
+
+func TestDeadLetter(t *testing.T) {
+	srv := natsembed.StartT(t, natsembed.Options{MaxPayload: 4096})
+	s := connected(t, srv, map[string]any{"dead_letter_subject": "cdc.dead"})
+	batch := txs(producer, 0x1000, 1, 5)
+	batch[1].Payload = make([]byte, 8000) // over max_payload
+	batch[3].Subject = "other.subject"    // not bound to the stream
+	require.NoError(t, s.Write(t.Context(), batch))
+	msgs := stored(t, srv.URL(), "CDC")
+	require.Len(t, msgs, 5)
+	for i, m := range msgs {
+		require.Equal(t, batch[i].ID(), m.Header.Get(jetstream.MsgIDHeader), "order and ids kept")
+	}
+	require.Equal(t, "cdc.dead", msgs[1].Subject)
+	require.Contains(t, msgs[1].Header.Get(HeaderDeadLetterReason), "max_payload of 4096")
+	require.Equal(t, "8000", msgs[1].Header.Get(HeaderPayloadBytes))
+	require.Empty(t, msgs[1].Data)
+	require.Equal(t, "cdc.dead", msgs[3].Subject)
+	require.Equal(t, "other.subject", msgs[3].Header.Get(HeaderOriginalSubject))
+	require.Contains(t, msgs[3].Header.Get(HeaderDeadLetterReason), "not bound to stream")
+	require.Equal(t, batch[3].Payload, msgs[3].Data)
+	// Dead letters count as delivered on a replay: same ids.
+	got, err := s.Delivered(t.Context(), producer, "")
+	require.NoError(t, err)
+	require.Equal(t, positions(batch), got)
+
+	// Without a dead-letter subject the refusal stops the batch, permanently.
+	s2 := connected(t, srv, nil)
+	b2 := txs(producer, 0x2000, 1, 3)
+	b2[1].Payload = make([]byte, 8000)
+	err = s2.Write(t.Context(), b2)
+	require.True(t, sinks.IsPermanent(err))
+	require.ErrorContains(t, err, "dead_letter_subject")
+}
