@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -96,11 +97,77 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	}
 }
 
-// txnItem is a routed transaction on its way to the writer.
+// txnItem is a routed transaction, or a part of a large one, on its way
+// to the writer.
 type txnItem struct {
 	commit  cdc.LSN
 	changes []cdc.Change
 	dests   [][]int // per change: sink indexes
+	last    bool    // the transaction's last part
+}
+
+// chunk bounds the changes of a large transaction held at once.
+const chunk = 1000
+
+// route routes and encodes t's changes and sends them to the writer; a
+// transaction read back from disk goes in parts of chunk changes.
+func (p *Pipeline) route(ctx context.Context, t *cdc.Txn, producer string, items chan<- *txnItem) error {
+	if t.Rest != nil {
+		defer t.Rest.Close()
+	}
+	send := func(it *txnItem) error {
+		select {
+		case items <- it:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	it := &txnItem{commit: t.CommitLSN}
+	add := func(cs []cdc.Change) error {
+		for i := range cs {
+			c := &cs[i]
+			c.Producer = producer
+			dests, ok, err := p.router.Route(c)
+			if err != nil {
+				return fatal{err}
+			}
+			if !ok || len(dests) == 0 {
+				continue
+			}
+			it.changes = append(it.changes, *c)
+			it.dests = append(it.dests, dests)
+		}
+		return nil
+	}
+	if err := add(t.Changes); err != nil {
+		return err
+	}
+	if t.Rest == nil {
+		it.last = true
+		return send(it)
+	}
+	buf := make([]cdc.Change, chunk)
+	for {
+		if len(it.changes) >= chunk {
+			if err := send(it); err != nil {
+				return err
+			}
+			it = &txnItem{commit: t.CommitLSN}
+		}
+		n, err := t.Rest.Next(buf)
+		if aerr := add(buf[:n]); aerr != nil {
+			return aerr
+		}
+		clear(buf[:n])
+		if errors.Is(err, io.EOF) {
+			it.last = true
+			return send(it)
+		}
+		if err != nil {
+			return fmt.Errorf("source %q: %w", p.source, err)
+		}
+	}
 }
 
 // mark is a checkpointable position: every transaction up to lsn is
@@ -176,25 +243,11 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 				}
 				return
 			}
-			it := &txnItem{commit: t.CommitLSN}
-			for i := range t.Changes {
-				c := &t.Changes[i]
-				c.Producer = producer
-				dests, ok, err := p.router.Route(c)
-				if err != nil {
-					readErr = fatal{err}
+			if err := p.route(rctx, t, producer, items); err != nil {
+				if rctx.Err() == nil {
+					readErr = err
 					cancel()
-					return
 				}
-				if !ok || len(dests) == 0 {
-					continue
-				}
-				it.changes = append(it.changes, *c)
-				it.dests = append(it.dests, dests)
-			}
-			select {
-			case items <- it:
-			case <-rctx.Done():
 				return
 			}
 		}
@@ -356,7 +409,7 @@ func (p *Pipeline) write(rctx, parent context.Context, items <-chan *txnItem, sk
 				per[si] = append(per[si], *c)
 			}
 			n++
-			if j == len(it.changes)-1 {
+			if it.last && j == len(it.changes)-1 {
 				// The buffer now holds the whole transaction.
 				done, boundary = it.commit, true
 			} else {
@@ -368,7 +421,7 @@ func (p *Pipeline) write(rctx, parent context.Context, items <-chan *txnItem, sk
 				}
 			}
 		}
-		if len(it.changes) == 0 {
+		if it.last && len(it.changes) == 0 {
 			done, boundary = it.commit, true
 		}
 		return nil

@@ -216,10 +216,36 @@ type AbsentValue struct{}
 // Absent is the value of a column missing from a partial before image.
 var Absent = AbsentValue{}
 
+// GobEncode lets spilled rows carry the marker (gob refuses empty structs).
+func (UnchangedToast) GobEncode() ([]byte, error) { return []byte{1}, nil }
+
+// GobDecode implements gob.GobDecoder.
+func (*UnchangedToast) GobDecode([]byte) error { return nil }
+
+// GobEncode lets spilled rows carry the marker (gob refuses empty structs).
+func (AbsentValue) GobEncode() ([]byte, error) { return []byte{1}, nil }
+
+// GobDecode implements gob.GobDecoder.
+func (*AbsentValue) GobDecode([]byte) error { return nil }
+
 // Txn is one whole committed transaction as a source emits it.
 type Txn struct {
 	Xid        uint32
 	CommitLSN  LSN // end of the commit record
 	CommitTime time.Time
-	Changes    []Change
+	// Changes are the transaction's changes, or its first ones when Rest is set.
+	Changes []Change
+	// Rest, when not nil, yields the changes after Changes: a transaction
+	// too large to hold in memory, read back from disk in order. The
+	// consumer reads it to the end or closes it.
+	Rest ChangeIter
+}
+
+// ChangeIter yields changes in order.
+type ChangeIter interface {
+	// Next fills dst with the next changes and returns how many; at the end
+	// it returns 0 and io.EOF.
+	Next(dst []Change) (int, error)
+	// Close releases the iterator (and its file); safe to call twice.
+	Close() error
 }

@@ -56,6 +56,7 @@ func (p *plugin) Args() []string {
 
 func (p *plugin) NewDecoder(cat *pgx.Conn) pgrepl.Decoder {
 	return &decoder{
+		buf:      pgrepl.NewTxnBuffer(p.cfg.SpillDir, p.cfg.SpillChanges, p.cfg.SpillBytes),
 		source:   p.source,
 		prefixes: p.cfg.MessagePrefixes,
 		types:    pgtypes.NewResolver(cat),
@@ -72,8 +73,10 @@ type decoder struct {
 	rels     map[uint32]*cdc.Relation
 	types2   map[uint32][]*pgtypes.Type
 
-	in  bool
-	txn *cdc.Txn
+	in   bool
+	txn  *cdc.Txn
+	buf  *pgrepl.TxnBuffer
+	size int // approximate bytes of the change being decoded
 }
 
 func (d *decoder) InTxn() bool { return d.in }
@@ -86,6 +89,7 @@ func (d *decoder) Decode(ctx context.Context, walStart cdc.LSN, data []byte) (*c
 	switch m := msg.(type) {
 	case *pglogrepl.BeginMessage:
 		d.in = true
+		d.buf.Discard()
 		d.txn = &cdc.Txn{Xid: m.Xid, CommitTime: m.CommitTime.UTC()}
 	case *pglogrepl.CommitMessage:
 		t := d.txn
@@ -93,16 +97,11 @@ func (d *decoder) Decode(ctx context.Context, walStart cdc.LSN, data []byte) (*c
 		if t == nil {
 			return nil, fmt.Errorf("commit at %s without begin", cdc.LSN(m.CommitLSN))
 		}
-		if len(t.Changes) == 0 {
+		if d.buf.Len() == 0 {
 			return nil, nil
 		}
 		t.CommitLSN = cdc.LSN(m.TransactionEndLSN)
-		n := uint32(len(t.Changes))
-		for i := range t.Changes {
-			c := &t.Changes[i]
-			c.CommitLSN, c.Seq, c.TxSize, c.Xid, c.CommitTime = t.CommitLSN, uint32(i), n, t.Xid, t.CommitTime
-		}
-		return t, nil
+		return d.buf.Finish(t)
 	case *pglogrepl.RelationMessage:
 		return nil, d.relation(ctx, m)
 	case *pglogrepl.TypeMessage, *pglogrepl.OriginMessage:
@@ -116,7 +115,7 @@ func (d *decoder) Decode(ctx context.Context, walStart cdc.LSN, data []byte) (*c
 		if err != nil {
 			return nil, fmt.Errorf("insert into %s.%s at %s: %w", rel.Schema, rel.Table, walStart, err)
 		}
-		d.add(cdc.Change{Op: cdc.OpInsert, Rel: rel, Schema: rel.Schema, Table: rel.Table, LSN: walStart, After: after})
+		return nil, d.add(cdc.Change{Op: cdc.OpInsert, Rel: rel, Schema: rel.Schema, Table: rel.Table, LSN: walStart, After: after})
 	case *pglogrepl.UpdateMessage:
 		rel, types, err := d.rel(m.RelationID)
 		if err != nil {
@@ -131,7 +130,7 @@ func (d *decoder) Decode(ctx context.Context, walStart cdc.LSN, data []byte) (*c
 		if c.After, err = d.tuple(rel, types, m.NewTuple, false); err != nil {
 			return nil, fmt.Errorf("update of %s.%s at %s: %w", rel.Schema, rel.Table, walStart, err)
 		}
-		d.add(c)
+		return nil, d.add(c)
 	case *pglogrepl.DeleteMessage:
 		rel, types, err := d.rel(m.RelationID)
 		if err != nil {
@@ -141,16 +140,18 @@ func (d *decoder) Decode(ctx context.Context, walStart cdc.LSN, data []byte) (*c
 		if err != nil {
 			return nil, fmt.Errorf("delete from %s.%s at %s: %w", rel.Schema, rel.Table, walStart, err)
 		}
-		d.add(cdc.Change{Op: cdc.OpDelete, Rel: rel, Schema: rel.Schema, Table: rel.Table, LSN: walStart, Before: before})
+		return nil, d.add(cdc.Change{Op: cdc.OpDelete, Rel: rel, Schema: rel.Schema, Table: rel.Table, LSN: walStart, Before: before})
 	case *pglogrepl.TruncateMessage:
 		for _, id := range m.RelationIDs {
 			rel, _, err := d.rel(id)
 			if err != nil {
 				return nil, err
 			}
-			d.add(cdc.Change{Op: cdc.OpTruncate, Rel: rel, Schema: rel.Schema, Table: rel.Table, LSN: walStart,
+			if err := d.add(cdc.Change{Op: cdc.OpTruncate, Rel: rel, Schema: rel.Schema, Table: rel.Table, LSN: walStart,
 				Cascade:         m.Option&pglogrepl.TruncateOptionCascade != 0,
-				RestartIdentity: m.Option&pglogrepl.TruncateOptionRestartIdentity != 0})
+				RestartIdentity: m.Option&pglogrepl.TruncateOptionRestartIdentity != 0}); err != nil {
+				return nil, err
+			}
 		}
 	case *pglogrepl.LogicalDecodingMessage:
 		if !d.wanted(m.Prefix) {
@@ -159,8 +160,7 @@ func (d *decoder) Decode(ctx context.Context, walStart cdc.LSN, data []byte) (*c
 		c := cdc.Change{Op: cdc.OpMessage, LSN: cdc.LSN(m.LSN), Prefix: m.Prefix,
 			Content: append([]byte(nil), m.Content...), Transactional: m.Transactional}
 		if m.Transactional && d.in {
-			d.add(c)
-			return nil, nil
+			return nil, d.add(c)
 		}
 		// A non-transactional message is a transaction of its own. Its
 		// identity is its LSN + 1: never a record boundary, so it cannot
@@ -181,14 +181,16 @@ func (d *decoder) wanted(prefix string) bool {
 	return false
 }
 
-func (d *decoder) add(c cdc.Change) {
+func (d *decoder) add(c cdc.Change) error {
 	c.Source = d.source
 	if d.txn == nil {
 		// Not reachable with pgoutput v1: changes come between begin and commit.
 		d.txn = &cdc.Txn{}
 		d.in = true
 	}
-	d.txn.Changes = append(d.txn.Changes, c)
+	size := d.size + len(c.Content) + 64
+	d.size = 0
+	return d.buf.Add(c, size)
 }
 
 func (d *decoder) relation(ctx context.Context, m *pglogrepl.RelationMessage) error {
@@ -223,6 +225,9 @@ func (d *decoder) rel(id uint32) (*cdc.Relation, []*pgtypes.Type, error) {
 func (d *decoder) tuple(rel *cdc.Relation, types []*pgtypes.Type, t *pglogrepl.TupleData, keyOnly bool) ([]any, error) {
 	if t == nil {
 		return nil, nil
+	}
+	for _, col := range t.Columns {
+		d.size += int(col.Length) + 16
 	}
 	if len(t.Columns) != len(rel.Columns) {
 		return nil, fmt.Errorf("row has %d columns, relation has %d", len(t.Columns), len(rel.Columns))

@@ -34,6 +34,14 @@ type Config struct {
 	StatusInterval time.Duration `koanf:"status_interval"`
 	// Buffer is how many decoded transactions may wait for the pipeline. Default 64.
 	Buffer int `koanf:"buffer"`
+	// SpillChanges is how many changes of one transaction are held in
+	// memory before the rest goes to a temporary file. Default 10000.
+	SpillChanges int `koanf:"spill_changes"`
+	// SpillBytes is how many bytes of row data of one transaction are held
+	// in memory before the rest goes to a temporary file. Default 64MiB.
+	SpillBytes int64 `koanf:"spill_bytes"`
+	// SpillDir holds the temporary files; default the system's temp dir.
+	SpillDir string `koanf:"spill_dir"`
 }
 
 // DefaultConfig returns the defaults for source name.
@@ -45,6 +53,8 @@ func DefaultConfig(name string) Config {
 		CreatePublication: true,
 		StatusInterval:    10 * time.Second,
 		Buffer:            64,
+		SpillChanges:      10000,
+		SpillBytes:        64 << 20,
 	}
 }
 
@@ -70,6 +80,12 @@ func (c *Config) Validate() error {
 	}
 	if c.StatusInterval <= 0 {
 		errs = append(errs, config.Field("status_interval", "must be > 0, got %s", c.StatusInterval))
+	}
+	if c.SpillChanges <= 0 {
+		errs = append(errs, config.Field("spill_changes", "must be > 0, got %d", c.SpillChanges))
+	}
+	if c.SpillBytes <= 0 {
+		errs = append(errs, config.Field("spill_bytes", "must be > 0, got %d", c.SpillBytes))
 	}
 	if c.Buffer <= 0 {
 		errs = append(errs, config.Field("buffer", "must be > 0, got %d", c.Buffer))

@@ -373,6 +373,9 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 					for i := range t.Changes {
 						t.Changes[i].Database = s.database
 					}
+					if t.Rest != nil {
+						t.Rest = &dbIter{ChangeIter: t.Rest, db: s.database}
+					}
 					if err := push(t); err != nil {
 						if ctx.Err() == nil {
 							s.fail(err)
@@ -402,3 +405,17 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 
 var _ sources.Source = (*Source)(nil)
 var _ sources.Idler = (*Source)(nil)
+
+// dbIter sets the database on changes read back from a spill file.
+type dbIter struct {
+	cdc.ChangeIter
+	db string
+}
+
+func (it *dbIter) Next(dst []cdc.Change) (int, error) {
+	n, err := it.ChangeIter.Next(dst)
+	for i := range dst[:n] {
+		dst[i].Database = it.db
+	}
+	return n, err
+}

@@ -1,0 +1,181 @@
+package pgrepl
+
+import (
+	"bufio"
+	"encoding/gob"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/bridgecdc/bridge/bridge/cdc"
+)
+
+func init() {
+	// The concrete value types a spilled row may hold (cdc's Value types).
+	for _, v := range []any{int64(0), float64(0), cdc.Numeric(""), "", []byte(nil), cdc.RawJSON(nil), json.RawMessage(nil),
+		time.Time{}, cdc.Timestamp{}, cdc.Date{}, cdc.Infinity(0), []any(nil), cdc.UnchangedToast{}, cdc.AbsentValue{}, false} {
+		gob.Register(v)
+	}
+}
+
+// TxnBuffer collects one transaction's changes, in memory up to a limit and
+// then in a temporary file, so memory does not grow with the transaction.
+// Decoders use one per open transaction, from one goroutine.
+type TxnBuffer struct {
+	dir        string
+	maxChanges int
+	maxBytes   int64
+
+	mem   []cdc.Change
+	bytes int64
+	n     uint32
+
+	f    *os.File
+	w    *bufio.Writer
+	enc  *gob.Encoder
+	rels []*cdc.Relation
+	relx map[*cdc.Relation]int
+}
+
+// spilled is a change on disk: its relation by index, the rest as is.
+type spilled struct {
+	Rel int
+	C   cdc.Change
+}
+
+// NewTxnBuffer returns a buffer that keeps up to maxChanges changes or
+// maxBytes of values in memory and spills the rest into dir ("" = the
+// system's temp dir).
+func NewTxnBuffer(dir string, maxChanges int, maxBytes int64) *TxnBuffer {
+	return &TxnBuffer{dir: dir, maxChanges: maxChanges, maxBytes: maxBytes}
+}
+
+// Len returns the number of changes added since the last Finish.
+func (b *TxnBuffer) Len() uint32 { return b.n }
+
+// Spilled reports whether the current transaction went to disk.
+func (b *TxnBuffer) Spilled() bool { return b.f != nil }
+
+// Add appends c; size is its approximate size in bytes.
+func (b *TxnBuffer) Add(c cdc.Change, size int) error {
+	b.n++
+	if b.f == nil && len(b.mem) < b.maxChanges && b.bytes+int64(size) <= b.maxBytes {
+		b.mem = append(b.mem, c)
+		b.bytes += int64(size)
+		return nil
+	}
+	if b.f == nil {
+		f, err := os.CreateTemp(b.dir, "bridge-txn-*.spill")
+		if err != nil {
+			return fmt.Errorf("spilling a large transaction to disk: %w", err)
+		}
+		// Unlinked at once: the file lives as long as the descriptor.
+		_ = os.Remove(f.Name())
+		b.f, b.w = f, bufio.NewWriterSize(f, 1<<20)
+		b.enc = gob.NewEncoder(b.w)
+		b.relx = map[*cdc.Relation]int{}
+		b.rels = nil
+	}
+	ri, ok := b.relx[c.Rel]
+	if !ok {
+		ri = len(b.rels)
+		b.rels = append(b.rels, c.Rel)
+		b.relx[c.Rel] = ri
+	}
+	c.Rel = nil
+	if err := b.enc.Encode(&spilled{Rel: ri, C: c}); err != nil {
+		return fmt.Errorf("spilling change %d of a large transaction: %w", b.n, err)
+	}
+	return nil
+}
+
+// Finish ends the transaction: it sets every change's commit fields
+// (CommitLSN, Seq, TxSize, Xid, CommitTime) and returns the Txn, with Rest
+// reading the spilled part back. The buffer is then empty for the next one.
+func (b *TxnBuffer) Finish(t *cdc.Txn) (*cdc.Txn, error) {
+	n := b.n
+	for i := range b.mem {
+		c := &b.mem[i]
+		c.CommitLSN, c.Seq, c.TxSize, c.Xid, c.CommitTime = t.CommitLSN, uint32(i), n, t.Xid, t.CommitTime
+	}
+	t.Changes = b.mem
+	if b.f != nil {
+		if err := b.w.Flush(); err != nil {
+			b.f.Close()
+			b.reset()
+			return nil, fmt.Errorf("spilling a large transaction: %w", err)
+		}
+		if _, err := b.f.Seek(0, io.SeekStart); err != nil {
+			b.f.Close()
+			b.reset()
+			return nil, fmt.Errorf("reading back a spilled transaction: %w", err)
+		}
+		t.Rest = &spillIter{f: b.f, dec: gob.NewDecoder(bufio.NewReaderSize(b.f, 1<<20)), rels: b.rels,
+			next: uint32(len(b.mem)), size: n, commit: t.CommitLSN, xid: t.Xid, at: t.CommitTime}
+	}
+	b.reset()
+	return t, nil
+}
+
+// Discard drops the current transaction (a decoding error).
+func (b *TxnBuffer) Discard() {
+	if b.f != nil {
+		b.f.Close()
+	}
+	b.reset()
+}
+
+func (b *TxnBuffer) reset() {
+	b.mem, b.bytes, b.n = nil, 0, 0
+	b.f, b.w, b.enc, b.rels, b.relx = nil, nil, nil, nil, nil
+}
+
+type spillIter struct {
+	f      *os.File
+	dec    *gob.Decoder
+	rels   []*cdc.Relation
+	next   uint32
+	size   uint32
+	commit cdc.LSN
+	xid    uint32
+	at     time.Time
+	done   bool
+}
+
+func (it *spillIter) Next(dst []cdc.Change) (int, error) {
+	if it.done {
+		return 0, io.EOF
+	}
+	n := 0
+	for n < len(dst) && it.next < it.size {
+		var s spilled
+		if err := it.dec.Decode(&s); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return n, fmt.Errorf("reading back change %d of the transaction at %s: %w", it.next, it.commit, err)
+		}
+		c := s.C
+		c.Rel = it.rels[s.Rel]
+		c.CommitLSN, c.Seq, c.TxSize, c.Xid, c.CommitTime = it.commit, it.next, it.size, it.xid, it.at
+		dst[n] = c
+		n++
+		it.next++
+	}
+	if n == 0 {
+		it.Close()
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+func (it *spillIter) Close() error {
+	if it.done {
+		return nil
+	}
+	it.done = true
+	return it.f.Close()
+}
