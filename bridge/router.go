@@ -3,6 +3,7 @@ package bridge
 import (
 	"fmt"
 	"path"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -31,6 +32,8 @@ type route struct {
 	subject *template.Template
 	encode  Encoder
 
+	perRow bool // the template reads .Key or .Col: no cache
+
 	mu    sync.Mutex
 	cache map[subjectKey]string
 }
@@ -40,11 +43,15 @@ type subjectKey struct {
 	op                    cdc.Op
 }
 
-// SubjectData is what a route's subject template sees. Every field is
+// SubjectData is what a route's subject template sees. Every value is
 // subject-safe: characters NATS does not allow in a token ('.', '*', '>',
 // whitespace) become '_', and an empty value becomes '_'.
 type SubjectData struct {
 	Source, Schema, Table, Op, Prefix string
+	// Key holds the row's key columns, Col every column of the row (the new
+	// row, or the old one for deletes), as text: {{.Col.tenant_id}}.
+	// A NULL or absent value renders as "_".
+	Key, Col map[string]string
 }
 
 // Router assigns each change its route: subject, payload and sinks.
@@ -91,13 +98,19 @@ func NewRouter(cfg *config.Config, sinkIndex map[string]int) (*Router, error) {
 		if subj == "" {
 			subj = "cdc.{{.Source}}.{{.Schema}}.{{.Table}}"
 		}
-		tmpl, err := template.New(p).Option("missingkey=error").Parse(subj)
+		tmpl, err := template.New(p).Option("missingkey=zero").Parse(subj)
 		if err != nil {
 			errs = append(errs, &config.FieldError{Path: p + ".subject", Msg: err.Error()})
 		} else {
 			rt.subject = tmpl
+			rt.perRow = strings.Contains(subj, ".Key") || strings.Contains(subj, ".Col")
 			// Test-render it so mistakes show at validate time.
-			if _, err := render(tmpl, SubjectData{Source: "src", Schema: "public", Table: "t", Op: "insert"}); err != nil {
+			sample := map[string]string{}
+			for _, m := range rowRef.FindAllStringSubmatch(subj, -1) {
+				sample[m[1]] = "v"
+			}
+			if _, err := render(tmpl, SubjectData{Source: "src", Schema: "public", Table: "t", Op: "insert",
+				Key: sample, Col: sample}); err != nil {
 				errs = append(errs, &config.FieldError{Path: p + ".subject", Msg: err.Error()})
 			}
 		}
@@ -167,7 +180,22 @@ func (rt *route) matches(c *cdc.Change) bool {
 	return true
 }
 
+// rowRef finds the columns a template reads: {{.Col.x}}, {{.Key.x}}.
+var rowRef = regexp.MustCompile(`\.(?:Col|Key)\.([A-Za-z_][A-Za-z0-9_]*)`)
+
 func (rt *route) subjectFor(c *cdc.Change) (string, error) {
+	if rt.perRow {
+		d := SubjectData{Source: Token(c.Source), Schema: Token(c.Schema), Table: Token(c.Table), Op: string(c.Op), Prefix: Token(c.Prefix)}
+		if c.Op == cdc.OpMessage {
+			d.Schema, d.Table = "_message", Token(c.Prefix)
+		}
+		d.Key, d.Col = rowTokens(c)
+		s, err := render(rt.subject, d)
+		if err != nil {
+			return "", fmt.Errorf("routes[%d].subject for %s.%s: %w", rt.idx, c.Schema, c.Table, err)
+		}
+		return s, nil
+	}
 	k := subjectKey{schema: c.Schema, table: c.Table, op: c.Op, prefix: c.Prefix}
 	rt.mu.Lock()
 	s, ok := rt.cache[k]
@@ -212,4 +240,36 @@ func (r *Router) Route(c *cdc.Change) (sinks []int, ok bool, err error) {
 		return nil, false, fmt.Errorf("no route matches %s %s.%s (unrouted: error); add a route or set unrouted: drop", c.Op, c.Schema, c.Table)
 	}
 	return nil, false, nil
+}
+
+// rowTokens renders the row's key and columns as subject tokens; a missing
+// column renders "_" through the template's map lookup default.
+func rowTokens(c *cdc.Change) (key, col map[string]string) {
+	row := c.After
+	if row == nil {
+		row = c.Before
+	}
+	key, col = map[string]string{}, map[string]string{}
+	if c.Rel == nil || row == nil {
+		return key, col
+	}
+	for i, v := range row {
+		if i >= len(c.Rel.Columns) {
+			break
+		}
+		var t string
+		switch v.(type) {
+		case nil, cdc.UnchangedToast, cdc.AbsentValue:
+			t = "_"
+		default:
+			b := format.AppendValue(nil, v)
+			t = Token(strings.Trim(string(b), `"`))
+		}
+		name := c.Rel.Columns[i].Name
+		col[name] = t
+		if c.Rel.Columns[i].Key {
+			key[name] = t
+		}
+	}
+	return key, col
 }

@@ -31,6 +31,9 @@ var sampleSubject = map[string]string{
 	"Source": "source", "Schema": "public", "Table": "table", "Op": "insert", "Prefix": "prefix",
 }
 
+// rowRef finds the row values a subject template reads: {{.Col.x}}, {{.Key.x}}.
+var rowRef = regexp.MustCompile(`\.(?:Col|Key)\.([A-Za-z_][A-Za-z0-9_]*)`)
+
 // Validate checks the framework part of c: names, required keys, enums,
 // positive durations and sizes, route references, subject templates and
 // table globs. It does not check plugin types, formats or plugin `config:`
@@ -173,9 +176,19 @@ func checkSubject(subject string) string {
 	if err != nil {
 		return err.Error()
 	}
+	// .Key.x and .Col.x read row values: give every column named a sample.
+	data := map[string]any{}
+	for k, v := range sampleSubject {
+		data[k] = v
+	}
+	row := map[string]string{}
+	for _, m := range rowRef.FindAllStringSubmatch(subject, -1) {
+		row[m[1]] = "v"
+	}
+	data["Key"], data["Col"] = row, row
 	var b strings.Builder
-	if err := tmpl.Execute(&b, sampleSubject); err != nil {
-		return fmt.Sprintf("%v (fields: .Source .Schema .Table .Op .Prefix)", err)
+	if err := tmpl.Execute(&b, data); err != nil {
+		return fmt.Sprintf("%v (fields: .Source .Schema .Table .Op .Prefix .Key.<column> .Col.<column>)", err)
 	}
 	for _, tok := range strings.Split(b.String(), ".") {
 		if tok == "" || strings.ContainsAny(tok, " \t\r\n*>") {

@@ -46,7 +46,7 @@ func TestValidation(t *testing.T) {
 		{"subject does not parse", map[string]any{"routes": []any{route("subject", "cdc.{{.Table")}},
 			[]string{"routes[0].subject: template: subject:1: unclosed action"}},
 		{"subject names an unknown field", map[string]any{"routes": []any{route("subject", "cdc.{{.Tabel}}")}},
-			[]string{`routes[0].subject: template: subject:1:6: executing "subject" at <.Tabel>: map has no entry for key "Tabel" (fields: .Source .Schema .Table .Op .Prefix)`}},
+			[]string{`routes[0].subject: template: subject:1:6: executing "subject" at <.Tabel>: map has no entry for key "Tabel" (fields: .Source .Schema .Table .Op .Prefix .Key.<column> .Col.<column>)`}},
 		{"subject renders an empty token", map[string]any{"routes": []any{route("subject", "cdc..{{.Table}}")}},
 			[]string{`routes[0].subject: renders "cdc..table", which is not a valid NATS subject (dot-separated non-empty tokens, no spaces or wildcards)`}},
 		{"subject with a wildcard", map[string]any{"routes": []any{route("subject", "cdc.>")}},

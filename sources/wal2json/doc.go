@@ -1,0 +1,48 @@
+// Package wal2json is the "wal2json" source: Postgres logical replication
+// through the wal2json output plugin (format version 2, one JSON object per
+// change), over the same replication core as pgoutput. It emits the same
+// changes as the pgoutput source, value for value and with the same
+// identities (commit end LSN and ordinal), except where wal2json's output
+// cannot carry the information; those differences are listed below.
+//
+// wal2json needs no publication; `tables` becomes its add-tables filter and
+// `publication`/`create_publication` are ignored. The plugin must be
+// installed on the server (Debian/Ubuntu: `apt-get install
+// postgresql-<major>-wal2json`); a server without it is reported as a setup
+// error with that command.
+//
+// Differences from pgoutput, forced by wal2json 2.5 and earlier:
+//
+//   - NaN, Infinity and -Infinity in float4, float8 and numeric columns
+//     arrive as JSON null. In a NOT NULL column the value is known to be
+//     lost: it becomes null and the change carries the header Bridge-Lossy
+//     with the names of such columns, comma-separated. In a nullable column
+//     it cannot be told from NULL and becomes null unflagged. wal2json 2.6
+//     and later send numbers as strings (numeric-data-types-as-string), the
+//     source uses that when the server accepts it, and nothing is lost.
+//   - TRUNCATE's CASCADE and RESTART IDENTITY options are not reported:
+//     Cascade and RestartIdentity are always false.
+//   - Message content is a C string to wal2json: it ends at the first NUL
+//     byte.
+//   - Tables whose replica identity cannot carry updates and deletes
+//     (REPLICA IDENTITY NOTHING, or DEFAULT without a primary key): pgoutput
+//     makes such UPDATEs and DELETEs fail on the server while the table is
+//     published; wal2json lets them commit and skips them with a server-log
+//     WARNING. The source warns about such tables when it starts.
+//   - Key flags, replica identity and the column list (generated columns are
+//     left out, as pgoutput does) come from the current catalog rather than
+//     the one the change was written under; after DDL the first changes
+//     decoded may use the newer description.
+//
+// Example (bridge.yaml):
+//
+//	sources:
+//	  shop:
+//	    type: wal2json
+//	    config:
+//	      dsn: "postgres://bridge@db:5432/shop"
+//	      slot: bridge_shop_wal2json       # created with the wal2json plugin when missing
+//	      tables: [public.orders, public.customers]   # add-tables; empty: all tables
+//	      message_prefixes: ["shop"]
+//	      status_interval: 10s
+package wal2json
