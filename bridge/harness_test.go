@@ -319,3 +319,14 @@ func sortedStrings(m map[string]bool) []string {
 	sort.Strings(out)
 	return out
 }
+
+// waitSlotActive waits until a walsender streams from slot.
+func waitSlotActive(t testing.TB, e *env, slot string) {
+	t.Helper()
+	conn := e.pg.Conn(t, "")
+	require.Eventually(t, func() bool {
+		var n int
+		_ = conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active`, slot).Scan(&n)
+		return n == 1
+	}, 60*time.Second, 50*time.Millisecond, "the bridge never started streaming from slot %s", slot)
+}

@@ -66,11 +66,7 @@ func TestKill9MidStream(t *testing.T) {
 
 	p := startProc(t, bin, cfg)
 	// Let it create the publication and slot before the writers start.
-	require.Eventually(t, func() bool {
-		var n int
-		_ = e.pg.Conn(t, "").QueryRow(t.Context(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'slot_kill' AND active`).Scan(&n)
-		return n == 1
-	}, 60*time.Second, 50*time.Millisecond, "bridge never started streaming")
+	waitSlotActive(t, e, "slot_kill")
 
 	done := make(chan struct{})
 	go func() {

@@ -26,11 +26,7 @@ func TestLargeTransactionSpills(t *testing.T) {
 	e.pg.ExecT(t, `CREATE TABLE big (id bigserial PRIMARY KEY, n int, pad text)`)
 	cfg := e.config("large", "      spill_changes: 1000")
 	p := startProc(t, bin, cfg)
-	require.Eventually(t, func() bool {
-		var n int
-		_ = e.pg.Conn(t, "").QueryRow(t.Context(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'slot_large' AND active`).Scan(&n)
-		return n == 1
-	}, 60*time.Second, 50*time.Millisecond)
+	waitSlotActive(t, e, "slot_large")
 	e.pg.ExecT(t, fmt.Sprintf(`INSERT INTO big (n, pad) SELECT i, repeat(md5(i::text), 6) FROM generate_series(1, %d) i`, rows))
 
 	e.waitStored("CDC_large", rows/3, 5*time.Minute)
