@@ -14,11 +14,11 @@ import (
 // TestLargeTransactionSpills streams one transaction far larger than the
 // in-memory limit (spill_changes: 1000) through a bridge process that is
 // killed with SIGKILL halfway: every row arrives once, in order, with the
-// transaction's size. BRIDGE_LONG=1 makes it 1 million rows. The bridge's
+// transaction's size. TEST_LONG=1 makes it 1 million rows. The bridge's
 // peak RSS is logged.
 func TestLargeTransactionSpills(t *testing.T) {
 	rows := 30000
-	if os.Getenv("BRIDGE_LONG") != "" {
+	if os.Getenv("TEST_LONG") != "" {
 		rows = 1000000
 	}
 	bin := bridgeBinary(t)

@@ -19,7 +19,11 @@ type Encoder func(dst []byte, c *cdc.Change) []byte
 
 // Formats maps format names to encoders.
 func Formats() map[string]Encoder {
-	return map[string]Encoder{"native": format.AppendNative}
+	return map[string]Encoder{
+		"native":      format.AppendNative,
+		"debezium":    format.AppendDebezium,
+		"cloudevents": format.AppendCloudEvent,
+	}
 }
 
 // route is a compiled config.Route.

@@ -149,6 +149,11 @@ func Load(path string, opts ...Option) (*Config, error) {
 	for _, m := range o.overrides {
 		typed := map[string]any{}
 		for key, v := range m {
+			for k := range l.fromEnv { // an override replaces what the environment set
+				if k == key || strings.HasPrefix(k, key+".") {
+					delete(l.fromEnv, k)
+				}
+			}
 			if v = l.typeOverride(key, v); v != nil {
 				typed[key] = v
 			}
@@ -165,6 +170,7 @@ func Load(path string, opts ...Option) (*Config, error) {
 	d.decode("", raw, reflect.ValueOf(cfg).Elem())
 	errs := append(l.errs, d.errs...)
 	errs = append(errs, cfg.validate(errs)...)
+	l.blameEnv(errs)
 	if err := errs.err(); err != nil {
 		// The partial Config lets tools such as `bridge validate` report
 		// plugin and route problems in the same pass.
@@ -181,6 +187,8 @@ type loader struct {
 	vars  map[string]string // the environment, for interpolation
 	texts map[string]string // see Config.texts
 	errs  Errors            // interpolation and environment problems
+	// fromEnv maps keys set through BRIDGE_* variables to the variable.
+	fromEnv map[string]string
 }
 
 func (l *loader) lookup(name string) (string, bool) {
@@ -250,7 +258,24 @@ func (l *loader) envKey(name, value string) (string, any) {
 		return "", nil
 	}
 	key := strings.Join(parts, ".")
+	if l.fromEnv == nil {
+		l.fromEnv = map[string]string{}
+	}
+	l.fromEnv[key] = name
 	return key, l.typed(key, value)
+}
+
+// blameEnv adds the variable's name to errors about keys that came from
+// the environment, so a stray BRIDGE_* variable is easy to find.
+func (l *loader) blameEnv(errs Errors) {
+	for _, e := range errs {
+		for key, name := range l.fromEnv {
+			if e.Path == key || strings.HasPrefix(key, e.Path+".") && e.Path != "" {
+				e.Msg += fmt.Sprintf(" (set by environment variable %s)", name)
+				break
+			}
+		}
+	}
 }
 
 // typeOverride reads the string values of an override found at path as YAML

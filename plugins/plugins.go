@@ -6,4 +6,5 @@ package plugins
 import (
 	_ "github.com/bridgecdc/bridge/sinks/natsjs"     // nats_jetstream
 	_ "github.com/bridgecdc/bridge/sources/pgoutput" // pgoutput
+	_ "github.com/bridgecdc/bridge/sources/wal2json" // wal2json
 )

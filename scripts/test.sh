@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The tests: real PostgreSQL clusters and in-process nats-servers that the
-# tests start themselves. Set BRIDGE_LONG=1 for the long runs.
+# tests start themselves. Set TEST_LONG=1 for the long runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh
