@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"os"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -15,6 +17,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bridgecdc/bridge/bridge/checkpoint"
 	"github.com/bridgecdc/bridge/config"
@@ -47,6 +51,16 @@ type App struct {
 	nc        *nats.Conn
 	pipelines []*Pipeline
 	sinkConns []sinks.Sink
+
+	// Telemetry (telemetry.go, metrics.go).
+	tp         trace.TracerProvider // WithTracerProvider, or built by Start when tracing is on
+	tpShutdown func(context.Context) error
+	ctxPrefix  string // trace context message prefix; "" when tracing is off
+	metrics    *metrics
+	httpSrv    *http.Server
+	httpAddr   string
+	bgCancel   context.CancelFunc
+	bg         sync.WaitGroup
 }
 
 // New validates cfg against the registries and builds the App without any
@@ -77,6 +91,7 @@ func New(cfg *config.Config, opts ...Option) (*App, error) {
 	if _, err := NewRouter(cfg, sinkIndex); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, validateTelemetry(cfg)...)
 	if len(errs) > 0 {
 		return nil, joinErrs(errs)
 	}
@@ -90,7 +105,11 @@ func (a *App) newSource(name string) (sources.Source, error) {
 		return nil, &config.FieldError{Path: "sources." + name + ".type", Msg: err.Error()}
 	}
 	path := "sources." + name + ".config"
-	return p.New(a.cfg.Decoder(path, sc.Config), sources.Env{Name: name, Logger: a.log.With("source", name)})
+	env := sources.Env{Name: name, Logger: a.log.With("source", name)}
+	if a.ctxPrefix != "" {
+		env.MessagePrefixes = []string{a.ctxPrefix}
+	}
+	return p.New(a.cfg.Decoder(path, sc.Config), env)
 }
 
 func (a *App) newSink(name string, ne sinks.NATSEnv) (sinks.Sink, error) {
@@ -116,9 +135,32 @@ func (a *App) NATSURL() string {
 // valid after Start.
 func (a *App) Pipelines() []*Pipeline { return a.pipelines }
 
-// Start starts the embedded NATS server when needed, opens the checkpoint
-// store and builds the pipelines.
+// HTTPAddr returns the address the /metrics server listens on ("" when
+// http.listen is empty); valid after Start.
+func (a *App) HTTPAddr() string { return a.httpAddr }
+
+// Gatherer returns the App's metrics registry (what /metrics serves); valid
+// after Start.
+func (a *App) Gatherer() prometheus.Gatherer {
+	if a.metrics == nil {
+		return prometheus.NewRegistry()
+	}
+	return a.metrics.reg
+}
+
+// Start starts the /metrics server, tracing and the embedded NATS server
+// when needed, opens the checkpoint store and builds the pipelines. Call
+// Close when it fails.
 func (a *App) Start(ctx context.Context) error {
+	a.metrics = newMetrics()
+	if err := a.startHTTP(); err != nil {
+		return err
+	}
+	if err := a.startTracing(ctx); err != nil {
+		return err
+	}
+	bg, bgCancel := context.WithCancel(context.Background())
+	a.bgCancel = bgCancel
 	nc := a.cfg.NATS
 	url := nc.URL
 	if url == "" {
@@ -158,6 +200,8 @@ func (a *App) Start(ctx context.Context) error {
 			interval: a.cfg.Checkpoint.Interval, shutdown: a.cfg.Shutdown.Timeout,
 			log: a.log.With("source", srcName), run: a.run,
 		}
+		pt := a.pipeTel(p)
+		p.tel = pt
 		name := srcName
 		p.newSource = func() (sources.Source, error) { return a.newSource(name) }
 		for i, sn := range sinkNames {
@@ -167,7 +211,8 @@ func (a *App) Start(ctx context.Context) error {
 				return err
 			}
 			a.sinkConns = append(a.sinkConns, s)
-			slot := &sinkSlot{name: sn, sink: s, cfg: a.cfg.Sinks[sn]}
+			slot := &sinkSlot{name: sn, sink: &timedSink{Sink: s, hist: a.metrics.publish.WithLabelValues(srcName, sn),
+				errs: a.metrics.errors.WithLabelValues(srcName, "sink_write")}, cfg: a.cfg.Sinks[sn]}
 			if r, ok := s.(sinks.Resumer); ok {
 				slot.resumer = r
 			}
@@ -179,9 +224,59 @@ func (a *App) Start(ctx context.Context) error {
 		if p.router, err = NewRouter(a.cfg, sinkIndex); err != nil {
 			return err
 		}
+		p.router.contextPrefix = a.ctxPrefix
 		a.pipelines = append(a.pipelines, p)
+		a.metrics.add(pt)
+		if src, ok := pgSourceOf(srcName, a.cfg.Sources[srcName]); ok {
+			every := a.cfg.Telemetry.Metrics.SlotPollInterval
+			if every <= 0 {
+				every = defaultSlotPoll
+			}
+			a.bg.Add(1)
+			go func() {
+				defer a.bg.Done()
+				pollSlot(bg, pt, src, every, p.log)
+			}()
+		}
 	}
 	return nil
+}
+
+// startTracing sets up the tracer provider unless WithTracerProvider gave
+// one: from telemetry.tracing and the OTEL_* variables, or none.
+func (a *App) startTracing(ctx context.Context) error {
+	if a.tp == nil {
+		plan, err := planTracing(a.cfg.Telemetry.Tracing, os.Getenv)
+		if err != nil {
+			return fmt.Errorf("telemetry.tracing: %w", err)
+		}
+		if !plan.enabled {
+			a.log.Debug("tracing off", "why", plan.why)
+			return nil
+		}
+		tp, err := newTracerProvider(ctx, plan, a.cfg.Name)
+		if err != nil {
+			return fmt.Errorf("telemetry.tracing: %w", err)
+		}
+		a.tp, a.tpShutdown = tp, tp.Shutdown
+		endpoint := config.Redact(plan.endpoint)
+		if endpoint == "" {
+			endpoint = "from OTEL_EXPORTER_OTLP_* or the exporter's default"
+		}
+		a.log.Info("tracing on", "why", plan.why, "protocol", plan.protocol, "endpoint", endpoint)
+	}
+	a.ctxPrefix = a.cfg.Telemetry.Tracing.ContextPrefix
+	return nil
+}
+
+// pipeTel builds p's telemetry.
+func (a *App) pipeTel(p *Pipeline) *pipeTel {
+	pt := &pipeTel{p: p, source: p.source, m: a.metrics, log: p.log, prefix: a.ctxPrefix,
+		txnCount: a.metrics.txns.WithLabelValues(p.source)}
+	if a.tp != nil {
+		pt.tracer = a.tp.Tracer(instrumentation, trace.WithInstrumentationVersion(version()))
+	}
+	return pt
 }
 
 // Run runs every pipeline until ctx ends (nil) or one stops with a fatal
@@ -216,6 +311,11 @@ func (a *App) Run(ctx context.Context) error {
 // Close releases everything Start opened, each goodbye bounded.
 func (a *App) Close() {
 	d := a.cfg.Shutdown.Timeout
+	if a.bgCancel != nil {
+		a.bgCancel()
+		a.bg.Wait()
+		a.bgCancel = nil
+	}
 	for _, s := range a.sinkConns {
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		_ = s.Close(ctx)
@@ -237,6 +337,23 @@ func (a *App) Close() {
 		_ = a.embedded.Shutdown(ctx)
 		cancel()
 		a.embedded = nil
+	}
+	if a.tpShutdown != nil {
+		// Exports the spans still buffered.
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		if err := a.tpShutdown(ctx); err != nil {
+			a.log.Warn("flushing traces", "err", err)
+		}
+		cancel()
+		a.tpShutdown, a.tp = nil, nil
+	}
+	if a.httpSrv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		if err := a.httpSrv.Shutdown(ctx); err != nil {
+			_ = a.httpSrv.Close()
+		}
+		cancel()
+		a.httpSrv = nil
 	}
 }
 

@@ -3,6 +3,7 @@ package bridge_test
 import (
 	"fmt"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -13,7 +14,15 @@ import (
 //
 //	go test -run '^$' -bench Backlog -benchtime 1x ./bridge/
 //
-// BENCH_ROWS changes the size.
+// BENCH_ROWS changes the size. cpu-µs/change is this process's CPU time per
+// change: the bridge and the in-process nats-server together (Postgres runs
+// apart). A CPU profile of the same run:
+//
+//	go test -run '^$' -bench Backlog -benchtime 1x -cpuprofile cpu.out ./bridge/
+//	go run ./bench/cmd/profstages -changes 100000 cpu.out
+//
+// scripts/bench.sh measures the bridge binary against a nats-server process
+// and Postgres' and JetStream's own limits (docs/performance.md).
 func BenchmarkBacklog(b *testing.B) {
 	rows := envInt("BENCH_ROWS", 100000)
 	for _, tc := range []struct {
@@ -37,9 +46,11 @@ func BenchmarkBacklog(b *testing.B) {
 				b.Logf("loaded %d rows in %s", rows, time.Since(start))
 				b.StartTimer()
 				start = time.Now()
+				cpu0 := processCPU()
 				r := e.start(cfg)
 				e.waitStored("CDC_"+name, rows, 10*time.Minute)
 				el := time.Since(start)
+				cpu := processCPU() - cpu0
 				b.StopTimer()
 				r.stop(e.t)
 				// Counts are verified: every change stored once, in order.
@@ -49,6 +60,7 @@ func BenchmarkBacklog(b *testing.B) {
 				}
 				checkOrdered(b, ms)
 				b.ReportMetric(float64(rows)/el.Seconds(), "changes/s")
+				b.ReportMetric(float64(cpu.Microseconds())/float64(rows), "cpu-µs/change")
 				b.Logf("%s: %d changes in %s = %.0f changes/s", tc.name, rows, el, float64(rows)/el.Seconds())
 			}
 		})
@@ -56,6 +68,13 @@ func BenchmarkBacklog(b *testing.B) {
 }
 
 var getenv = os.Getenv
+
+// processCPU is the CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
 
 func envInt(name string, def int) int {
 	var v int

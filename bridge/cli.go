@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel"
 
 	"github.com/bridgecdc/bridge/config"
 	"github.com/bridgecdc/bridge/sinks"
@@ -116,12 +118,16 @@ func NewCommand(stdout, stderr io.Writer, opts ...Option) *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
+			// Exporter failures go to our log, redacted, not to stderr.
+			otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+				log.Warn("telemetry", "err", config.Redact(err.Error()))
+			}))
 			if err := a.Start(ctx); err != nil {
 				log.Error("start failed", "err", err)
 				a.Close()
 				return err
 			}
-			log.Info("bridge running", "name", cfg.Name, "version", version(), "nats", a.NATSURL())
+			log.Info("bridge running", "name", cfg.Name, "version", version(), "nats", config.Redact(a.NATSURL()))
 			err = a.Run(ctx)
 			if err != nil {
 				log.Error("bridge stopped", "err", err)
@@ -176,7 +182,45 @@ func NewCommand(stdout, stderr io.Writer, opts ...Option) *cobra.Command {
 			fmt.Fprintf(stdout, "bridge %s\n", version())
 		},
 	}
-	root.AddCommand(run, validate, plugins, ver)
+	var output string
+	status := &cobra.Command{
+		Use:   "status",
+		Short: "Show each source's slot, checkpoint, streams and lag; works while the bridge is down",
+		Long: `Show, for each source: its replication slot (exists, active, confirmed flush,
+retained WAL, wal_status), its checkpoint (LSN, epoch, age) from the KV bucket,
+the JetStream streams its routes reach (messages, last sequence), and the lag in
+bytes between the server's WAL end and the checkpoint. Exits 1 when a query
+failed. With nats.url empty it connects to the embedded server's port, or, when
+nothing listens there (the bridge is down), starts the embedded server on its
+store for the time of the query.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "text" && output != "json" {
+				return usageError{fmt.Errorf("--output must be text or json, got %q", output)}
+			}
+			cfg, _, err := load()
+			if err != nil {
+				printErrs(err)
+				return err
+			}
+			rep := Status(cmd.Context(), cfg)
+			if output == "json" {
+				enc := json.NewEncoder(stdout)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(rep); err != nil {
+					return err
+				}
+			} else {
+				printStatus(stdout, rep)
+			}
+			if !rep.OK {
+				return errors.New("some queries failed")
+			}
+			return nil
+		},
+	}
+	status.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json (stable field names)")
+	root.AddCommand(run, validate, status, plugins, ver)
 	return root
 }
 

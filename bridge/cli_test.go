@@ -57,8 +57,8 @@ routes:
 	code, _, errs := execCLI(t, "validate", "-c", p)
 	require.Equal(t, 1, code)
 	for _, want := range []string{
-		`sources.other.type: unknown source type "mysql" (compiled in: pgoutput)`,
-		`sinks.main.type: unknown sink type "nats_jetstrem" (compiled in: nats_jetstream)`,
+		`sources.other.type: unknown source type "mysql" (compiled in: pgoutput, wal2json)`,
+		`sinks.main.type: unknown sink type "nats_jetstrem" (compiled in: nats_core, nats_jetstream, webhook)`,
 		`sources.shop.config.tabels`,
 		`sources.shop.config.slot: "Bad-Slot" is not a valid slot name`,
 		`sinks.js.config.subjcet`,
@@ -75,7 +75,7 @@ routes:
 func TestPluginsListsKeys(t *testing.T) {
 	code, out, _ := execCLI(t, "plugins")
 	require.Equal(t, 0, code)
-	for _, want := range []string{"pgoutput", "nats_jetstream", "dsn (string)", "slot (string", "duplicate_window (duration, default 2m0s)", "formats: native"} {
+	for _, want := range []string{"pgoutput", "nats_jetstream", "dsn (string)", "slot (string", "duplicate_window (duration, default 2m0s)", "formats: cloudevents, debezium, native", "wal2json", "nats_core", "webhook"} {
 		require.Contains(t, out, want)
 	}
 }

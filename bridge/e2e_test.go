@@ -421,3 +421,19 @@ func TestPostgresRestartMidStream(t *testing.T) {
 }
 
 var _ = json.Valid
+
+func TestReplicaIdentityFull(t *testing.T) {
+	e := newEnv(t)
+	e.pg.ExecT(t, `CREATE TABLE f (id int PRIMARY KEY, a text, b int)`, `ALTER TABLE f REPLICA IDENTITY FULL`,
+		`CREATE TABLE nopk (a text, b int)`, `ALTER TABLE nopk REPLICA IDENTITY FULL`)
+	r := e.start(e.config("full", ""))
+	waitReady(t, r)
+	e.pg.ExecT(t, `INSERT INTO f VALUES (1, 'x', 1)`, `UPDATE f SET b = 2`, `DELETE FROM f`,
+		`INSERT INTO nopk VALUES ('y', 1)`, `UPDATE nopk SET b = 3`)
+	ms := e.waitCount("CDC_full", 5, 30*time.Second)
+	require.Equal(t, map[string]any{"id": float64(1)}, ms[1].Body["key"], "the key is the primary key, not every column")
+	require.Equal(t, map[string]any{"id": float64(1), "a": "x", "b": float64(1)}, ms[1].Body["before"], "FULL gives the whole old row")
+	require.Equal(t, map[string]any{"id": float64(1), "a": "x", "b": float64(2)}, ms[2].Body["before"])
+	require.Nil(t, ms[4].Body["key"], "a table without a primary key has no key")
+	require.Equal(t, map[string]any{"a": "y", "b": float64(1)}, ms[4].Body["before"])
+}

@@ -87,6 +87,8 @@ sources:
 %s
 checkpoint:
   interval: 200ms
+http:
+  listen: "127.0.0.1:0"
 sinks:
   js:
     type: nats_jetstream

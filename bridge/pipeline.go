@@ -44,6 +44,8 @@ type Pipeline struct {
 	delivered atomic.Uint64 // changes delivered in this process
 	ckptLSN   atomic.Uint64
 	ready     atomic.Bool
+
+	tel *pipeTel // telemetry.go: spans and metrics; nil does nothing
 }
 
 // Checkpointed returns the last checkpointed LSN.
@@ -74,6 +76,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	for {
 		progressed, err := p.runOnce(ctx)
 		p.ready.Store(false)
+		p.tel.runEnded(ctx, err)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -116,6 +119,7 @@ func (p *Pipeline) route(ctx context.Context, t *cdc.Txn, producer string, items
 		defer t.Rest.Close()
 	}
 	send := func(it *txnItem) error {
+		p.tel.txn(ctx, t, it) // spans, traceparent headers, counters
 		select {
 		case items <- it:
 			return nil
@@ -225,7 +229,7 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	items := make(chan *txnItem, 64)
+	items := make(chan *txnItem, 16) // bounded: a part holds up to `chunk` changes
 	var wg sync.WaitGroup
 	var readErr, writeErr error
 
@@ -366,12 +370,18 @@ func (p *Pipeline) write(rctx, parent context.Context, items <-chan *txnItem, sk
 			if err := p.writeSink(rctx, s, per[i]); err != nil {
 				if s.amo {
 					p.log.Warn("at-most-once sink dropped a batch", "sink", s.name, "changes", len(per[i]), "err", err)
+					if errors.Is(err, sinks.ErrNotConnected) {
+						cctx, ccancel := context.WithTimeout(rctx, time.Second)
+						_ = s.sink.Connect(cctx) // bounded: it never holds back the others
+						ccancel()
+					}
 					continue
 				}
 				return err
 			}
 		}
 		p.delivered.Add(uint64(n))
+		p.tel.delivered(n, done)
 		after := make(map[string]string, len(p.sinks))
 		for _, s := range p.sinks {
 			if s.resumer != nil {

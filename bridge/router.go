@@ -62,6 +62,9 @@ type SubjectData struct {
 type Router struct {
 	routes   []*route
 	unrouted string
+	// contextPrefix is the prefix of trace context messages, consumed
+	// rather than published (telemetry.go); "" when tracing is off.
+	contextPrefix string
 }
 
 // NewRouter compiles routes for source. sinkIndex maps sink names to
@@ -232,6 +235,9 @@ func (r *Router) Route(c *cdc.Change) (sinks []int, ok bool, err error) {
 		if !rt.matches(c) {
 			continue
 		}
+		if r.isContext(c) && !slices.Contains(rt.ops, cdc.OpMessage) {
+			return nil, false, nil // consumed: trace context only
+		}
 		subj, err := rt.subjectFor(c)
 		if err != nil {
 			return nil, false, err
@@ -240,10 +246,16 @@ func (r *Router) Route(c *cdc.Change) (sinks []int, ok bool, err error) {
 		c.Payload = rt.encode(nil, c)
 		return rt.sinks, true, nil
 	}
-	if r.unrouted == "error" {
+	if r.unrouted == "error" && !r.isContext(c) {
 		return nil, false, fmt.Errorf("no route matches %s %s.%s (unrouted: error); add a route or set unrouted: drop", c.Op, c.Schema, c.Table)
 	}
 	return nil, false, nil
+}
+
+// isContext reports whether c is a trace context message (see
+// config.Tracing.ContextPrefix).
+func (r *Router) isContext(c *cdc.Change) bool {
+	return r.contextPrefix != "" && c.Op == cdc.OpMessage && c.Prefix == r.contextPrefix
 }
 
 // rowTokens renders the row's key and columns as subject tokens; a missing

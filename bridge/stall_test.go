@@ -66,6 +66,7 @@ func TestKeepalivesWhileSinkStalls(t *testing.T) {
 	require.NoError(t, reg.Register("gate", sinks.Plugin{New: func(config.Decoder, sinks.Env) (sinks.Sink, error) { return gate, nil }}))
 	y := fmt.Sprintf(`name: stall
 nats: { url: %s }
+http: { listen: "" }
 sources:
   app:
     type: pgoutput

@@ -45,6 +45,13 @@ func defaults() map[string]any {
 		"shutdown.timeout":    5 * time.Second,
 		"log.level":           "info",
 		"log.format":          "auto",
+
+		"telemetry.tracing.sample_ratio":       1.0,
+		"telemetry.tracing.protocol":           "http/protobuf",
+		"telemetry.tracing.context_prefix":     "traceparent",
+		"telemetry.metrics.slot_poll_interval": 10 * time.Second,
+		"http.listen":                          "127.0.0.1:8080",
+		"http.max_checkpoint_age":              time.Minute,
 	}
 }
 

@@ -133,6 +133,8 @@ func TestLoadValid(t *testing.T) {
 		Checkpoint: Checkpoint{Bucket: "shop_checkpoints", Interval: 250 * time.Millisecond, Replicas: 3},
 		Shutdown:   Shutdown{Timeout: 15 * time.Second},
 		Log:        Log{Level: "debug", Format: "json"},
+		Telemetry:  defaultTelemetry,
+		HTTP:       defaultHTTP,
 	}
 	assert.Equal(t, want, cfg)
 }
@@ -159,6 +161,8 @@ func TestLoadDefaults(t *testing.T) {
 		Checkpoint: Checkpoint{Bucket: "bridge_checkpoints", Interval: time.Second, Replicas: 1},
 		Shutdown:   Shutdown{Timeout: 5 * time.Second},
 		Log:        Log{Level: "info", Format: "auto"},
+		Telemetry:  defaultTelemetry,
+		HTTP:       defaultHTTP,
 	}
 	assert.Equal(t, want, cfg)
 }
@@ -397,7 +401,7 @@ func TestLoadUnknownKeys(t *testing.T) {
 		name, doc, want string
 	}{
 		{"top level", withBase(t, "nmae: x\n"),
-			"nmae: unknown key (known: checkpoint, data_dir, log, name, nats, routes, shutdown, sinks, sources, unrouted)"},
+			"nmae: unknown key (known: checkpoint, data_dir, http, log, name, nats, routes, shutdown, sinks, sources, telemetry, unrouted)"},
 		{"nested struct", withBase(t, "nats: { embedded: { hots: x } }\n"),
 			"nats.embedded.hots: unknown key (known: host, port, store_dir, sync_always)"},
 		{"source map value", withBase(t, "sources: { shop: { dsn: x } }\n"),
@@ -407,7 +411,7 @@ func TestLoadUnknownKeys(t *testing.T) {
 		{"list element", withBase(t, "routes: [{ sinks: [main], match: { tabels: [public.x] } }]\n"),
 			"routes[0].match.tabels: unknown key (known: ops, sources, tables)"},
 		{"keys are case-sensitive", withBase(t, "Name: x\n"),
-			"Name: unknown key (known: checkpoint, data_dir, log, name, nats, routes, shutdown, sinks, sources, unrouted)"},
+			"Name: unknown key (known: checkpoint, data_dir, http, log, name, nats, routes, shutdown, sinks, sources, telemetry, unrouted)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -467,7 +471,7 @@ func TestLoadAllErrorsAtOnce(t *testing.T) {
 		`log.level: must be one of debug, info, warn, error, got "verbose"`,
 		`name: must match ^[A-Za-z0-9_-]+$, got "my bridge"`,
 		`nats.embedded.port: expected an integer, got a string`,
-		`nmae: unknown key (known: checkpoint, data_dir, log, name, nats, routes, shutdown, sinks, sources, unrouted)`,
+		`nmae: unknown key (known: checkpoint, data_dir, http, log, name, nats, routes, shutdown, sinks, sources, telemetry, unrouted)`,
 		`routes[0].match.ops[0]: unknown op "upsert" (known: insert, update, delete, truncate, message, read)`,
 		`routes[0].match.tabels: unknown key (known: ops, sources, tables)`,
 		`routes[1].sinks[0]: no sink named "mian" (defined: main)`,
@@ -510,3 +514,12 @@ func TestLoadFileErrors(t *testing.T) {
 		assert.Equal(t, []string{"name: must be set", "sources: at least one source is required"}, problems(t, err))
 	})
 }
+
+// The telemetry and http defaults.
+var (
+	defaultTelemetry = Telemetry{
+		Tracing: Tracing{Protocol: "http/protobuf", SampleRatio: 1, ContextPrefix: "traceparent"},
+		Metrics: Metrics{SlotPollInterval: 10 * time.Second},
+	}
+	defaultHTTP = HTTP{Listen: "127.0.0.1:8080", MaxCheckpointAge: time.Minute}
+)

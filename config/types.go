@@ -35,6 +35,10 @@ type Config struct {
 	Shutdown Shutdown `koanf:"shutdown"`
 	// Log configures logging.
 	Log Log `koanf:"log"`
+	// Telemetry configures traces and metrics.
+	Telemetry Telemetry `koanf:"telemetry"`
+	// HTTP configures the server of /metrics, /livez and /readyz.
+	HTTP HTTP `koanf:"http"`
 
 	// texts maps the YAML path of each value that came from a BRIDGE_*
 	// variable, an override or a ${VAR} reference and was read as a number
@@ -154,4 +158,60 @@ type Log struct {
 	Level string `koanf:"level"`
 	// Format: text, json, or auto (text on a terminal). Default auto.
 	Format string `koanf:"format"`
+}
+
+// Telemetry configures traces and metrics. The standard OTEL_* variables
+// (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL,
+// OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG, OTEL_SERVICE_NAME,
+// OTEL_TRACES_EXPORTER=none, OTEL_SDK_DISABLED) win over these keys when set.
+type Telemetry struct {
+	// Tracing configures the OpenTelemetry traces of changes.
+	Tracing Tracing `koanf:"tracing"`
+	// Metrics configures what /metrics reports.
+	Metrics Metrics `koanf:"metrics"`
+}
+
+// Tracing configures a span per change, child of a span per transaction,
+// exported with OTLP.
+type Tracing struct {
+	// Enabled turns tracing on or off. Default: on when an exporter endpoint
+	// is configured (Endpoint, OTEL_EXPORTER_OTLP_ENDPOINT or
+	// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) or OTEL_TRACES_EXPORTER=otlp;
+	// otherwise off, at no cost.
+	Enabled *bool `koanf:"enabled"`
+	// Endpoint is the OTLP collector's base URL, like
+	// OTEL_EXPORTER_OTLP_ENDPOINT: "http://collector:4318" (http/protobuf,
+	// "/v1/traces" is appended) or "http://collector:4317" (grpc); https
+	// uses TLS. Default: the exporter's (localhost).
+	Endpoint string `koanf:"endpoint"`
+	// Protocol is "http/protobuf" or "grpc". Default "http/protobuf".
+	Protocol string `koanf:"protocol"`
+	// SampleRatio is the fraction of transactions traced (0 to 1), unless
+	// the writer's trace context decides (parent-based). Default 1.
+	SampleRatio float64 `koanf:"sample_ratio"`
+	// ContextPrefix is the prefix of the logical message
+	// (pg_logical_emit_message) whose content, a W3C traceparent or a JSON
+	// object {"traceparent": "...", "tracestate": "..."}, makes the
+	// transaction's spans children of the writer's trace. Such messages are
+	// consumed, not published, unless the first route that matches them
+	// lists message in match.ops. Default "traceparent"; "" turns it off.
+	ContextPrefix string `koanf:"context_prefix"`
+}
+
+// Metrics configures what /metrics reports.
+type Metrics struct {
+	// SlotPollInterval is how often each Postgres source's slot (retained
+	// WAL, wal_status) and WAL end are read on a regular connection. Default
+	// 10s.
+	SlotPollInterval time.Duration `koanf:"slot_poll_interval"`
+}
+
+// HTTP configures the HTTP server of /metrics, /livez and /readyz.
+type HTTP struct {
+	// Listen is the address to serve on. Default "127.0.0.1:8080"; ""
+	// disables the server.
+	Listen string `koanf:"listen"`
+	// MaxCheckpointAge is how long delivered changes may wait for their
+	// checkpoint before /readyz fails. Default 1m.
+	MaxCheckpointAge time.Duration `koanf:"max_checkpoint_age"`
 }

@@ -49,6 +49,10 @@ type Env struct {
 	Name string
 	// Logger is scoped to the source.
 	Logger *slog.Logger
+	// MessagePrefixes are logical message prefixes the runtime needs on top
+	// of the configured ones (the trace context prefix, when tracing is on);
+	// a source that can emit messages emits these too.
+	MessagePrefixes []string
 }
 
 // Factory builds a source from its config block. It must not do network I/O.

@@ -54,6 +54,7 @@ func run() error {
 data_dir: %s
 nats:
   embedded: { port: -1 }   # no url: the bridge runs NATS with JetStream in-process
+http: { listen: "127.0.0.1:0" }  # /metrics, /livez, /readyz (a free port for the demo)
 sources:
   shop:
     type: pgoutput

@@ -56,6 +56,20 @@ type Config struct {
 	// when it fits (else Bridge-Payload-Bytes). It must be bound to the
 	// stream. Default "" (stop with the error).
 	DeadLetterSubject string `koanf:"dead_letter_subject"`
+	// LargePayloadBucket, when set, is a JetStream object store (created
+	// when missing) that receives payloads too large for one message, under
+	// the change's id; the message then carries the headers
+	// Bridge-Payload-Object ("<bucket>/<id>") and Bridge-Payload-Bytes and
+	// no payload. Default "" (such a change is refused: dead letter or stop).
+	LargePayloadBucket string `koanf:"large_payload_bucket"`
+	// AtomicTransactions publishes each Postgres transaction of 2 to 1000
+	// changes as one JetStream atomic batch (nats-server >= 2.12, stream
+	// allow_atomic, set when the bridge creates or updates the stream), so
+	// consumers see all of it or none. Larger transactions, and streams
+	// that do not allow it, are published message by message. Default
+	// false: nats-server 2.15 stages each batch of an R1 file stream in a
+	// file store of its own, about 8 ms per transaction here.
+	AtomicTransactions bool `koanf:"atomic_transactions"`
 }
 
 // DefaultSubjects is the default of Config.Subjects.

@@ -1,6 +1,7 @@
 package natsjs
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -18,6 +19,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/config"
@@ -44,6 +47,43 @@ const (
 	HeaderRun       = "Bridge-Run"        // random id of the publishing sink instance; diagnostic
 )
 
+// jsErrCodeAtomicDuplicate is the server's JSAtomicPublishContainsDuplicateMessageErr.
+const jsErrCodeAtomicDuplicate jetstream.ErrorCode = 10201
+
+// maxAtomic is the largest transaction published as one atomic batch: the
+// server's default limit of messages per batch. Larger transactions are
+// published message by message (still in order and exactly once, but a
+// consumer can see part of one).
+const maxAtomic = 1000
+
+// atomicOK reports whether transactions go out as atomic batches: asked for,
+// and the stream allows it.
+func (s *Sink) atomicOK() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg.AtomicTransactions && s.allowAtomic
+}
+
+// atomicGroup returns the size of the whole transaction starting at
+// batch[i] when it can go as one atomic batch, else 0: it must start at
+// ordinal 0, have two to maxAtomic changes, and all be in this batch.
+func atomicGroup(batch []cdc.Change, i int, atomic bool) int {
+	if !atomic {
+		return 0
+	}
+	c := &batch[i]
+	n := int(c.TxSize)
+	if c.Seq != 0 || n < 2 || n > maxAtomic || i+n > len(batch) {
+		return 0
+	}
+	for k := 1; k < n; k++ {
+		if d := &batch[i+k]; d.CommitLSN != c.CommitLSN || d.Seq != uint32(k) || d.Producer != c.Producer {
+			return 0
+		}
+	}
+	return n
+}
+
 // jsErrCodeStreamNotMatch is the server's JSStreamNotMatchErr: the subject
 // belongs to another stream than Nats-Expected-Stream.
 const jsErrCodeStreamNotMatch jetstream.ErrorCode = 10060
@@ -65,12 +105,13 @@ type Sink struct {
 	log  *slog.Logger
 	run  string // random per instance, the Bridge-Run header
 
-	mu         sync.Mutex // guards the fields below
-	nc         *nats.Conn
-	js         jetstream.JetStream
-	subjects   []string // the stream's subjects as last seen
-	maxMsgSize int      // the stream's max_msg_size as last seen; 0 or -1: none
-	closed     bool
+	mu          sync.Mutex // guards the fields below
+	nc          *nats.Conn
+	js          jetstream.JetStream
+	subjects    []string // the stream's subjects as last seen
+	maxMsgSize  int      // the stream's max_msg_size as last seen; 0 or -1: none
+	allowAtomic bool     // the stream accepts atomic batches
+	closed      bool
 
 	asyncFails atomic.Uint64 // async publish failures seen, for stopping a Write early
 	cursor     atomic.Uint64 // see Cursor; 0 = none yet
@@ -252,6 +293,8 @@ func (s *Sink) ensureStream(ctx context.Context, nc *nats.Conn, js jetstream.Jet
 			Storage:     jetstream.FileStorage,
 			Duplicates:  s.cfg.DuplicateWindow,
 			Replicas:    s.cfg.Replicas,
+			// Each Postgres transaction can then be stored all or nothing.
+			AllowAtomicPublish: s.cfg.AtomicTransactions,
 		})
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) { // created concurrently
 			st, err = js.Stream(ctx, name)
@@ -274,6 +317,10 @@ func (s *Sink) ensureStream(ctx context.Context, nc *nats.Conn, js jetstream.Jet
 			cfg.Duplicates, cfg.Replicas = s.cfg.DuplicateWindow, s.cfg.Replicas
 			changed = true
 		}
+		if s.cfg.AtomicTransactions && !cfg.AllowAtomicPublish {
+			cfg.AllowAtomicPublish = true
+			changed = true
+		}
 		if changed {
 			if st, err = js.UpdateStream(ctx, cfg); err != nil {
 				return s.streamErr(nc, fmt.Sprintf("updating stream %q (subjects %q, duplicate_window %s, replicas %d)",
@@ -294,9 +341,14 @@ func (s *Sink) ensureStream(ctx context.Context, nc *nats.Conn, js jetstream.Jet
 	if d := s.cfg.DeadLetterSubject; d != "" && !covered(info.Config.Subjects, d) {
 		return sinks.Permanent(fmt.Errorf("dead_letter_subject %q is not bound to stream %q (its subjects: %q): add it to subjects", d, name, info.Config.Subjects))
 	}
+	if s.cfg.AtomicTransactions && !info.Config.AllowAtomicPublish {
+		s.log.Warn("stream does not allow atomic publishing: transactions are published message by message (consumers may see part of one)",
+			"stream", name, "fix", "nats stream edit "+name+" --allow-batch (nats-server >= 2.12), or set create_stream: true")
+	}
 	s.mu.Lock()
 	s.subjects = slices.Clone(info.Config.Subjects)
 	s.maxMsgSize = int(info.Config.MaxMsgSize)
+	s.allowAtomic = info.Config.AllowAtomicPublish
 	s.mu.Unlock()
 	return nil
 }
@@ -346,7 +398,7 @@ func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
 	}
 
 	w := &write{s: s, nc: nc, ctx: ctx, batch: batch, futs: make([]jetstream.PubAckFuture, len(batch)),
-		seqs: make([]uint64, len(batch))}
+		seqs: make([]uint64, len(batch)), group: make([]int, len(batch))}
 	fails := s.asyncFails.Load()
 	pubOpts := []jetstream.PublishOpt{
 		jetstream.WithExpectStream(s.cfg.Stream),
@@ -358,19 +410,10 @@ func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
 	refreshed := false
 	stop := len(batch) // first index not published
 	var stopErr error  // why, when stopped before a failure of its own
-publish:
-	for i := range batch {
+	// prepare builds change i's message, diverting or offloading it when the
+	// server would refuse it; false means it failed (recorded in w.err).
+	prepare := func(i int) (*nats.Msg, bool) {
 		c := &batch[i]
-		for i-w.next >= s.cfg.MaxPending { // window full: wait for the oldest ack
-			w.resolve()
-		}
-		if w.err.Failed != nil || s.asyncFails.Load() != fails || ctx.Err() != nil {
-			stop = i
-			if w.err.Failed == nil && ctx.Err() != nil {
-				stopErr = w.ctxErr()
-			}
-			break
-		}
 		var refusal error // a reason the server would refuse c for good
 		valid := validSubject(c.Subject)
 		if !valid {
@@ -392,17 +435,93 @@ publish:
 		if refusal == nil {
 			size := len(msg.Data) + headerSize(msg.Header) + len(msg.Subject)
 			if limit, what := s.msgLimit(nc); limit > 0 && size > limit {
-				refusal = fmt.Errorf("publishing %s to %q: the message is %d bytes, over %s of %d", c.ID(), c.Subject, size, what, limit)
+				if s.cfg.LargePayloadBucket == "" {
+					refusal = fmt.Errorf("publishing %s to %q: the message is %d bytes, over %s of %d; set large_payload_bucket to carry it through the object store",
+						c.ID(), c.Subject, size, what, limit)
+				} else if err := s.offload(ctx, js, c, msg); err != nil {
+					w.err.Fail(i, err)
+					return nil, false
+				}
 			}
 		}
 		if refusal != nil {
 			if s.cfg.DeadLetterSubject == "" {
 				w.err.Fail(i, sinks.Permanent(fmt.Errorf("%w; set dead_letter_subject to divert such changes instead of stopping", refusal)))
-				stop = i + 1
-				break
+				return nil, false
 			}
 			msg = s.deadLetter(nc, c, msg, refusal)
 			s.log.Warn("change dead-lettered", "change", c.ID(), "table", c.Schema+"."+c.Table, "subject", s.cfg.DeadLetterSubject, "reason", refusal.Error())
+		}
+		return msg, true
+	}
+	atomic := s.atomicOK()
+publish:
+	for i := 0; i < len(batch); i++ {
+		c := &batch[i]
+		for i-w.next >= s.cfg.MaxPending { // window full: wait for the oldest ack
+			w.resolve()
+		}
+		if w.err.Failed != nil || s.asyncFails.Load() != fails || ctx.Err() != nil {
+			stop = i
+			if w.err.Failed == nil && ctx.Err() != nil {
+				stopErr = w.ctxErr()
+			}
+			break
+		}
+		if n := atomicGroup(batch, i, atomic); n > 0 {
+			// A whole transaction as one atomic batch: its messages, then a
+			// commit whose ack (awaited like any other) covers them all.
+			// Pipelined: no round trip per transaction.
+			msgs := make([]*nats.Msg, n)
+			for k := range n {
+				m, ok := prepare(i + k)
+				if !ok {
+					for kk := range k { // its transaction goes all or nothing
+						w.err.Fail(i+kk, fmt.Errorf("not publishing %s: change #%d of its transaction was refused: %w", batch[i+kk].ID(), i+k, errSkipped))
+					}
+					stop = i + k + 1
+					break publish
+				}
+				msgs[k] = m
+			}
+			bid := nuid.Next()
+			for k, m := range msgs {
+				m.Header.Set(jetstreamext.BatchIDHeader, bid)
+				m.Header.Set(jetstreamext.BatchSeqHeader, strconv.Itoa(k+1))
+			}
+			msgs[n-1].Header.Set(jetstreamext.BatchCommitHeader, "1")
+			for k := range n - 1 {
+				if err := nc.PublishMsg(msgs[k]); err != nil {
+					for kk := range n {
+						w.err.Fail(i+kk, s.publishErr(nc, &batch[i+kk], len(msgs[kk].Data)+headerSize(msgs[kk].Header), err))
+					}
+					stop = i + n
+					break publish
+				}
+			}
+			f, err := js.PublishMsgAsync(msgs[n-1], pubOpts...)
+			if err != nil {
+				for kk := range n {
+					w.err.Fail(i+kk, s.publishErr(nc, &batch[i+kk], len(msgs[kk].Data)+headerSize(msgs[kk].Header), err))
+				}
+				stop = i + n
+				break
+			}
+			w.futs[i+n-1] = f
+			w.group[i+n-1] = n
+			if w.msgs == nil {
+				w.msgs = map[int]*nats.Msg{}
+			}
+			for k, m := range msgs {
+				w.msgs[i+k] = m
+			}
+			i += n - 1
+			continue
+		}
+		msg, ok := prepare(i)
+		if !ok {
+			stop = i + 1
+			break
 		}
 		for {
 			f, err := js.PublishMsgAsync(msg, pubOpts...)
@@ -423,6 +542,29 @@ publish:
 	}
 	for w.next < stop {
 		w.resolve()
+	}
+	// Transactions whose atomic batch met messages stored already (a
+	// replay): publish them message by message; dedupe drops the stored ones.
+	for len(w.redo) > 0 && w.err.Failed == nil {
+		end := w.redo[0]
+		w.redo = w.redo[1:]
+		n := w.group[end]
+		w.group[end] = 0
+		for k := end - n + 1; k <= end; k++ {
+			m := w.msgs[k]
+			for _, h := range []string{jetstreamext.BatchIDHeader, jetstreamext.BatchSeqHeader, jetstreamext.BatchCommitHeader} {
+				m.Header.Del(h)
+			}
+			f, err := js.PublishMsgAsync(m, pubOpts...)
+			if err != nil {
+				w.err.Fail(k, s.publishErr(nc, &batch[k], len(m.Data)+headerSize(m.Header), err))
+				break
+			}
+			w.futs[k] = f
+		}
+		for w.next = end - n + 1; w.next <= end; {
+			w.resolve()
+		}
 	}
 	first := -1 // first failed index
 	if idx := w.err.Indexes(); len(idx) > 0 {
@@ -450,7 +592,10 @@ type write struct {
 	ctx   context.Context
 	batch []cdc.Change
 	futs  []jetstream.PubAckFuture
-	seqs  []uint64 // stream sequence of each acked change
+	group []int             // at the commit's index: the size of its atomic batch
+	msgs  map[int]*nats.Msg // messages of atomic batches, for a republish
+	redo  []int             // commit indexes of atomic batches to republish
+	seqs  []uint64          // stream sequence of each acked change
 	dups  int
 	next  int // next index to resolve
 	err   sinks.BatchError
@@ -483,19 +628,37 @@ func (w *write) resolve() {
 			case ack = <-f.Ok():
 			case err = <-f.Err():
 			default:
-				w.err.Fail(i, fmt.Errorf("waiting for the ack of %s: %w", w.batch[i].ID(), w.ctxErr()))
+				w.failGroup(i, fmt.Errorf("waiting for the ack of %s: %w", w.batch[i].ID(), w.ctxErr()))
 				return
 			}
 		}
 	}
 	if err != nil {
-		w.err.Fail(i, w.s.publishErr(w.nc, &w.batch[i], len(f.Msg().Data)+headerSize(f.Msg().Header), err))
+		var apiErr *jetstream.APIError
+		if w.group[i] > 1 && errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeAtomicDuplicate {
+			w.redo = append(w.redo, i) // see Write: republished one by one
+			return
+		}
+		w.failGroup(i, w.s.publishErr(w.nc, &w.batch[i], len(f.Msg().Data)+headerSize(f.Msg().Header), err))
 		return
 	}
-	w.seqs[i] = ack.Sequence
+	n := max(w.group[i], 1)
+	for k := range n { // an atomic batch's ack is its last message's
+		w.seqs[i-k] = ack.Sequence - uint64(k)
+	}
 	if ack.Duplicate {
 		w.dups++
 	}
+}
+
+// failGroup records err for change i and, when i commits an atomic batch,
+// for every change of that batch: none of them is known to be stored.
+func (w *write) failGroup(i int, err error) {
+	n := max(w.group[i], 1)
+	for k := n - 1; k >= 1; k-- {
+		w.err.Fail(i-k, fmt.Errorf("not stored: the atomic batch of its transaction failed: %w", err))
+	}
+	w.err.Fail(i, err)
 }
 
 // ctxErr is ctx's error, also wrapping sinks.ErrNotConnected when the
@@ -603,6 +766,43 @@ func (s *Sink) toMsg(c *cdc.Change) *nats.Msg {
 	set(HeaderOp, string(c.Op))
 	set(HeaderRun, s.run)
 	return &nats.Msg{Subject: c.Subject, Data: c.Payload, Header: h}
+}
+
+// HeaderPayloadObject names the object ("<bucket>/<name>") holding a payload
+// too large for one message; the message itself then carries no payload.
+const HeaderPayloadObject = "Bridge-Payload-Object"
+
+// offload puts msg's payload into the large-payload object store under the
+// change's id and turns msg into a reference to it (a claim check). Putting
+// the same id twice stores the same bytes, so replays stay exactly-once.
+func (s *Sink) offload(ctx context.Context, js jetstream.JetStream, c *cdc.Change, msg *nats.Msg) error {
+	bucket := s.cfg.LargePayloadBucket
+	obs, err := js.ObjectStore(ctx, bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		obs, err = js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: bucket, Storage: jetstream.FileStorage, Replicas: s.cfg.Replicas,
+			Description: "payloads too large for one message, by change id"})
+	}
+	if err != nil {
+		return fmt.Errorf("opening object store %q for the %d-byte payload of %s: %w", bucket, len(msg.Data), c.ID(), err)
+	}
+	chunk := uint32(128 << 10)
+	if limit, _ := s.msgLimit(s.conn()); limit > 0 && limit-1024 < int(chunk) {
+		chunk = uint32(max(limit-1024, 256))
+	}
+	meta := jetstream.ObjectMeta{Name: c.ID(), Opts: &jetstream.ObjectMetaOptions{ChunkSize: chunk}}
+	if _, err := obs.Put(ctx, meta, bytes.NewReader(msg.Data)); err != nil {
+		return fmt.Errorf("storing the %d-byte payload of %s in object store %q: %w", len(msg.Data), c.ID(), bucket, err)
+	}
+	msg.Header.Set(HeaderPayloadObject, bucket+"/"+c.ID())
+	msg.Header.Set(HeaderPayloadBytes, strconv.Itoa(len(msg.Data)))
+	msg.Data = nil
+	return nil
+}
+
+func (s *Sink) conn() *nats.Conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nc
 }
 
 // Dead-letter headers, added to the change's own.

@@ -308,7 +308,7 @@ func checkOutcome(t *testing.T, url string, batch []cdc.Change, err error) *sink
 func TestOversizedIsPermanent(t *testing.T) {
 	t.Run("server max_payload", func(t *testing.T) {
 		srv := natsembed.StartT(t, natsembed.Options{MaxPayload: 4096})
-		s := connected(t, srv, nil)
+		s := connected(t, srv, map[string]any{"atomic_transactions": false})
 		batch := txs(producer, 0x1000, 1, 6)
 		batch[2].Payload = make([]byte, 8000)
 		berr := checkOutcome(t, srv.URL(), batch, s.Write(t.Context(), batch))
@@ -365,7 +365,9 @@ func createStream(t testing.TB, url string, cfg jetstream.StreamConfig) {
 func TestSubjects(t *testing.T) {
 	srv := natsembed.StartT(t, natsembed.Options{})
 	createStream(t, srv.URL(), jetstream.StreamConfig{Name: "OTHER", Subjects: []string{"other.>"}})
-	s := connected(t, srv, nil)
+	// Per-message outcomes; with atomic transactions the whole transaction
+	// fails together (TestDeadLetter, TestAtomicTransactions).
+	s := connected(t, srv, map[string]any{"atomic_transactions": false})
 
 	for _, tc := range []struct{ name, subject, msg string }{
 		{"not bound", "elsewhere.x", `not bound to stream "CDC"`},
@@ -495,7 +497,9 @@ func TestNotConnected(t *testing.T) {
 func TestDisconnectMidWrite(t *testing.T) {
 	srv := natsembed.StartT(t, natsembed.Options{})
 	p := newProxy(t, srv.NATS().Addr().String())
-	s := connected(t, srv, map[string]any{"url": p.URL()})
+	// Asynchronous publishes: an atomic batch cut mid-way waits for its
+	// commit's ack_timeout instead (TestAtomicTransactions).
+	s := connected(t, srv, map[string]any{"url": p.URL(), "atomic_transactions": false})
 
 	batch := txs(producer, 0x1000, 10, 10)
 	require.NoError(t, s.Write(t.Context(), batch[:20]))
@@ -576,7 +580,8 @@ func TestClose(t *testing.T) {
 	t.Run("server frozen with acks in flight", func(t *testing.T) {
 		srv := natsembed.StartT(t, natsembed.Options{})
 		p := newProxy(t, srv.NATS().Addr().String())
-		s := connected(t, srv, map[string]any{"url": p.URL()})
+		// Asynchronous publishes (atomic batches wait for their commit instead).
+		s := connected(t, srv, map[string]any{"url": p.URL(), "atomic_transactions": false})
 		p.freeze()
 		wctx, wcancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 		defer wcancel()
@@ -654,10 +659,73 @@ func TestDeadLetter(t *testing.T) {
 	require.Equal(t, positions(batch), got)
 
 	// Without a dead-letter subject the refusal stops the batch, permanently.
-	s2 := connected(t, srv, nil)
+	s2 := connected(t, srv, map[string]any{"atomic_transactions": true})
 	b2 := txs(producer, 0x2000, 1, 3)
 	b2[1].Payload = make([]byte, 8000)
 	err = s2.Write(t.Context(), b2)
 	require.True(t, sinks.IsPermanent(err))
-	require.ErrorContains(t, err, "dead_letter_subject")
+	var berr *sinks.BatchError
+	require.ErrorAs(t, err, &berr)
+	require.ErrorContains(t, berr.Failed[1], "dead_letter_subject")
+	require.Contains(t, berr.Failed, 0, "its transaction goes all or nothing")
+	require.Len(t, storedIDs(t, srv.URL(), "CDC"), 5, "nothing of the refused transaction is stored")
+}
+
+// TestAtomicTransactions: whole transactions go as atomic batches; one
+// that cannot be stored leaves nothing of itself in the stream, and a
+// transaction already partly stored is completed message by message.
+func TestAtomicTransactions(t *testing.T) {
+	srv := natsembed.StartT(t, natsembed.Options{})
+	s := connected(t, srv, map[string]any{"atomic_transactions": true})
+	require.True(t, s.atomicOK(), "the created stream allows atomic publishing")
+	batch := txs(producer, 0x1000, 4, 5)
+	require.NoError(t, s.Write(t.Context(), batch))
+	msgs := stored(t, srv.URL(), "CDC")
+	require.Len(t, msgs, 20)
+	for i, m := range msgs {
+		require.Equal(t, batch[i].ID(), m.Header.Get(jetstream.MsgIDHeader))
+		require.NotEmpty(t, m.Header.Get("Nats-Batch-Id"), "stored through an atomic batch")
+	}
+	require.Equal(t, strconv.FormatUint(msgs[19].Sequence, 10), s.Cursor())
+
+	// A replay: stored once.
+	require.NoError(t, s.Write(t.Context(), batch))
+	require.Len(t, storedIDs(t, srv.URL(), "CDC"), 20)
+
+	// A replay of a transaction of which one message is stored already.
+	more := txs(producer, 0x9000, 1, 4)
+	require.NoError(t, s.Write(t.Context(), more[1:2]))
+	require.NoError(t, s.Write(t.Context(), more))
+	got := storedIDs(t, srv.URL(), "CDC")
+	require.Len(t, got, 24, "each change once")
+	require.ElementsMatch(t, ids(more), got[20:])
+}
+
+func TestLargePayloadGoesThroughObjectStore(t *testing.T) {
+	srv := natsembed.StartT(t, natsembed.Options{MaxPayload: 4096})
+	s := connected(t, srv, map[string]any{"large_payload_bucket": "big"})
+	batch := txs(producer, 0x1000, 1, 3)
+	big := make([]byte, 300000)
+	for i := range big {
+		big[i] = byte('a' + i%26)
+	}
+	batch[1].Payload = big
+	require.NoError(t, s.Write(t.Context(), batch))
+	require.NoError(t, s.Write(t.Context(), batch), "a replay stores nothing twice")
+	msgs := stored(t, srv.URL(), "CDC")
+	require.Len(t, msgs, 3)
+	require.Equal(t, batch[1].Subject, msgs[1].Subject)
+	require.Empty(t, msgs[1].Data)
+	require.Equal(t, "big/"+batch[1].ID(), msgs[1].Header.Get(HeaderPayloadObject))
+	require.Equal(t, "300000", msgs[1].Header.Get(HeaderPayloadBytes))
+	nc, err := nats.Connect(srv.URL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	obs, err := js.ObjectStore(t.Context(), "big")
+	require.NoError(t, err)
+	got, err := obs.GetBytes(t.Context(), batch[1].ID())
+	require.NoError(t, err)
+	require.Equal(t, big, got)
 }

@@ -107,10 +107,15 @@ type Harness struct {
 	// Dedupes says the destination stores a replayed change (same ID) once;
 	// otherwise Run expects at least once.
 	Dedupes bool
+	// Wait bounds how long Run polls Read for what a case expects (and,
+	// doubled, how long a Write or Connect may keep failing after Heal).
+	// Default 10s.
+	Wait time.Duration
 	// IgnoreLeaks are extra options for the per-case goroutine leak check,
 	// for goroutines the destination rather than the sink starts. Goroutines
 	// alive at the start of a case and right after each Heal are ignored
-	// already.
+	// already; an in-process destination that starts goroutines when first
+	// used (a stream, a topic) is best given those before Run.
 	IgnoreLeaks []goleak.Option
 }
 
@@ -137,11 +142,8 @@ const (
 	// Connect) under test; slack is how much later they may return.
 	shortDeadline = 100 * time.Millisecond
 	slack         = 400 * time.Millisecond
-	// arrival bounds how long Run polls Read for what a case expects.
-	arrival = 10 * time.Second
-	// recovery bounds how long a retried Write or Connect may keep failing
-	// once the destination is healthy again.
-	recovery = 20 * time.Second
+	// defaultWait is Harness.Wait's default.
+	defaultWait = 10 * time.Second
 )
 
 // Run runs the conformance cases against the sink h describes, each as a
@@ -156,6 +158,9 @@ func Run(t *testing.T, h Harness) {
 	}
 	if h.Env.Logger == nil {
 		h.Env.Logger = slog.New(slog.DiscardHandler)
+	}
+	if h.Wait <= 0 {
+		h.Wait = defaultWait
 	}
 	require.NotEmpty(t, h.Type, "sinktest: Harness.Type must be set")
 	require.NotNil(t, h.Read, "sinktest: Harness.Read must be set")
@@ -176,7 +181,7 @@ func Run(t *testing.T, h Harness) {
 		needsBreak bool
 		run        func(*runner)
 	}{
-		{"config", false, (*runner).config},
+		{"config", false, (*runner).configCase},
 		{"connect_close", false, (*runner).connectClose},
 		{"ordered", false, (*runner).ordered},
 		{"partial_failure", true, (*runner).partialFailure},
@@ -249,7 +254,7 @@ func (r *runner) heal() {
 // connect calls Connect until it succeeds, as the pipeline does.
 func (r *runner) connect(s sinks.Sink) {
 	r.t.Helper()
-	deadline := time.Now().Add(recovery)
+	deadline := time.Now().Add(2 * r.h.Wait)
 	backoff := 20 * time.Millisecond
 	for {
 		ctx, cancel := context.WithTimeout(r.t.Context(), 5*time.Second)
@@ -260,7 +265,7 @@ func (r *runner) connect(s sinks.Sink) {
 		}
 		require.False(r.t, sinks.IsPermanent(err), "Connect failed permanently: %v", err)
 		if time.Now().After(deadline) {
-			r.t.Fatalf("Connect still failing %s after the destination is healthy: %v", recovery, err)
+			r.t.Fatalf("Connect still failing %s after the destination is healthy: %v", 2*r.h.Wait, err)
 		}
 		r.pause(&backoff)
 	}
@@ -311,7 +316,7 @@ func (r *runner) failed(err error, batch []cdc.Change) []int {
 // other error), with Connect before each retry.
 func (r *runner) deliver(s sinks.Sink, batch []cdc.Change) {
 	r.t.Helper()
-	deadline := time.Now().Add(recovery)
+	deadline := time.Now().Add(2 * r.h.Wait)
 	backoff := 20 * time.Millisecond
 	pending := batch
 	for len(pending) > 0 {
@@ -324,7 +329,7 @@ func (r *runner) deliver(s sinks.Sink, batch []cdc.Change) {
 		require.False(r.t, sinks.IsPermanent(err), "Write failed permanently: %v", err)
 		pending = pick(pending, r.failed(err, pending))
 		if time.Now().After(deadline) {
-			r.t.Fatalf("Write still failing %s after the destination is healthy: %v", recovery, err)
+			r.t.Fatalf("Write still failing %s after the destination is healthy: %v", 2*r.h.Wait, err)
 		}
 		r.connect(s)
 		r.pause(&backoff)
@@ -353,10 +358,10 @@ func (r *runner) read() []Received {
 }
 
 // eventually polls read until check returns nil, and fails with check's
-// last complaint when it does not within arrival. It returns the last read.
+// last complaint when it does not within Harness.Wait. It returns the last read.
 func (r *runner) eventually(check func(got []Received) error) []Received {
 	r.t.Helper()
-	deadline := time.Now().Add(arrival)
+	deadline := time.Now().Add(r.h.Wait)
 	tick := 5 * time.Millisecond
 	for {
 		got := r.read()
@@ -365,7 +370,7 @@ func (r *runner) eventually(check func(got []Received) error) []Received {
 			return got
 		}
 		if time.Now().After(deadline) {
-			r.t.Fatalf("after %s: %v", arrival, err)
+			r.t.Fatalf("after %s: %v", r.h.Wait, err)
 		}
 		select {
 		case <-time.After(tick):
@@ -409,8 +414,16 @@ func exactly(want []cdc.Change) func([]Received) error {
 		for i, m := range got {
 			ids[i] = m.ID
 		}
-		if wantIDs := idsOf(want); !slices.Equal(ids, wantIDs) {
-			return fmt.Errorf("arrived out of order or more than once:\n got: %s\nwant: %s", summary(ids), summary(wantIDs))
+		wantIDs := idsOf(want)
+		for k := range max(len(ids), len(wantIDs)) {
+			switch {
+			case k >= len(ids):
+				return fmt.Errorf("%d messages arrived, want %d", len(ids), len(wantIDs))
+			case k >= len(wantIDs):
+				return fmt.Errorf("%d messages arrived, want %d: #%d is %s, arrived again or never written", len(ids), len(wantIDs), k, ids[k])
+			case ids[k] != wantIDs[k]:
+				return fmt.Errorf("arrived out of order or more than once: message #%d is %s, want %s", k, ids[k], wantIDs[k])
+			}
 		}
 		return nil
 	}
@@ -422,14 +435,6 @@ func idsOf(batch []cdc.Change) []string {
 		out[i] = batch[i].ID()
 	}
 	return out
-}
-
-// summary shortens a list of ids for a failure message.
-func summary(ids []string) string {
-	if len(ids) > 12 {
-		return fmt.Sprintf("%q ... (%d more)", ids[:12], len(ids)-12)
-	}
-	return fmt.Sprintf("%q", ids)
 }
 
 // checkContent checks every message against the change it claims to be and
@@ -481,7 +486,7 @@ func (r *runner) checkOnce(got []Received) {
 	}
 }
 
-func (r *runner) config() {
+func (r *runner) configCase() {
 	t := r.t
 	require.NotNil(t, r.p.New, "Plugin.New")
 	require.NotEmpty(t, r.p.Doc, "Plugin.Doc: one line for `bridge plugins`")

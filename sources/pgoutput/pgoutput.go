@@ -32,6 +32,7 @@ func New(decode config.Decoder, env sources.Env) (sources.Source, error) {
 	if err := decode(&cfg); err != nil {
 		return nil, err
 	}
+	cfg.MessagePrefixes = pgrepl.AddPrefixes(cfg.MessagePrefixes, env.MessagePrefixes)
 	return pgrepl.New(cfg, env, &plugin{cfg: cfg, source: env.Name}), nil
 }
 
@@ -56,6 +57,7 @@ func (p *plugin) Args() []string {
 
 func (p *plugin) NewDecoder(cat *pgx.Conn) pgrepl.Decoder {
 	return &decoder{
+		cat:      cat,
 		buf:      pgrepl.NewTxnBuffer(p.cfg.SpillDir, p.cfg.SpillChanges, p.cfg.SpillBytes),
 		source:   p.source,
 		prefixes: p.cfg.MessagePrefixes,
@@ -67,6 +69,7 @@ func (p *plugin) NewDecoder(cat *pgx.Conn) pgrepl.Decoder {
 
 // decoder turns pgoutput protocol v1 messages into transactions.
 type decoder struct {
+	cat      *pgx.Conn
 	source   string
 	prefixes []string
 	types    *pgtypes.Resolver
@@ -205,6 +208,17 @@ func (d *decoder) relation(ctx context.Context, m *pglogrepl.RelationMessage) er
 		types[i] = t
 		rel.Columns[i] = cdc.Column{Name: col.Name, Type: t.Name, OID: col.DataType, Key: col.Flags&1 != 0}
 	}
+	if m.ReplicaIdentity == 'f' {
+		// With REPLICA IDENTITY FULL pgoutput flags every column; the key
+		// consumers want is the primary key.
+		pk, err := primaryKey(ctx, d.cat, m.RelationID)
+		if err != nil {
+			return fmt.Errorf("reading the primary key of %s.%s: %w", m.Namespace, m.RelationName, err)
+		}
+		for i := range rel.Columns {
+			rel.Columns[i].Key = pk[rel.Columns[i].Name]
+		}
+	}
 	// A new Relation message replaces the old description; changes already
 	// decoded keep their pointer to the old one.
 	d.rels[m.RelationID] = rel
@@ -252,4 +266,25 @@ func (d *decoder) tuple(rel *cdc.Relation, types []*pgtypes.Type, t *pglogrepl.T
 		}
 	}
 	return row, nil
+}
+
+// primaryKey returns the primary key's column names of relation oid (none
+// when it has no primary key).
+func primaryKey(ctx context.Context, cat *pgx.Conn, oid uint32) (map[string]bool, error) {
+	rows, err := cat.Query(ctx, `SELECT a.attname FROM pg_index i
+		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
+		WHERE i.indrelid = $1 AND i.indisprimary`, oid)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	pk := map[string]bool{}
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return nil, err
+		}
+		pk[n] = true
+	}
+	return pk, rows.Err()
 }

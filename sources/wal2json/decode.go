@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/sources/internal/pgrepl"
 	"github.com/bridgecdc/bridge/sources/internal/pgtypes"
 )
 
@@ -74,13 +75,15 @@ type decoder struct {
 	in      bool
 	txn     *cdc.Txn
 	nextLSN cdc.LSN // the begin object's nextlsn
+	buf     *pgrepl.TxnBuffer
+	size    int // approximate bytes of the change being decoded
 }
 
-func newDecoder(source string, prefixes []string, cat pgtypes.Querier, types *pgtypes.Resolver, log *slog.Logger) *decoder {
+func newDecoder(source string, prefixes []string, cat pgtypes.Querier, types *pgtypes.Resolver, buf *pgrepl.TxnBuffer, log *slog.Logger) *decoder {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &decoder{source: source, prefixes: prefixes, cat: cat, types: types, log: log, tables: map[tableName]*table{}}
+	return &decoder{source: source, prefixes: prefixes, cat: cat, types: types, buf: buf, log: log, tables: map[tableName]*table{}}
 }
 
 func (d *decoder) InTxn() bool { return d.in }
@@ -119,6 +122,7 @@ func (d *decoder) Decode(ctx context.Context, walStart cdc.LSN, data []byte) (*c
 			}
 			d.nextLSN = l
 		}
+		d.buf.Discard()
 		d.in, d.txn = true, t
 	case "C":
 		t, end := d.txn, d.nextLSN
@@ -126,7 +130,7 @@ func (d *decoder) Decode(ctx context.Context, walStart cdc.LSN, data []byte) (*c
 		if t == nil {
 			return nil, fmt.Errorf("commit at %s without begin", lsn)
 		}
-		if len(t.Changes) == 0 {
+		if d.buf.Len() == 0 {
 			return nil, nil
 		}
 		// The commit's nextlsn is the end of its commit record, pgoutput's
@@ -142,25 +146,21 @@ func (d *decoder) Decode(ctx context.Context, walStart cdc.LSN, data []byte) (*c
 			return nil, fmt.Errorf("commit at %s without nextlsn (include-lsn is off?)", lsn)
 		}
 		t.CommitLSN = end
-		n := uint32(len(t.Changes))
-		for i := range t.Changes {
-			c := &t.Changes[i]
-			c.CommitLSN, c.Seq, c.TxSize, c.Xid, c.CommitTime = t.CommitLSN, uint32(i), n, t.Xid, t.CommitTime
-		}
-		return t, nil
+		return d.buf.Finish(t)
 	case "I", "U", "D":
 		c, err := d.change(ctx, &m, lsn)
 		if err != nil {
 			return nil, err
 		}
-		d.add(c)
+		d.size = len(data) // about the size of the values
+		return nil, d.add(c)
 	case "T":
 		tb, err := d.table(ctx, &m, shapeNone)
 		if err != nil {
 			return nil, fmt.Errorf("truncate of %s.%s at %s: %w", m.Schema, m.Table, lsn, err)
 		}
 		// wal2json does not report CASCADE or RESTART IDENTITY.
-		d.add(cdc.Change{Op: cdc.OpTruncate, Rel: tb.rel, Schema: m.Schema, Table: m.Table, LSN: lsn})
+		return nil, d.add(cdc.Change{Op: cdc.OpTruncate, Rel: tb.rel, Schema: m.Schema, Table: m.Table, LSN: lsn})
 	case "M":
 		if !d.wanted(m.Prefix) {
 			return nil, nil
@@ -177,8 +177,7 @@ func (d *decoder) Decode(ctx context.Context, walStart cdc.LSN, data []byte) (*c
 		}
 		c := cdc.Change{Op: cdc.OpMessage, LSN: lsn, Prefix: m.Prefix, Content: content, Transactional: m.Transactional}
 		if m.Transactional && d.in {
-			d.add(c)
-			return nil, nil
+			return nil, d.add(c)
 		}
 		// A non-transactional message is a transaction of its own, with
 		// the pgoutput source's identity: its LSN + 1.
@@ -216,7 +215,7 @@ func (d *decoder) wanted(prefix string) bool {
 	return false
 }
 
-func (d *decoder) add(c cdc.Change) {
+func (d *decoder) add(c cdc.Change) error {
 	c.Source = d.source
 	if d.txn == nil {
 		// Not reachable with include-transaction: changes come between
@@ -224,7 +223,9 @@ func (d *decoder) add(c cdc.Change) {
 		d.txn = &cdc.Txn{}
 		d.in = true
 	}
-	d.txn.Changes = append(d.txn.Changes, c)
+	size := d.size + len(c.Content) + 64
+	d.size = 0
+	return d.buf.Add(c, size)
 }
 
 // change decodes an insert, update or delete.
@@ -298,6 +299,8 @@ type table struct {
 	types   []*pgtypes.Type
 	pos     map[string]int
 	varlena []bool          // may hold an unchanged TOAST value
+	notNull []bool          // NOT NULL: a null float or numeric is a lost NaN or ±Infinity
+	ident   []bool          // part of the replica identity (every column with FULL)
 	skip    map[string]bool // generated columns: wal2json sends them, pgoutput does not
 	catalog bool            // described by the catalog, not by a message
 }
@@ -343,15 +346,15 @@ func (t *table) fitsRow(cols []column, sh shape) bool {
 	return !gap(last+1, len(t.rel.Columns))
 }
 
-// keyFits reports whether an identity agrees with t's key columns: only key
-// columns, and all of them for REPLICA IDENTITY FULL.
-func (t *table) keyFits(identity []column) bool {
+// identFits reports whether an identity agrees with t's replica identity:
+// only identity columns, and every column for REPLICA IDENTITY FULL.
+func (t *table) identFits(identity []column) bool {
 	n := 0
 	for i := range identity {
 		if t.skip[identity[i].Name] {
 			continue
 		}
-		if j, ok := t.pos[identity[i].Name]; !ok || !t.rel.Columns[j].Key {
+		if j, ok := t.pos[identity[i].Name]; !ok || !t.ident[j] {
 			return false
 		}
 		n++
@@ -365,7 +368,7 @@ func (t *table) keyFits(identity []column) bool {
 func (d *decoder) table(ctx context.Context, m *message, sh shape) (*table, error) {
 	key := tableName{m.Schema, m.Table}
 	t := d.tables[key]
-	if t != nil && t.fits(m, sh) && (len(m.Identity) == 0 || !t.catalog || t.keyFits(m.Identity)) {
+	if t != nil && t.fits(m, sh) && (len(m.Identity) == 0 || !t.catalog || t.identFits(m.Identity)) {
 		return t, nil
 	}
 	ct, err := d.describe(ctx, m.Schema, m.Table)
@@ -391,9 +394,13 @@ const describeSQL = `SELECT c.oid, c.relreplident::text,
 	array_agg(a.atttypid ORDER BY a.attnum),
 	array_agg(a.attgenerated <> '' ORDER BY a.attnum),
 	array_agg(a.attlen = -1 ORDER BY a.attnum),
+	array_agg(a.attnotnull ORDER BY a.attnum),
 	array_agg(c.relreplident = 'f' OR EXISTS (SELECT 1 FROM pg_catalog.pg_index i
 		WHERE i.indrelid = c.oid AND a.attnum = ANY (i.indkey)
-		AND CASE c.relreplident WHEN 'd' THEN i.indisprimary WHEN 'i' THEN i.indisreplident ELSE false END) ORDER BY a.attnum)
+		AND CASE c.relreplident WHEN 'd' THEN i.indisprimary WHEN 'i' THEN i.indisreplident ELSE false END) ORDER BY a.attnum),
+	array_agg(EXISTS (SELECT 1 FROM pg_catalog.pg_index i
+		WHERE i.indrelid = c.oid AND a.attnum = ANY (i.indkey)
+		AND CASE c.relreplident WHEN 'd' THEN i.indisprimary WHEN 'i' THEN i.indisreplident ELSE i.indisprimary END) ORDER BY a.attnum)
 FROM pg_catalog.pg_class c
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
@@ -401,18 +408,20 @@ WHERE n.nspname = $1 AND c.relname = $2
 GROUP BY c.oid, c.relreplident`
 
 // describe reads a table's description from the catalog: its columns
-// (generated ones left out, as pgoutput does), their types, and which are
-// part of the replica identity (all of them with REPLICA IDENTITY FULL, as
-// pgoutput flags them). It returns nil when the table does not exist.
+// (generated ones left out, as pgoutput does), their types, which are part
+// of the replica identity (all of them with REPLICA IDENTITY FULL) and which
+// are key columns, as the pgoutput source flags them: the replica identity
+// index's, or with REPLICA IDENTITY FULL the primary key's. It returns nil
+// when the table does not exist.
 func (d *decoder) describe(ctx context.Context, schema, name string) (*table, error) {
 	var (
-		oid                   uint32
-		ident                 string
-		names                 []string
-		typs                  []uint32
-		generated, varl, keys []bool
+		oid                                    uint32
+		ident                                  string
+		names                                  []string
+		typs                                   []uint32
+		generated, varl, notNull, idents, keys []bool
 	)
-	err := d.cat.QueryRow(ctx, describeSQL, schema, name).Scan(&oid, &ident, &names, &typs, &generated, &varl, &keys)
+	err := d.cat.QueryRow(ctx, describeSQL, schema, name).Scan(&oid, &ident, &names, &typs, &generated, &varl, &notNull, &idents, &keys)
 	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, nil
@@ -434,6 +443,8 @@ func (d *decoder) describe(ctx context.Context, schema, name string) (*table, er
 		t.rel.Columns = append(t.rel.Columns, cdc.Column{Name: n, Type: typ.Name, OID: typ.OID, Key: keys[i]})
 		t.types = append(t.types, typ)
 		t.varlena = append(t.varlena, varl[i])
+		t.notNull = append(t.notNull, notNull[i])
+		t.ident = append(t.ident, idents[i])
 	}
 	return t, nil
 }
@@ -446,8 +457,9 @@ func identByte(s string) byte {
 }
 
 // fromMessage describes a table by the columns of m: the new row's, else
-// the identity's. Key flags and replica identity come from cat (the
-// catalog's description) when the table still exists, else from "pk".
+// the identity's. Key flags, replica identity and column properties come
+// from cat (the catalog's description) when the table still exists, else
+// from "pk" and the types.
 func (d *decoder) fromMessage(ctx context.Context, m *message, cat *table) (*table, error) {
 	t := &table{rel: &cdc.Relation{Schema: m.Schema, Table: m.Table, ReplicaIdentity: 'd'}, pos: map[string]int{}, skip: map[string]bool{}}
 	key := map[string]bool{}
@@ -480,15 +492,33 @@ func (d *decoder) fromMessage(ctx context.Context, m *message, cat *table) (*tab
 			return nil, fmt.Errorf("resolving type of column %s: %w", c.Name, err)
 		}
 		t.pos[c.Name] = len(t.rel.Columns)
-		t.rel.Columns = append(t.rel.Columns, cdc.Column{Name: c.Name, Type: typ.Name, OID: typ.OID,
-			Key: key[c.Name] || t.rel.ReplicaIdentity == 'f'})
+		t.rel.Columns = append(t.rel.Columns, cdc.Column{Name: c.Name, Type: typ.Name, OID: typ.OID, Key: key[c.Name]})
 		t.types = append(t.types, typ)
-		t.varlena = append(t.varlena, false)
+		varl, notNull, ident := maybeVarlena(typ), c.Optional != nil && !*c.Optional, key[c.Name] || t.rel.ReplicaIdentity == 'f'
+		if cat != nil {
+			if j, ok := cat.pos[c.Name]; ok && cat.rel.Columns[j].OID == typ.OID {
+				varl, notNull, ident = cat.varlena[j], cat.notNull[j], cat.ident[j]
+			}
+		}
+		t.varlena = append(t.varlena, varl)
+		t.notNull = append(t.notNull, notNull)
+		t.ident = append(t.ident, ident)
 	}
 	if !t.fitsRow(m.Identity, shapeNone) {
 		return nil, fmt.Errorf("identity columns %s are not among the row's columns", names(m.Identity))
 	}
 	return t, nil
+}
+
+// maybeVarlena reports whether a column of type t might hold an unchanged
+// TOAST value, when the catalog cannot tell: every type but the fixed-size
+// ones this package knows.
+func maybeVarlena(t *pgtypes.Type) bool {
+	switch t.Kind {
+	case pgtypes.Bool, pgtypes.Int, pgtypes.Float, pgtypes.TimestampTZ, pgtypes.Timestamp, pgtypes.Date:
+		return false
+	}
+	return true
 }
 
 func names(cols []column) string {
@@ -518,7 +548,7 @@ func (t *table) row(cols []column, fill any, lossy []string) ([]any, []string, e
 		if err != nil {
 			return nil, lossy, fmt.Errorf("column %s (%s): %w", col.Name, col.Type, err)
 		}
-		if v == nil && c.Optional != nil && !*c.Optional && (col.OID == oidFloat4 || col.OID == oidFloat8 || col.OID == oidNumeric) {
+		if v == nil && (t.notNull[j] || c.Optional != nil && !*c.Optional) && (col.OID == oidFloat4 || col.OID == oidFloat8 || col.OID == oidNumeric) {
 			// NaN or ±Infinity: wal2json < 2.6 prints them as null.
 			lossy = appendOnce(lossy, col.Name)
 		}

@@ -9,7 +9,10 @@
 // `publication`/`create_publication` are ignored. The plugin must be
 // installed on the server (Debian/Ubuntu: `apt-get install
 // postgresql-<major>-wal2json`); a server without it is reported as a setup
-// error with that command.
+// error with that command, and so is a bytea_output other than 'hex'
+// (wal2json strips the first two characters of a bytea's text). Large
+// transactions spill to disk past spill_changes/spill_bytes, as with
+// pgoutput.
 //
 // Differences from pgoutput, forced by wal2json 2.5 and earlier:
 //
@@ -29,10 +32,13 @@
 //     makes such UPDATEs and DELETEs fail on the server while the table is
 //     published; wal2json lets them commit and skips them with a server-log
 //     WARNING. The source warns about such tables when it starts.
-//   - Key flags, replica identity and the column list (generated columns are
-//     left out, as pgoutput does) come from the current catalog rather than
-//     the one the change was written under; after DDL the first changes
-//     decoded may use the newer description.
+//   - Key flags (as the pgoutput source sets them), replica identity and
+//     the column list (generated columns are left out, as pgoutput does)
+//     come from the current catalog rather than the one the change was
+//     written under. A change whose columns the catalog does not match (DDL
+//     since) is described by its own columns, with a warning; a column
+//     dropped since and left out of an update as unchanged TOAST cannot be
+//     told apart then.
 //
 // Example (bridge.yaml):
 //

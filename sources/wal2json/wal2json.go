@@ -37,6 +37,7 @@ func New(decode config.Decoder, env sources.Env) (sources.Source, error) {
 	if err := decode(&cfg); err != nil {
 		return nil, err
 	}
+	cfg.MessagePrefixes = pgrepl.AddPrefixes(cfg.MessagePrefixes, env.MessagePrefixes)
 	log := env.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -69,7 +70,7 @@ func (s *Source) Open(ctx context.Context, from cdc.LSN) error {
 		s.inner = pgrepl.New(s.cfg, s.env, s.p)
 		err = s.inner.Open(ctx, from)
 	}
-	return mapError(err, s.p.major)
+	return mapError(err, s.p.Name(), s.p.major)
 }
 
 // Read implements sources.Source.
@@ -84,23 +85,24 @@ func (s *Source) Idle() (safe, after cdc.LSN, ok bool) { return s.inner.Idle() }
 // Close implements sources.Source.
 func (s *Source) Close(ctx context.Context) error { return s.inner.Close(ctx) }
 
-// mapError turns the server's report that the wal2json library is missing
-// into a SetupError with the install command; other errors pass unchanged.
-// major is the server's major version, 0 when unknown.
-func mapError(err error, major int) error {
+// mapError turns the server's report that the output plugin's library
+// (plugin, "wal2json") is missing into a SetupError with the install
+// command; other errors pass unchanged. major is the server's major
+// version, 0 when unknown.
+func mapError(err error, plugin string, major int) error {
 	var pe *pgconn.PgError
 	if err == nil || !errors.As(err, &pe) {
 		return err
 	}
 	// "could not access file \"wal2json\": No such file or directory"
 	// (undefined_file), from slot creation or START_REPLICATION.
-	if pe.Code == "58P01" && strings.Contains(pe.Message, `"wal2json"`) {
+	if pe.Code == "58P01" && strings.Contains(pe.Message, `"`+plugin+`"`) {
 		v := "<major>"
 		if major > 0 {
 			v = strconv.Itoa(major)
 		}
 		return &sources.SetupError{
-			What: fmt.Sprintf("the wal2json output plugin is not installed on the PostgreSQL server (%s)", pe.Message),
+			What: fmt.Sprintf("the %s output plugin is not installed on the PostgreSQL server (%s)", plugin, pe.Message),
 			Fix: fmt.Sprintf("install it on the database server, e.g. `apt-get install postgresql-%s-wal2json` (Debian/Ubuntu; RHEL: `dnf install wal2json_%s`), then restart the bridge",
 				v, v),
 		}
@@ -272,7 +274,8 @@ func msgPrefixes(prefixes []string) (string, bool) {
 func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 func (p *plugin) NewDecoder(cat *pgx.Conn) pgrepl.Decoder {
-	return newDecoder(p.source, p.cfg.MessagePrefixes, cat, pgtypes.NewResolver(cat), p.log)
+	return newDecoder(p.source, p.cfg.MessagePrefixes, cat, pgtypes.NewResolver(cat),
+		pgrepl.NewTxnBuffer(p.cfg.SpillDir, p.cfg.SpillChanges, p.cfg.SpillBytes), p.log)
 }
 
 var _ sources.Source = (*Source)(nil)

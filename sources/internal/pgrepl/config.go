@@ -7,6 +7,7 @@ package pgrepl
 import (
 	"errors"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/bridgecdc/bridge/config"
@@ -91,4 +92,19 @@ func (c *Config) Validate() error {
 		errs = append(errs, config.Field("buffer", "must be > 0, got %d", c.Buffer))
 	}
 	return errors.Join(errs...)
+}
+
+// AddPrefixes returns configured with the prefixes of extra (sources.Env's
+// MessagePrefixes) that it does not already cover; "*" covers all.
+func AddPrefixes(configured, extra []string) []string {
+	if slices.Contains(configured, "*") {
+		return configured
+	}
+	out := configured
+	for _, p := range extra {
+		if p != "" && !slices.Contains(out, p) {
+			out = append(slices.Clip(out), p)
+		}
+	}
+	return out
 }

@@ -119,6 +119,7 @@ func (s *Source) Open(ctx context.Context, from cdc.LSN) (err error) {
 	rcfg.RuntimeParams["TimeZone"] = "UTC"
 	rcfg.RuntimeParams["IntervalStyle"] = "postgres"
 	rcfg.RuntimeParams["extra_float_digits"] = "3"
+	rcfg.RuntimeParams["bytea_output"] = "hex"
 	s.repl, err = pgconn.ConnectConfig(ctx, rcfg)
 	if err != nil {
 		return fmt.Errorf("opening replication connection to %s: %w", Redact(s.cfg.DSN), err)
