@@ -59,6 +59,8 @@ func IsConnectionLoss(err error) bool {
 		switch pgErr.Code {
 		case "57P01", "57P02", "57P03": // admin_shutdown, crash_shutdown, cannot_connect_now
 			return true
+		case "55006": // the slot is active elsewhere: a standby retries on the short curve to take over fast
+			return true
 		}
 		return false
 	}

@@ -115,7 +115,7 @@ func Check(ctx context.Context, c *pgx.Conn, slot, plugin string) (SlotInfo, err
 		if si.WALStatus == "lost" {
 			errs = append(errs, &SetupError{
 				What: fmt.Sprintf("slot %q is invalidated (wal_status = lost): the WAL it needed was removed, so changes were lost", slot),
-				Fix: fmt.Sprintf("SELECT pg_drop_replication_slot('%s'); then restart the bridge to create it anew (and re-snapshot consumers); raise max_slot_wal_keep_size to prevent it",
+				Fix: fmt.Sprintf("SELECT pg_drop_replication_slot('%s'); and delete the checkpoint (`nats kv del <bucket> <bridge name>.<source name>`), then restart the bridge to create both anew under a new epoch (consumers re-read); raise max_slot_wal_keep_size to prevent it",
 					slot),
 			})
 		}
