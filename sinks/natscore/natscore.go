@@ -6,12 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/bridgecdc/bridge/sinks/internal/natsconn"
 	"log/slog"
-	mrand "math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -96,7 +95,7 @@ func (s *Sink) Connect(ctx context.Context) error {
 	s.mu.Unlock()
 
 	if nc != nil && !nc.IsClosed() {
-		if err := waitConnected(ctx, nc); err != nil {
+		if err := natsconn.WaitConnected(ctx, nc); err != nil {
 			return fmt.Errorf("connecting to %s: %w: %w", config.Redact(s.cfg.URL), sinks.ErrNotConnected, err)
 		}
 		return nil
@@ -116,83 +115,8 @@ func (s *Sink) Connect(ctx context.Context) error {
 }
 
 func (s *Sink) dial(ctx context.Context) (*nats.Conn, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("connecting to %s: %w", config.Redact(s.cfg.URL), err)
-	}
-	timeout := 5 * time.Second
-	if d, ok := ctx.Deadline(); ok {
-		timeout = min(timeout, max(time.Until(d), time.Millisecond))
-	}
-	name := "bridge"
-	if s.name != "" {
-		name += " sink " + s.name
-	}
-	opts := []nats.Option{
-		nats.Name(name),
-		nats.Timeout(timeout),
-		nats.MaxReconnects(-1),
-		// No reconnect buffer: a publish while disconnected fails at once
-		// instead of being sent after the reconnect, behind a gap.
-		nats.ReconnectBufSize(-1),
-		nats.CustomReconnectDelay(reconnectDelay),
-		// Bounds a write to a server that stopped reading, Close included.
-		nats.FlusherTimeout(s.cfg.FlushTimeout),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				s.log.Warn("disconnected from NATS", "error", err)
-			}
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) {
-			s.log.Info("reconnected to NATS", "server", nc.ConnectedUrlRedacted())
-		}),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			s.log.Warn("NATS async error", "error", err)
-		}),
-	}
-	switch {
-	case s.cfg.Creds != "":
-		opts = append(opts, nats.UserCredentials(s.cfg.Creds))
-	case s.cfg.User != "":
-		opts = append(opts, nats.UserInfo(s.cfg.User, s.cfg.Password))
-	}
-	if s.cfg.Token != "" {
-		opts = append(opts, nats.Token(s.cfg.Token))
-	}
-	nc, err := nats.Connect(s.cfg.URL, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("connecting to %s: %w", config.Redact(s.cfg.URL), err)
-	}
-	return nc, nil
-}
-
-// reconnectDelay is DESIGN.md §5's curve for a lost connection: the client
-// redials at once, then waits 250ms doubling to 2s, with equal jitter.
-func reconnectDelay(attempts int) time.Duration {
-	d := 2 * time.Second
-	if attempts >= 1 && attempts <= 4 {
-		d = 250 * time.Millisecond << (attempts - 1)
-	}
-	return d/2 + mrand.N(d/2+1)
-}
-
-// waitConnected waits for a reconnecting nc until it is connected again,
-// it is closed, or ctx ends.
-func waitConnected(ctx context.Context, nc *nats.Conn) error {
-	ch := nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
-	defer nc.RemoveStatusListener(ch)
-	for {
-		switch nc.Status() {
-		case nats.CONNECTED:
-			return nil
-		case nats.CLOSED:
-			return nats.ErrConnectionClosed
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	return natsconn.Dial(ctx, natsconn.Settings{URL: s.cfg.URL, Creds: s.cfg.Creds, User: s.cfg.User, Password: s.cfg.Password,
+		Token: s.cfg.Token, Sink: s.name, FlusherTimeout: s.cfg.FlushTimeout}, s.log)
 }
 
 // Write publishes the batch in order, then flushes once, bounded by ctx and
@@ -236,7 +160,7 @@ func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
 		}
 		msg := s.toMsg(c)
 		if err := nc.PublishMsg(msg); err != nil {
-			berr.Fail(i, s.publishErr(nc, c, len(msg.Data)+headerSize(msg.Header), err))
+			berr.Fail(i, s.publishErr(nc, c, len(msg.Data)+natsconn.HeaderSize(msg.Header), err))
 			stop = i
 			break
 		}
@@ -293,7 +217,7 @@ func isConnErr(err error) bool {
 func (s *Sink) toMsg(c *cdc.Change) *nats.Msg {
 	h := make(nats.Header, len(c.Headers)+8)
 	for k, v := range c.Headers {
-		if !validHeader(k, v) {
+		if !natsconn.ValidHeader(k, v) {
 			s.log.Warn("dropping an invalid or reserved header", "change", c.ID(), "header", k)
 			continue
 		}
@@ -310,25 +234,6 @@ func (s *Sink) toMsg(c *cdc.Change) *nats.Msg {
 	h[natsjs.HeaderOp] = []string{string(c.Op)}
 	h[natsjs.HeaderRun] = []string{s.run}
 	return &nats.Msg{Subject: c.Subject, Data: c.Payload, Header: h}
-}
-
-// validHeader rejects what would corrupt the header block, and "Nats-*"
-// headers: a stream capturing the subject would obey them.
-func validHeader(k, v string) bool {
-	if k == "" || strings.ContainsAny(k, ": \t\r\n") || strings.ContainsAny(v, "\r\n") {
-		return false
-	}
-	return !strings.HasPrefix(strings.ToLower(k), "nats-")
-}
-
-func headerSize(h nats.Header) int {
-	n := len("NATS/1.0\r\n\r\n")
-	for k, vs := range h {
-		for _, v := range vs {
-			n += len(k) + len(v) + 4
-		}
-	}
-	return n
 }
 
 // validSubject reports whether s can be published to: non-empty tokens, no

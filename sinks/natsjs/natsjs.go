@@ -7,8 +7,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/bridgecdc/bridge/sinks/internal/natsconn"
 	"log/slog"
-	mrand "math/rand/v2"
 	"net/url"
 	"slices"
 	"strconv"
@@ -182,58 +182,17 @@ func (s *Sink) Connect(ctx context.Context) error {
 		}
 		s.nc, s.js = nc, js
 		s.mu.Unlock()
-	} else if err := waitConnected(ctx, nc); err != nil {
+	} else if err := natsconn.WaitConnected(ctx, nc); err != nil {
 		return fmt.Errorf("connecting to %s: %w: %w", redact(s.cfg.URL), sinks.ErrNotConnected, err)
 	}
 	return s.ensureStream(ctx, nc, js)
 }
 
 func (s *Sink) dial(ctx context.Context) (*nats.Conn, jetstream.JetStream, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, nil, fmt.Errorf("connecting to %s: %w", redact(s.cfg.URL), err)
-	}
-	timeout := 5 * time.Second
-	if d, ok := ctx.Deadline(); ok {
-		timeout = min(timeout, max(time.Until(d), time.Millisecond))
-	}
-	name := "bridge"
-	if s.name != "" {
-		name += " sink " + s.name
-	}
-	opts := []nats.Option{
-		nats.Name(name),
-		nats.Timeout(timeout),
-		nats.MaxReconnects(-1),
-		// No reconnect buffer: a publish while disconnected fails at once
-		// instead of being sent after the reconnect, behind a gap.
-		nats.ReconnectBufSize(-1),
-		nats.CustomReconnectDelay(reconnectDelay),
-		// Bounds a write to a server that stopped reading, Close included.
-		nats.FlusherTimeout(s.cfg.AckTimeout),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				s.log.Warn("disconnected from NATS", "error", err)
-			}
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) {
-			s.log.Info("reconnected to NATS", "server", nc.ConnectedUrlRedacted())
-		}),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			s.log.Warn("NATS async error", "error", err)
-		}),
-	}
-	switch {
-	case s.cfg.Creds != "":
-		opts = append(opts, nats.UserCredentials(s.cfg.Creds))
-	case s.cfg.User != "":
-		opts = append(opts, nats.UserInfo(s.cfg.User, s.cfg.Password))
-	}
-	if s.cfg.Token != "" {
-		opts = append(opts, nats.Token(s.cfg.Token))
-	}
-	nc, err := nats.Connect(s.cfg.URL, opts...)
+	nc, err := natsconn.Dial(ctx, natsconn.Settings{URL: s.cfg.URL, Creds: s.cfg.Creds, User: s.cfg.User, Password: s.cfg.Password,
+		Token: s.cfg.Token, Sink: s.name, FlusherTimeout: s.cfg.AckTimeout}, s.log)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connecting to %s: %w", redact(s.cfg.URL), err)
+		return nil, nil, err
 	}
 	js, err := jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(s.cfg.MaxPending),
@@ -245,36 +204,6 @@ func (s *Sink) dial(ctx context.Context) (*nats.Conn, jetstream.JetStream, error
 		return nil, nil, fmt.Errorf("connecting to %s: %w", redact(s.cfg.URL), err)
 	}
 	return nc, js, nil
-}
-
-// reconnectDelay is DESIGN.md §5's curve for a lost connection: the client
-// redials at once, then waits 250ms doubling to 2s, with equal jitter.
-func reconnectDelay(attempts int) time.Duration {
-	d := 2 * time.Second
-	if attempts >= 1 && attempts <= 4 {
-		d = 250 * time.Millisecond << (attempts - 1)
-	}
-	return d/2 + mrand.N(d/2+1)
-}
-
-// waitConnected waits for a reconnecting nc until it is connected again,
-// it is closed, or ctx ends.
-func waitConnected(ctx context.Context, nc *nats.Conn) error {
-	ch := nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
-	defer nc.RemoveStatusListener(ch)
-	for {
-		switch nc.Status() {
-		case nats.CONNECTED:
-			return nil
-		case nats.CLOSED:
-			return nats.ErrConnectionClosed
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
 }
 
 // ensureStream creates, updates or checks the stream, and records its subjects.
@@ -433,7 +362,7 @@ func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
 		}
 		msg := s.toMsg(c)
 		if refusal == nil {
-			size := len(msg.Data) + headerSize(msg.Header) + len(msg.Subject)
+			size := len(msg.Data) + natsconn.HeaderSize(msg.Header) + len(msg.Subject)
 			if limit, what := s.msgLimit(nc); limit > 0 && size > limit {
 				if s.cfg.LargePayloadBucket == "" {
 					refusal = fmt.Errorf("publishing %s to %q: the message is %d bytes, over %s of %d; set large_payload_bucket to carry it through the object store",
@@ -493,7 +422,7 @@ publish:
 			for k := range n - 1 {
 				if err := nc.PublishMsg(msgs[k]); err != nil {
 					for kk := range n {
-						w.err.Fail(i+kk, s.publishErr(nc, &batch[i+kk], len(msgs[kk].Data)+headerSize(msgs[kk].Header), err))
+						w.err.Fail(i+kk, s.publishErr(nc, &batch[i+kk], len(msgs[kk].Data)+natsconn.HeaderSize(msgs[kk].Header), err))
 					}
 					stop = i + n
 					break publish
@@ -502,7 +431,7 @@ publish:
 			f, err := js.PublishMsgAsync(msgs[n-1], pubOpts...)
 			if err != nil {
 				for kk := range n {
-					w.err.Fail(i+kk, s.publishErr(nc, &batch[i+kk], len(msgs[kk].Data)+headerSize(msgs[kk].Header), err))
+					w.err.Fail(i+kk, s.publishErr(nc, &batch[i+kk], len(msgs[kk].Data)+natsconn.HeaderSize(msgs[kk].Header), err))
 				}
 				stop = i + n
 				break
@@ -535,7 +464,7 @@ publish:
 			if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
 				err = ctx.Err()
 			}
-			w.err.Fail(i, s.publishErr(nc, c, len(msg.Data)+headerSize(msg.Header), err))
+			w.err.Fail(i, s.publishErr(nc, c, len(msg.Data)+natsconn.HeaderSize(msg.Header), err))
 			stop = i + 1
 			break publish
 		}
@@ -557,7 +486,7 @@ publish:
 			}
 			f, err := js.PublishMsgAsync(m, pubOpts...)
 			if err != nil {
-				w.err.Fail(k, s.publishErr(nc, &batch[k], len(m.Data)+headerSize(m.Header), err))
+				w.err.Fail(k, s.publishErr(nc, &batch[k], len(m.Data)+natsconn.HeaderSize(m.Header), err))
 				break
 			}
 			w.futs[k] = f
@@ -639,7 +568,7 @@ func (w *write) resolve() {
 			w.redo = append(w.redo, i) // see Write: republished one by one
 			return
 		}
-		w.failGroup(i, w.s.publishErr(w.nc, &w.batch[i], len(f.Msg().Data)+headerSize(f.Msg().Header), err))
+		w.failGroup(i, w.s.publishErr(w.nc, &w.batch[i], len(f.Msg().Data)+natsconn.HeaderSize(f.Msg().Header), err))
 		return
 	}
 	n := max(w.group[i], 1)
@@ -749,7 +678,7 @@ func (s *Sink) toMsg(c *cdc.Change) *nats.Msg {
 		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
 	for k, v := range c.Headers {
-		if !validHeader(k, v) {
+		if !natsconn.ValidHeader(k, v) {
 			s.log.Warn("dropping an invalid or reserved header", "change", c.ID(), "header", k)
 			continue
 		}
@@ -831,30 +760,11 @@ func (s *Sink) deadLetter(nc *nats.Conn, c *cdc.Change, msg *nats.Msg, reason er
 	h.Set(HeaderDeadLetterReason, strings.NewReplacer("\r", " ", "\n", " ").Replace(reason.Error()))
 	h.Set(HeaderOriginalSubject, strings.NewReplacer("\r", " ", "\n", " ").Replace(c.Subject))
 	data := msg.Data
-	if limit, _ := s.msgLimit(nc); limit > 0 && len(data)+headerSize(h)+len(s.cfg.DeadLetterSubject) > limit {
+	if limit, _ := s.msgLimit(nc); limit > 0 && len(data)+natsconn.HeaderSize(h)+len(s.cfg.DeadLetterSubject) > limit {
 		h.Set(HeaderPayloadBytes, strconv.Itoa(len(data)))
 		data = nil
 	}
 	return &nats.Msg{Subject: s.cfg.DeadLetterSubject, Header: h, Data: data}
-}
-
-// validHeader rejects what would corrupt the header block or steer
-// JetStream (Nats-Expected-*, Nats-Rollup, Nats-TTL, ...).
-func validHeader(k, v string) bool {
-	if k == "" || strings.ContainsAny(k, ": \t\r\n") || strings.ContainsAny(v, "\r\n") {
-		return false
-	}
-	return !strings.HasPrefix(strings.ToLower(k), "nats-")
-}
-
-func headerSize(h nats.Header) int {
-	n := len("NATS/1.0\r\n\r\n")
-	for k, vs := range h {
-		for _, v := range vs {
-			n += len(k) + len(v) + 4
-		}
-	}
-	return n
 }
 
 // Cursor returns the highest stream sequence acked so far, in decimal, or
