@@ -54,6 +54,7 @@ type options struct {
 	poll                     time.Duration
 	quietWait                time.Duration
 	quietBelow               float64
+	bridgeEnv                []string
 }
 
 func envInt(name string, def int) int {
@@ -100,6 +101,13 @@ func main() {
 	flag.DurationVar(&o.poll, "poll", 10*time.Millisecond, "how often the stream's message count is polled")
 	flag.DurationVar(&o.quietWait, "quiet-wait", envDur("BENCH_QUIET_WAIT", 0), "before each measurement wait up to this long for the machine to be idle (see -quiet-below)")
 	flag.Float64Var(&o.quietBelow, "quiet-below", 0.25, "idle means less than this many cores busy over a second")
+	flag.Func("bridge-env", "K=V added to the bridge process's environment (repeatable), e.g. GOGC=200 or BRIDGE_SINKS__JS__BATCH__MAX_WAIT=5ms", func(v string) error {
+		if !strings.Contains(v, "=") {
+			return fmt.Errorf("want K=V, got %q", v)
+		}
+		o.bridgeEnv = append(o.bridgeEnv, v)
+		return nil
+	})
 	flag.Parse()
 	def := func(p *int, full, quick int) {
 		if *p == 0 {
@@ -377,7 +385,7 @@ func (r *runner) bridgeBacklog(ctx context.Context, w, slot string, n int) (Back
 		return b, err
 	}
 	bin := r.o.bridgeBin
-	var env []string
+	env := append([]string(nil), r.o.bridgeEnv...)
 	if r.o.profile != "" {
 		bin = r.o.profBin
 		_ = os.MkdirAll(r.o.profile, 0o755)
@@ -524,7 +532,7 @@ func (r *runner) live(ctx context.Context) error {
 	}
 	logf("bridge: live, %d changes/s for %s", o.liveRate, o.liveFor)
 	bin := o.bridgeBin
-	var env []string
+	env := append([]string(nil), o.bridgeEnv...)
 	var cpuProfile string
 	if o.profile != "" {
 		bin = o.profBin
