@@ -210,6 +210,7 @@ type Decode struct {
 	Wall        time.Duration `json:"wall_ns"`
 	Walsender   time.Duration `json:"walsender_cpu_ns"`
 	RecvLogical time.Duration `json:"pg_recvlogical_cpu_ns"`
+	Messages    int64         `json:"messages,omitempty"` // protocol messages, SQL decode only
 }
 
 // Rate is changes per second of wall time.
@@ -345,5 +346,37 @@ func (p *PG) RecvLogicalLive(ctx context.Context, slot string, write func() (int
 	w1, _ := ReadCPU(ws)
 	r1, _ := ReadCPU(cmd.Process.Pid)
 	d.Changes, d.Walsender, d.RecvLogical, d.Writer = n, w1.Self-w0.Self, r1.Self-r0.Self, writer
+	return d, nil
+}
+
+// SQLDecode consumes slot (pgoutput) inside a backend with
+// pg_logical_slot_get_binary_changes: Postgres' decoding without a network
+// client, on one core. It returns the decode with Walsender holding the
+// backend's CPU time.
+func (p *PG) SQLDecode(ctx context.Context, slot string, changes int) (Decode, error) {
+	d := Decode{Plugin: "pgoutput (SQL, no client)", Changes: changes}
+	c, err := pgx.Connect(ctx, p.Server.DSN(""))
+	if err != nil {
+		return d, err
+	}
+	defer c.Close(context.Background())
+	var pid int
+	if err := c.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		return d, err
+	}
+	before, _ := ReadCPU(pid)
+	start := time.Now()
+	var n int64
+	if err := c.QueryRow(ctx, `SELECT count(*) FROM pg_logical_slot_get_binary_changes($1, NULL, NULL, 'proto_version', '1', 'publication_names', $2)`,
+		slot, Publication).Scan(&n); err != nil {
+		return d, err
+	}
+	d.Wall = time.Since(start)
+	after, _ := ReadCPU(pid)
+	d.Walsender = after.Self - before.Self
+	d.Messages = n
+	if n < int64(changes) {
+		return d, fmt.Errorf("pg_logical_slot_get_binary_changes on %s returned %d messages for %d changes", slot, n, changes)
+	}
 	return d, nil
 }

@@ -184,7 +184,9 @@ type Backlog struct {
 	Verified     bench.Verified `json:"verified"`
 	StoredAfter  uint64         `json:"stored_after_stop"`
 	VsDecode     float64        `json:"ratio_to_pgoutput_decode"`
-	VsJetStream  float64        `json:"ratio_to_jetstream_ingest"`
+	VsJetStream  float64        `json:"ratio_to_jetstream_ingest"`       // the best nats bench mode
+	VsJSAsync    float64        `json:"ratio_to_jetstream_async_ingest"` // the best async mode (what the sink uses)
+	Cores        float64        `json:"cores"`                           // bridge + walsender + nats-server CPU / wall
 	CPUProfile   string         `json:"cpu_profile,omitempty"`
 	AllocProfile string         `json:"alloc_profile,omitempty"`
 	Other        float64        `json:"other_cores"` // machine CPU beyond bridge, walsender and nats-server, in cores
@@ -312,7 +314,7 @@ func run(ctx context.Context, o options) (err error) {
 
 func (r *runner) workload(ctx context.Context, w string, decode, backlog, w2j bool) error {
 	o := r.o
-	slots := map[string]string{"pgoutput": "bench_" + w + "_pgoutput", "wal2json": "bench_" + w + "_wal2json", "bridge": "bench_" + w + "_bridge"}
+	slots := map[string]string{"pgoutput": "bench_" + w + "_pgoutput", "wal2json": "bench_" + w + "_wal2json", "bridge": "bench_" + w + "_bridge", "sql": "bench_" + w + "_sql"}
 	// Every consumer gets a slot of its own, made before the load, so each
 	// reads the same backlog. For the js phase alone the bridge still runs
 	// the single backlog to learn the message size.
@@ -323,8 +325,10 @@ func (r *runner) workload(ctx context.Context, w string, decode, backlog, w2j bo
 		}
 	}
 	if decode {
-		if err := r.pg.CreateSlot(ctx, slots["pgoutput"], "pgoutput"); err != nil {
-			return err
+		for _, k := range []string{"pgoutput", "sql"} {
+			if err := r.pg.CreateSlot(ctx, slots[k], "pgoutput"); err != nil {
+				return err
+			}
 		}
 		if w2j {
 			if err := r.pg.CreateSlot(ctx, slots["wal2json"], "wal2json"); err != nil {
@@ -363,6 +367,16 @@ func (r *runner) workload(ctx context.Context, w string, decode, backlog, w2j bo
 			r.res.Decodes[w] = append(r.res.Decodes[w], Decode{Decode: d, Rate: d.Rate(), Other: other})
 			_ = r.pg.DropSlot(ctx, slots[p])
 		}
+		r.quiet()
+		win := bench.StartWindow()
+		d, err := r.pg.SQLDecode(ctx, slots["sql"], load.Changes)
+		if err != nil {
+			return err
+		}
+		other := win.Other(d.Walsender)
+		logf("pg_logical_slot_get_binary_changes: %d changes in %s = %.0f changes/s", d.Changes, d.Wall.Round(time.Millisecond), d.Rate())
+		r.res.Decodes[w] = append(r.res.Decodes[w], Decode{Decode: d, Rate: d.Rate(), Other: other})
+		_ = r.pg.DropSlot(ctx, slots["sql"])
 	}
 	if runBridge {
 		b, err := r.bridgeBacklog(ctx, w, slots["bridge"], load.Changes)
@@ -432,6 +446,7 @@ func (r *runner) bridgeBacklog(ctx context.Context, w, slot string, n int) (Back
 	}
 	b.PeakRSS, _ = bench.PeakRSS(p.PID())
 	b.Other = win.Other(b.Bridge + b.Walsender + b.NATSServer)
+	b.Cores = float64(b.Bridge+b.Walsender+b.NATSServer) / float64(b.Wall)
 	if r.o.profile != "" {
 		_ = p.Signal(syscall.SIGUSR1)
 		waitFile(b.CPUProfile, 10*time.Second)
@@ -606,9 +621,12 @@ func (r *runner) live(ctx context.Context) error {
 // ratios relates each backlog to pgoutput's decode rate of the same
 // workload and to the best JetStream ingest rate.
 func (r *runner) ratios() {
-	var bestJS float64
+	var bestJS, bestAsync float64
 	for _, j := range r.res.JS {
 		bestJS = max(bestJS, j.Rate)
+		if strings.HasPrefix(j.Mode, "async") {
+			bestAsync = max(bestAsync, j.Rate)
+		}
 	}
 	for i := range r.res.Backlogs {
 		b := &r.res.Backlogs[i]
@@ -619,6 +637,9 @@ func (r *runner) ratios() {
 		}
 		if bestJS > 0 {
 			b.VsJetStream = b.Rate / bestJS
+		}
+		if bestAsync > 0 {
+			b.VsJSAsync = b.Rate / bestAsync
 		}
 	}
 }
@@ -717,18 +738,22 @@ func report(w io.Writer, res *Results, o options) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	if len(res.Backlogs) > 0 || len(res.Decodes) > 0 {
 		fmt.Fprintf(w, "\n## Backlogs (waiting in the slot before the consumer starts)\n\n")
-		fmt.Fprintln(tw, "workload\tconsumer\tchanges\twall s\tchanges/s\tvs decode\tvs JetStream\tbridge µs/chg\twalsender µs/chg\tnats-server µs/chg\tclient µs/chg\tpeak RSS MiB\tother cores\t")
+		fmt.Fprintln(tw, "workload\tconsumer\tchanges\twall s\tchanges/s\tvs decode\tvs JS async\tvs JS best\tbridge µs/chg\twalsender µs/chg\tnats-server µs/chg\tclient µs/chg\tcores\tpeak RSS MiB\tother cores\t")
 		for _, wl := range []string{"single", "big"} {
 			for _, d := range res.Decodes[wl] {
-				fmt.Fprintf(tw, "%s\tpg_recvlogical %s\t%d\t%.2f\t%.0f\t\t\t\t%s\t\t%s\t\t%.2f\t\n", wl, d.Plugin, d.Changes, d.Wall.Seconds(), d.Rate,
+				name := "pg_recvlogical " + d.Plugin
+				if strings.Contains(d.Plugin, "SQL") {
+					name = "pg_logical_slot_get_binary_changes"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%.0f\t\t\t\t\t%s\t\t%s\t\t\t%.2f\t\n", wl, name, d.Changes, d.Wall.Seconds(), d.Rate,
 					us(d.Walsender, d.Changes), us(d.RecvLogical, d.Changes), d.Other)
 			}
 			for _, b := range res.Backlogs {
 				if b.Workload != wl {
 					continue
 				}
-				fmt.Fprintf(tw, "%s\tbridge\t%d\t%.2f\t%.0f\t%.2f\t%.2f\t%s\t%s\t%s\t\t%s\t%.2f\t\n", wl, b.Changes, b.Wall.Seconds(), b.Rate, b.VsDecode, b.VsJetStream,
-					us(b.Bridge, b.Changes), us(b.Walsender, b.Changes), us(b.NATSServer, b.Changes), mib(b.PeakRSS), b.Other)
+				fmt.Fprintf(tw, "%s\tbridge\t%d\t%.2f\t%.0f\t%.2f\t%.2f\t%.2f\t%s\t%s\t%s\t\t%.2f\t%s\t%.2f\t\n", wl, b.Changes, b.Wall.Seconds(), b.Rate, b.VsDecode, b.VsJSAsync, b.VsJetStream,
+					us(b.Bridge, b.Changes), us(b.Walsender, b.Changes), us(b.NATSServer, b.Changes), b.Cores, mib(b.PeakRSS), b.Other)
 			}
 		}
 		tw.Flush()
@@ -775,7 +800,7 @@ func report(w io.Writer, res *Results, o options) {
 		fmt.Fprintf(w, "pg_recvlogical pgoutput following the same live load (%d changes): walsender %s µs/chg, pg_recvlogical %s µs/chg, writer backend %s µs/chg\n",
 			d.Changes, us(d.Walsender, d.Changes), us(d.RecvLogical, d.Changes), us(d.Writer, d.Changes))
 	}
-	fmt.Fprintf(w, "\nother cores: CPU the machine spent during a measurement beyond the processes it accounts for (and the\nbenchmark's own polling); above ~0.2 something else shared the cores and the row is suspect.\n")
+	fmt.Fprintf(w, "\nvs decode: the bridge's rate over pg_recvlogical pgoutput's on the same backlog; vs JS: over nats bench js pub's best async\nmode (what the sink does) and best mode overall. cores: CPU of bridge + walsender + nats-server per second of wall\ntime; with 2 cores, 2 / (sum of the three µs/chg) is the rate this machine can reach at those costs.\nother cores: CPU the machine spent during a measurement beyond the processes it accounts for (and the\nbenchmark's own polling); above ~0.2 something else shared the cores and the row is suspect.\n")
 	for _, f := range res.Failures {
 		fmt.Fprintf(w, "FAILED: %s\n", f)
 	}
