@@ -58,7 +58,35 @@ const (
 	OpTruncate Op = "truncate"
 	OpMessage  Op = "message"
 	OpRead     Op = "read" // a row read by a snapshot
+	// OpControl marks a control message from the bridge itself, not from
+	// the database: Schema is ControlSchema, Table the kind (ControlResync),
+	// Content the JSON of a Control. Sinks publish it with the headers of
+	// any change (Bridge-Op "control", Bridge-Table "_control.<kind>") and
+	// its payload is the Control JSON whatever the route's format.
+	OpControl Op = "control"
 )
+
+// Control messages.
+const (
+	// ControlSchema is the Schema of every OpControl change.
+	ControlSchema = "_control"
+	// ControlResync tells consumers that continuity is broken (the slot was
+	// recreated, an operator asked for it): changes before it may be
+	// missing from the stream, so state built from it must be re-read.
+	// Changes after it carry the new producer (epoch).
+	ControlResync = "resync"
+)
+
+// Control is the body of a control message (Content of an OpControl change).
+type Control struct {
+	Kind        string    `json:"kind"`                   // ControlResync
+	Reason      string    `json:"reason"`                 // e.g. "slot_recreated", "operator"
+	Source      string    `json:"source"`                 // the configured source name
+	OldProducer string    `json:"old_producer,omitempty"` // producer (epoch) before the break
+	Producer    string    `json:"producer"`               // producer the stream continues with
+	LSN         string    `json:"lsn,omitempty"`          // where the new epoch starts, Postgres form
+	Time        time.Time `json:"time"`
+}
 
 // Column describes one column of a relation.
 type Column struct {
