@@ -58,9 +58,9 @@ func TestCompareFaithfulStream(t *testing.T) {
 func TestCompareCatchesEachFault(t *testing.T) {
 	want, good := history()
 	cases := []struct {
-		name  string
+		name   string
 		mutate func([]Got) []Got
-		check func(t *testing.T, r *Report)
+		check  func(t *testing.T, r *Report)
 	}{
 		{"dropped change", func(g []Got) []Got { return slices.Delete(g, 4, 5) }, func(t *testing.T, r *Report) {
 			require.Len(t, r.Missing, 1)
