@@ -321,6 +321,7 @@ type slotGauge struct {
 	ok   bool
 	slot string
 	row  slotRow
+	at   time.Time // when the poll was taken
 }
 
 type slotSnap struct {
@@ -330,7 +331,7 @@ type slotSnap struct {
 
 func (g *slotGauge) set(slot string, r slotRow, ok bool) {
 	g.mu.Lock()
-	g.slot, g.row, g.ok = slot, r, ok
+	g.slot, g.row, g.ok, g.at = slot, r, ok, time.Now()
 	g.mu.Unlock()
 }
 

@@ -223,9 +223,13 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 	}
 	if err := src.Open(ctx, st.LSN); err != nil {
 		_ = src.Close(context.Background())
+		if lost := (*sources.SlotLostError)(nil); errors.As(err, &lost) {
+			return false, p.resync(ctx, st, rev, lost) // resync.go; nil: the next run streams the new epoch
+		}
 		return false, fmt.Errorf("opening source: %w", err)
 	}
 	p.ready.Store(true)
+	opened := time.Now()
 
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -295,7 +299,11 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 			case <-rctx.Done():
 				return
 			case <-t.C:
-				if err := save(rctx); err != nil {
+				err := p.slotLostWhileRunning(opened) // resync.go
+				if err == nil {
+					err = save(rctx)
+				}
+				if err != nil {
 					if rctx.Err() == nil {
 						ckptErr = err
 						cancel()

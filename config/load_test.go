@@ -472,7 +472,7 @@ func TestLoadAllErrorsAtOnce(t *testing.T) {
 		`name: must match ^[A-Za-z0-9_-]+$, got "my bridge"`,
 		`nats.embedded.port: expected an integer, got a string`,
 		`nmae: unknown key (known: checkpoint, data_dir, http, log, name, nats, routes, shutdown, sinks, sources, telemetry, unrouted)`,
-		`routes[0].match.ops[0]: unknown op "upsert" (known: insert, update, delete, truncate, message, read)`,
+		`routes[0].match.ops[0]: unknown op "upsert" (known: insert, update, delete, truncate, message, read, control)`,
 		`routes[0].match.tabels: unknown key (known: ops, sources, tables)`,
 		`routes[1].sinks[0]: no sink named "mian" (defined: main)`,
 		`routes[1].subject: template: subject:1: unclosed action`,

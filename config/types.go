@@ -132,7 +132,9 @@ type Match struct {
 	Sources []string `koanf:"sources"`
 	// Tables as "schema.table" globs (path.Match syntax); empty means all.
 	Tables []string `koanf:"tables"`
-	// Ops: insert, update, delete, truncate, message, read; empty means all.
+	// Ops: insert, update, delete, truncate, message, read, control; empty
+	// means all. A route listing control carries the bridge's control
+	// messages (resync) for its sources; see docs/operations.md.
 	Ops []string `koanf:"ops"`
 }
 

@@ -16,7 +16,7 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 // Accepted values of the enumerated framework keys.
 var (
 	unroutedValues  = []string{"drop", "error"}
-	opValues        = []string{"insert", "update", "delete", "truncate", "message", "read"}
+	opValues        = []string{"insert", "update", "delete", "truncate", "message", "read", "control"}
 	logLevelValues  = []string{"debug", "info", "warn", "error"}
 	logFormatValues = []string{"auto", "text", "json"}
 )

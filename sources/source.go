@@ -105,3 +105,25 @@ func IsSetup(err error) bool {
 	var se *SetupError
 	return errors.As(err, &se)
 }
+
+// SlotLostError reports that the replication slot a checkpoint depends on is
+// gone (dropped) or invalidated (wal_status = lost), and that the source's
+// policy is to recreate it (on_slot_lost: recreate). The source has already
+// dropped an invalidated slot; its next Open with from = 0 creates a new
+// one. The runtime starts a new epoch and publishes a resync control message
+// before any change of that epoch. With the fail policy the source returns a
+// *SetupError instead.
+type SlotLostError struct {
+	Slot, Database string
+	// Reason is "slot_missing" or "slot_invalidated".
+	Reason string
+	// Checkpoint is the position the stream had reached; WALEnd the
+	// server's WAL end when the loss was found: the new slot starts at or
+	// after it, and the changes in between are not in the stream.
+	Checkpoint, WALEnd cdc.LSN
+}
+
+func (e *SlotLostError) Error() string {
+	return "replication slot " + e.Slot + " of database " + e.Database + " is lost (" + e.Reason + ") after checkpoint " +
+		e.Checkpoint.String() + "; recreating it under a new epoch (on_slot_lost: recreate)"
+}

@@ -33,12 +33,17 @@ func New(decode config.Decoder, env sources.Env) (sources.Source, error) {
 		return nil, err
 	}
 	cfg.MessagePrefixes = pgrepl.AddPrefixes(cfg.MessagePrefixes, env.MessagePrefixes)
-	return pgrepl.New(cfg, env, &plugin{cfg: cfg, source: env.Name}), nil
+	log := env.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return pgrepl.New(cfg, env, &plugin{cfg: cfg, source: env.Name, log: log}), nil
 }
 
 type plugin struct {
 	cfg    pgrepl.Config
 	source string
+	log    *slog.Logger
 }
 
 func (p *plugin) Name() string { return "pgoutput" }
@@ -57,6 +62,7 @@ func (p *plugin) Args() []string {
 
 func (p *plugin) NewDecoder(cat *pgx.Conn) pgrepl.Decoder {
 	return &decoder{
+		log:      p.log,
 		cat:      cat,
 		buf:      pgrepl.NewTxnBuffer(p.cfg.SpillDir, p.cfg.SpillChanges, p.cfg.SpillBytes),
 		source:   p.source,
@@ -69,6 +75,7 @@ func (p *plugin) NewDecoder(cat *pgx.Conn) pgrepl.Decoder {
 
 // decoder turns pgoutput protocol v1 messages into transactions.
 type decoder struct {
+	log      *slog.Logger
 	cat      *pgx.Conn
 	source   string
 	prefixes []string
@@ -176,6 +183,9 @@ func (d *decoder) Decode(ctx context.Context, walStart cdc.LSN, data []byte) (*c
 }
 
 func (d *decoder) wanted(prefix string) bool {
+	if prefix == pgrepl.HeartbeatPrefix {
+		return false // the bridge's own heartbeat: never published
+	}
 	for _, p := range d.prefixes {
 		if p == "*" || p == prefix {
 			return true
@@ -219,6 +229,7 @@ func (d *decoder) relation(ctx context.Context, m *pglogrepl.RelationMessage) er
 			rel.Columns[i].Key = pk[rel.Columns[i].Name]
 		}
 	}
+	d.warnIdentity(rel)
 	// A new Relation message replaces the old description; changes already
 	// decoded keep their pointer to the old one.
 	d.rels[m.RelationID] = rel
@@ -287,4 +298,29 @@ func primaryKey(ctx context.Context, cat *pgx.Conn, oid uint32) (map[string]bool
 		pk[n] = true
 	}
 	return pk, rows.Err()
+}
+
+// warnIdentity reports, when a table's description arrives with a replica
+// identity that cannot carry its updates and deletes (the application's
+// UPDATE and DELETE on it fail while it is published), what to run. It
+// warns again only when the identity changes.
+func (d *decoder) warnIdentity(rel *cdc.Relation) {
+	if old, ok := d.rels[rel.ID]; ok && old.ReplicaIdentity == rel.ReplicaIdentity {
+		return
+	}
+	q := pgx.Identifier{rel.Schema, rel.Table}.Sanitize()
+	name := rel.Schema + "." + rel.Table
+	switch rel.ReplicaIdentity {
+	case 'n':
+		d.log.Warn("table has REPLICA IDENTITY NOTHING: its UPDATEs and DELETEs fail in the application while it is published, and reach no consumer",
+			"table", name, "fix", "ALTER TABLE "+q+" REPLICA IDENTITY DEFAULT; (with a primary key) or ALTER TABLE "+q+" REPLICA IDENTITY FULL;")
+	case 'd':
+		for _, c := range rel.Columns {
+			if c.Key {
+				return
+			}
+		}
+		d.log.Warn("table has no primary key: its UPDATEs and DELETEs fail in the application while it is published, and changes carry no key",
+			"table", name, "fix", "ALTER TABLE "+q+" ADD PRIMARY KEY (...); or ALTER TABLE "+q+" REPLICA IDENTITY FULL;")
+	}
 }

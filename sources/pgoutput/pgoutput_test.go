@@ -25,6 +25,10 @@ func newSource(t *testing.T, name string, block map[string]any) sources.Source {
 	return src
 }
 
+func newSourceErr(name string, block map[string]any) (sources.Source, error) {
+	return pgoutput.New((&config.Config{}).Decoder("sources."+name+".config", block), sources.Env{Name: name})
+}
+
 func openErr(t *testing.T, src sources.Source, from cdc.LSN) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -71,7 +75,7 @@ func TestSetupChecks(t *testing.T) {
 	})
 	t.Run("slot missing while a checkpoint exists", func(t *testing.T) {
 		err := openErr(t, newSource(t, "x", map[string]any{"dsn": pg.DSN(""), "slot": "gone"}), cdc.LSN(0x1000000))
-		requireSetup(t, err, `slot "gone" is missing but the checkpoint is at 0/1000000`, "nats kv del")
+		requireSetup(t, err, `slot "gone" of database "postgres" is missing but the checkpoint is at 0/1000000`, "on_slot_lost: recreate")
 	})
 	t.Run("creates publication and slot", func(t *testing.T) {
 		src := newSource(t, "made", map[string]any{"dsn": pg.DSN(""), "tables": []any{"public.a"}})

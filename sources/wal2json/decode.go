@@ -207,6 +207,9 @@ func (d *decoder) commitTime(ctx context.Context, s string) (time.Time, error) {
 }
 
 func (d *decoder) wanted(prefix string) bool {
+	if prefix == pgrepl.HeartbeatPrefix {
+		return false // the bridge's own heartbeat: never published
+	}
 	for _, p := range d.prefixes {
 		if p == "*" || p == prefix {
 			return true

@@ -43,7 +43,33 @@ type Config struct {
 	SpillBytes int64 `koanf:"spill_bytes"`
 	// SpillDir holds the temporary files; default the system's temp dir.
 	SpillDir string `koanf:"spill_dir"`
+	// OnSlotLost is what to do when the slot a checkpoint depends on was
+	// dropped or invalidated (wal_status = lost): "fail" (default) stops
+	// with the error and the SQL to fix it; "recreate" drops an invalidated
+	// slot, creates a new one, starts a new epoch and publishes a resync
+	// control message before any change of it (changes in between are lost;
+	// consumers re-read).
+	OnSlotLost string `koanf:"on_slot_lost"`
+	// ReceiveTimeout is how long the replication connection may stay
+	// silent (no data, no keepalive, though the bridge asks for one every
+	// status_interval) before it is taken as lost and redialled. Default 60s;
+	// at least twice status_interval.
+	ReceiveTimeout time.Duration `koanf:"receive_timeout"`
+	// HeartbeatInterval, when > 0, writes a non-transactional logical
+	// message (prefix HeartbeatPrefix, never published) into the source's
+	// database that often, so that an idle database still moves the slot and
+	// lag stays measurable. Default 0 (off).
+	HeartbeatInterval time.Duration `koanf:"heartbeat_interval"`
 }
+
+// HeartbeatPrefix is the pg_logical_emit_message prefix of heartbeats.
+const HeartbeatPrefix = "bridge_heartbeat"
+
+// The on_slot_lost policies.
+const (
+	SlotLostFail     = "fail"
+	SlotLostRecreate = "recreate"
+)
 
 // DefaultConfig returns the defaults for source name.
 func DefaultConfig(name string) Config {
@@ -56,6 +82,8 @@ func DefaultConfig(name string) Config {
 		Buffer:            64,
 		SpillChanges:      10000,
 		SpillBytes:        64 << 20,
+		OnSlotLost:        SlotLostFail,
+		ReceiveTimeout:    time.Minute,
 	}
 }
 
@@ -87,6 +115,15 @@ func (c *Config) Validate() error {
 	}
 	if c.SpillBytes <= 0 {
 		errs = append(errs, config.Field("spill_bytes", "must be > 0, got %d", c.SpillBytes))
+	}
+	if c.OnSlotLost != SlotLostFail && c.OnSlotLost != SlotLostRecreate {
+		errs = append(errs, config.Field("on_slot_lost", "must be %q or %q, got %q", SlotLostFail, SlotLostRecreate, c.OnSlotLost))
+	}
+	if c.ReceiveTimeout < 2*c.StatusInterval {
+		errs = append(errs, config.Field("receive_timeout", "must be at least twice status_interval (%s), got %s", c.StatusInterval, c.ReceiveTimeout))
+	}
+	if c.HeartbeatInterval < 0 {
+		errs = append(errs, config.Field("heartbeat_interval", "must be >= 0 (0 is off), got %s", c.HeartbeatInterval))
 	}
 	if c.Buffer <= 0 {
 		errs = append(errs, config.Field("buffer", "must be > 0, got %d", c.Buffer))

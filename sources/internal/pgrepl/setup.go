@@ -60,8 +60,9 @@ func ReadSlot(ctx context.Context, c *pgx.Conn, slot string) (SlotInfo, error) {
 }
 
 // Check verifies the server setup that every logical source needs:
-// wal_level, the REPLICATION privilege, and the slot's plugin, database and
-// wal_status when the slot exists. It returns the slot row.
+// wal_level, the REPLICATION privilege, and the slot's type, plugin and
+// database when the slot exists. It returns the slot row; a lost or missing
+// slot is the caller's to judge (Source.Open applies on_slot_lost).
 func Check(ctx context.Context, c *pgx.Conn, slot, plugin string) (SlotInfo, error) {
 	var errs []error
 	var walLevel string
@@ -110,13 +111,6 @@ func Check(ctx context.Context, c *pgx.Conn, slot, plugin string) (SlotInfo, err
 			errs = append(errs, &SetupError{
 				What: fmt.Sprintf("slot %q belongs to database %q, but the DSN connects to %q", slot, si.Database, db),
 				Fix:  "point the DSN at the slot's database, or use another slot name",
-			})
-		}
-		if si.WALStatus == "lost" {
-			errs = append(errs, &SetupError{
-				What: fmt.Sprintf("slot %q is invalidated (wal_status = lost): the WAL it needed was removed, so changes were lost", slot),
-				Fix: fmt.Sprintf("SELECT pg_drop_replication_slot('%s'); and delete the checkpoint (`nats kv del <bucket> <bridge name>.<source name>`), then restart the bridge to create both anew under a new epoch (consumers re-read); raise max_slot_wal_keep_size to prevent it",
-					slot),
 			})
 		}
 	}

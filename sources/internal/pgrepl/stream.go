@@ -62,6 +62,8 @@ type Source struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
+	beat chan struct{} // closed when the heartbeat goroutine ends; nil when off
+
 	mu        sync.Mutex
 	idleSafe  cdc.LSN
 	idleAfter cdc.LSN
@@ -107,6 +109,12 @@ func (s *Source) Open(ctx context.Context, from cdc.LSN) (err error) {
 	if err := s.plugin.Prepare(ctx, s.cat, s.log); err != nil {
 		return err
 	}
+	if (si.Exists && si.WALStatus == "lost") || (!si.Exists && from != 0) {
+		if err := s.slotLost(ctx, si, from); err != nil {
+			return err
+		}
+		si.Exists = false // dropped: created below
+	}
 
 	rcfg, err := pgconn.ParseConfig(s.cfg.DSN)
 	if err != nil {
@@ -127,12 +135,6 @@ func (s *Source) Open(ctx context.Context, from cdc.LSN) (err error) {
 
 	start := from
 	if !si.Exists {
-		if from != 0 {
-			return &SetupError{
-				What: fmt.Sprintf("slot %q is missing but the checkpoint is at %s: the changes after it cannot be read any more", s.cfg.Slot, from),
-				Fix:  "to start over from now (consumers must re-read): delete the checkpoint with `nats kv del <bucket> <bridge>.<source>`, then restart",
-			}
-		}
 		if !s.cfg.CreateSlot {
 			return &SetupError{
 				What: fmt.Sprintf("slot %q does not exist (create_slot is false)", s.cfg.Slot),
@@ -160,7 +162,7 @@ func (s *Source) Open(ctx context.Context, from cdc.LSN) (err error) {
 
 	if err := pglogrepl.StartReplication(ctx, s.repl, s.cfg.Slot, pglogrepl.LSN(start),
 		pglogrepl.StartReplicationOptions{PluginArgs: s.plugin.Args()}); err != nil {
-		return fmt.Errorf("starting replication on slot %q at %s: %w", s.cfg.Slot, start, err)
+		return s.explain(fmt.Errorf("starting replication on slot %q at %s: %w", s.cfg.Slot, start, err))
 	}
 	s.log.Info("streaming", "slot", s.cfg.Slot, "from", start.String(), "plugin", s.plugin.Name())
 
@@ -170,6 +172,10 @@ func (s *Source) Open(ctx context.Context, from cdc.LSN) (err error) {
 	s.errc = make(chan error, 1)
 	s.done = make(chan struct{})
 	go s.run(rctx, s.plugin.NewDecoder(s.cat))
+	if s.cfg.HeartbeatInterval > 0 {
+		s.beat = make(chan struct{})
+		go s.heartbeat(rctx)
+	}
 	return nil
 }
 
@@ -228,6 +234,9 @@ func (s *Source) Close(ctx context.Context) error {
 			// for concurrent use; pgconn is not).
 			_ = s.repl.Conn().Close()
 			<-s.done
+		}
+		if s.beat != nil {
+			<-s.beat
 		}
 	}
 	s.closeConns()
@@ -302,6 +311,9 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 	}
 	nextStatus := time.Now().Add(s.cfg.StatusInterval)
 	_ = conn.SetReadDeadline(nextStatus)
+	// lastRecv is when the server was last heard from: a link that is cut
+	// without a reset stays silent, and only this notices.
+	lastRecv := time.Now()
 	for {
 		if ctx.Err() != nil {
 			return
@@ -320,7 +332,12 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() && !s.repl.IsClosed() {
-				if err := send(!dec.InTxn()); err != nil {
+				if silent := time.Since(lastRecv); silent > s.cfg.ReceiveTimeout {
+					s.fail(fmt.Errorf("replication connection on slot %q of database %q silent for %s (receive_timeout %s): taking it as lost: %w",
+						s.cfg.Slot, s.database, silent.Round(time.Millisecond), s.cfg.ReceiveTimeout, err))
+					return
+				}
+				if err := send(!dec.InTxn() || time.Since(lastRecv) > s.cfg.ReceiveTimeout/2); err != nil {
 					s.fail(err)
 					return
 				}
@@ -334,6 +351,7 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 			s.fail(fmt.Errorf("receiving from slot %q: %w", s.cfg.Slot, err))
 			return
 		}
+		lastRecv = time.Now()
 		switch m := msg.(type) {
 		case *pgproto3.CopyData:
 			if len(m.Data) == 0 {
@@ -383,11 +401,12 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 						}
 						return
 					}
+					lastRecv = time.Now() // not reading while the pipeline was busy
 					lastCommit = t.CommitLSN
 				}
 			}
 		case *pgproto3.ErrorResponse:
-			s.fail(fmt.Errorf("replication on slot %q: %w", s.cfg.Slot, pgconn.ErrorResponseToPgError(m)))
+			s.fail(s.explain(fmt.Errorf("replication on slot %q: %w", s.cfg.Slot, pgconn.ErrorResponseToPgError(m))))
 			return
 		case *pgproto3.CopyDone:
 			s.fail(fmt.Errorf("replication on slot %q: server ended the stream", s.cfg.Slot))
