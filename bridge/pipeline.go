@@ -185,7 +185,7 @@ type mark struct {
 func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 	st, rev, err := p.store.Load(ctx, p.key)
 	if err != nil {
-		return false, fmt.Errorf("loading checkpoint %q: %w", p.key, err)
+		return false, p.bucketGone(fmt.Errorf("loading checkpoint %q: %w", p.key, err))
 	}
 	if rev == 0 {
 		// First start: the epoch must be durable before anything is
@@ -305,7 +305,7 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 				}
 				if err != nil {
 					if rctx.Err() == nil {
-						ckptErr = err
+						ckptErr = p.bucketGone(err)
 						cancel()
 					}
 					return

@@ -173,3 +173,17 @@ type errSlotLost struct{ err error }
 
 func (e errSlotLost) Error() string { return e.err.Error() + "; restarting to apply on_slot_lost" }
 func (e errSlotLost) Unwrap() error { return e.err }
+
+// bucketGone turns a checkpoint failure into a fatal error when the bucket
+// was deleted under the bridge: retrying cannot bring the checkpoint back,
+// and going on would start a new epoch without consumers being told.
+func (p *Pipeline) bucketGone(err error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err == nil || !p.store.Gone(ctx) {
+		return err
+	}
+	return fatal{fmt.Errorf("checkpoint bucket %q was deleted under the bridge, so the checkpoint of source %q is gone (%w); "+
+		"to go on, restart the bridge: it recreates the bucket and starts a new epoch at the slot's confirmed position, "+
+		"so consumers may receive changes since the last checkpoint again, under new message ids", p.store.Bucket(), p.source, err)}
+}
