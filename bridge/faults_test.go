@@ -236,7 +236,7 @@ routes:
 // (seeded) while writers commit, restarting it after a random pause.
 func TestFaultKill9(t *testing.T) {
 	rng := seeded(t)
-	kills := 6
+	kills := 5
 	if long() {
 		kills = 40
 	}
@@ -246,7 +246,7 @@ func TestFaultKill9(t *testing.T) {
 	cfg := faultConfig(e, "k9", e.pg.DSN(""), e.natsURL(), "")
 	p := startProc(t, bin, cfg)
 	waitSlotActive(t, e, "slot_k9")
-	w.start(4, time.Millisecond)
+	w.start(3, 3*time.Millisecond)
 	for i := 0; i < kills; i++ {
 		time.Sleep(time.Duration(200+rng.IntN(2500)) * time.Millisecond)
 		p.kill9(t)
@@ -268,7 +268,7 @@ func TestFaultPostgresImmediateShutdown(t *testing.T) {
 	w := newSeqWorkload(t, e)
 	r := e.start(faultConfig(e, "pgcrash", e.pg.DSN(""), e.natsURL(), ""))
 	waitReady(t, r)
-	w.start(3, time.Millisecond)
+	w.start(3, 3*time.Millisecond)
 	for i := 0; i < 2; i++ {
 		time.Sleep(time.Duration(500+rng.IntN(1500)) * time.Millisecond)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -289,7 +289,7 @@ func TestFaultNATSRestart(t *testing.T) {
 	w := newSeqWorkload(t, e)
 	r := e.start(faultConfig(e, "nrest", e.pg.DSN(""), e.natsURL(), ""))
 	waitReady(t, r)
-	w.start(3, time.Millisecond)
+	w.start(3, 3*time.Millisecond)
 	for i := 0; i < 3; i++ {
 		time.Sleep(time.Duration(300+rng.IntN(1500)) * time.Millisecond)
 		e.stopNATS()
@@ -331,7 +331,7 @@ func TestFaultNATSOutageBoundedMemory(t *testing.T) {
 	cfg := faultConfig(e, "outage", e.pg.DSN(""), e.natsURL(), "")
 	p := startProc(t, bin, cfg)
 	waitSlotActive(t, e, "slot_outage")
-	w.start(4, time.Millisecond)
+	w.start(3, 3*time.Millisecond)
 	time.Sleep(2 * time.Second)
 
 	var peak, before int64
@@ -377,7 +377,7 @@ func TestFaultProxyCutAndStall(t *testing.T) {
 	cfg := faultConfig(e, "proxy", dsn, "nats://"+np.Addr(), "      status_interval: 500ms\n      receive_timeout: 2s")
 	r := e.start(cfg)
 	waitReady(t, r)
-	w.start(3, 2*time.Millisecond)
+	w.start(3, 3*time.Millisecond)
 
 	pause := func() { time.Sleep(time.Duration(500+rng.IntN(1500)) * time.Millisecond) }
 	for i := 0; i < 2; i++ {
