@@ -73,6 +73,7 @@ func isFatal(err error) bool {
 // checkpoint and skips what the sinks already hold.
 func (p *Pipeline) Run(ctx context.Context) error {
 	var bo Backoff
+	var refused refusals // refused.go
 	for {
 		progressed, err := p.runOnce(ctx)
 		p.ready.Store(false)
@@ -89,6 +90,9 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		}
 		if progressed {
 			bo.Reset()
+		}
+		if id, times := refused.note(err); times > 1 {
+			err = refusedAgain(id, times, err)
 		}
 		d := bo.Next(err)
 		p.log.Warn("run ended; restarting", "err", err, "in", d.String(), "attempt", bo.Attempt())
@@ -500,8 +504,8 @@ func (p *Pipeline) writeSink(rctx context.Context, s *sinkSlot, batch []cdc.Chan
 		if errors.As(err, &be) {
 			idx := be.Indexes()
 			first := batch[idx[0]]
-			return fmt.Errorf("sink %q refused %d of %d changes, first %s (%s.%s at %s): %w",
-				s.name, len(idx), len(batch), first.ID(), first.Schema, first.Table, first.CommitLSN, err)
+			return &refusedError{id: first.ID(), err: fmt.Errorf("sink %q refused %d of %d changes, first %s (%s.%s at %s): %w",
+				s.name, len(idx), len(batch), first.ID(), first.Schema, first.Table, first.CommitLSN, err)}
 		}
 		return fmt.Errorf("writing %d changes to sink %q: %w", len(batch), s.name, err)
 	}
