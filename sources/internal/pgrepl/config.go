@@ -52,8 +52,9 @@ type Config struct {
 	OnSlotLost string `koanf:"on_slot_lost"`
 	// ReceiveTimeout is how long the replication connection may stay
 	// silent (no data, no keepalive, though the bridge asks for one every
-	// status_interval) before it is taken as lost and redialled. Default 60s;
-	// at least twice status_interval.
+	// status_interval) before it is taken as lost and redialled. Default 0:
+	// the larger of 60s and three status_intervals; else at least twice
+	// status_interval.
 	ReceiveTimeout time.Duration `koanf:"receive_timeout"`
 	// HeartbeatInterval, when > 0, writes a non-transactional logical
 	// message (prefix HeartbeatPrefix, never published) into the source's
@@ -83,7 +84,6 @@ func DefaultConfig(name string) Config {
 		SpillChanges:      10000,
 		SpillBytes:        64 << 20,
 		OnSlotLost:        SlotLostFail,
-		ReceiveTimeout:    time.Minute,
 	}
 }
 
@@ -119,7 +119,7 @@ func (c *Config) Validate() error {
 	if c.OnSlotLost != SlotLostFail && c.OnSlotLost != SlotLostRecreate {
 		errs = append(errs, config.Field("on_slot_lost", "must be %q or %q, got %q", SlotLostFail, SlotLostRecreate, c.OnSlotLost))
 	}
-	if c.ReceiveTimeout < 2*c.StatusInterval {
+	if c.ReceiveTimeout != 0 && c.ReceiveTimeout < 2*c.StatusInterval {
 		errs = append(errs, config.Field("receive_timeout", "must be at least twice status_interval (%s), got %s", c.StatusInterval, c.ReceiveTimeout))
 	}
 	if c.HeartbeatInterval < 0 {
@@ -144,4 +144,12 @@ func AddPrefixes(configured, extra []string) []string {
 		}
 	}
 	return out
+}
+
+// receiveTimeout is ReceiveTimeout with its default applied.
+func (c *Config) receiveTimeout() time.Duration {
+	if c.ReceiveTimeout > 0 {
+		return c.ReceiveTimeout
+	}
+	return max(time.Minute, 3*c.StatusInterval)
 }

@@ -314,6 +314,7 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 	// lastRecv is when the server was last heard from: a link that is cut
 	// without a reset stays silent, and only this notices.
 	lastRecv := time.Now()
+	timeout := s.cfg.receiveTimeout()
 	for {
 		if ctx.Err() != nil {
 			return
@@ -332,12 +333,12 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() && !s.repl.IsClosed() {
-				if silent := time.Since(lastRecv); silent > s.cfg.ReceiveTimeout {
+				if silent := time.Since(lastRecv); silent > timeout {
 					s.fail(fmt.Errorf("replication connection on slot %q of database %q silent for %s (receive_timeout %s): taking it as lost: %w",
-						s.cfg.Slot, s.database, silent.Round(time.Millisecond), s.cfg.ReceiveTimeout, err))
+						s.cfg.Slot, s.database, silent.Round(time.Millisecond), timeout, err))
 					return
 				}
-				if err := send(!dec.InTxn() || time.Since(lastRecv) > s.cfg.ReceiveTimeout/2); err != nil {
+				if err := send(!dec.InTxn() || time.Since(lastRecv) > timeout/2); err != nil {
 					s.fail(err)
 					return
 				}
