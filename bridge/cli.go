@@ -220,7 +220,50 @@ store for the time of the query.`,
 		},
 	}
 	status.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json (stable field names)")
-	root.AddCommand(run, validate, status, plugins, ver)
+	var resyncSource, resyncReason string
+	resync := &cobra.Command{
+		Use:   "resync",
+		Short: "With the bridge stopped: start a new epoch and publish a resync message, so consumers re-read",
+		Long: `Publish a resync control message for a source under a new epoch and
+checkpoint that epoch at the same position; the next "bridge run" streams on
+from there under the new producer id. Consumers that follow control messages
+re-read their state. Refuses while a bridge streams from the source's slot.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, _, err := load()
+			if err != nil {
+				printErrs(err)
+				return err
+			}
+			_, a, err := load(WithLogger(NewLogger(cfg.Log, stderr)))
+			if err != nil {
+				printErrs(err)
+				return err
+			}
+			defer a.Close()
+			if err := a.Start(cmd.Context()); err != nil {
+				fmt.Fprintf(stderr, "resync: %v\n", err)
+				return err
+			}
+			src := resyncSource
+			if src == "" && len(cfg.Sources) == 1 {
+				src = sortedKeys(cfg.Sources)[0]
+			}
+			if src == "" {
+				return usageError{fmt.Errorf("--source is required when the configuration has %d sources", len(cfg.Sources))}
+			}
+			producer, err := a.Resync(cmd.Context(), src, resyncReason)
+			if err != nil {
+				fmt.Fprintf(stderr, "resync of source %s: %v\n", src, err)
+				return err
+			}
+			fmt.Fprintf(stdout, "source %s: resync published; new producer %s\n", src, producer)
+			return nil
+		},
+	}
+	resync.Flags().StringVar(&resyncSource, "source", "", "the source to resync (default: the only one)")
+	resync.Flags().StringVar(&resyncReason, "reason", "", "text added to the message's reason")
+	root.AddCommand(run, validate, status, plugins, ver, resync)
 	return root
 }
 

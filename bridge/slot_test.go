@@ -189,3 +189,34 @@ func TestSlotDroppedWhileRunningResync(t *testing.T) {
 	}, 60*time.Second, 500*time.Millisecond)
 	requireResync(t, e.messages("CDC_dropped"), "slot_missing")
 }
+
+// TestOperatorResync: `bridge resync` refuses while the bridge streams;
+// with it stopped it publishes a resync message under a new epoch, and the
+// next run streams on under that epoch from the same position.
+func TestOperatorResync(t *testing.T) {
+	e := newEnv(t)
+	e.pg.ExecT(t, `CREATE TABLE r (id int PRIMARY KEY)`)
+	cfg := e.config("opres", "      tables: [public.r]")
+	r := e.start(cfg)
+	waitReady(t, r)
+	e.pg.ExecT(t, `INSERT INTO r VALUES (1)`)
+	e.waitCount("CDC_opres", 1, 30*time.Second)
+	waitSlotActive(t, e, "slot_opres")
+
+	code, out, errOut := execCLI(t, "resync", "-c", cfg)
+	require.NotEqual(t, 0, code, "resync must refuse while the bridge streams: %s", out)
+	require.Contains(t, errOut, "stop the bridge first")
+
+	r.stop(t)
+	code, out, errOut = execCLI(t, "resync", "-c", cfg, "--reason", "schema rebuilt")
+	require.Equal(t, 0, code, "stdout: %s\nstderr: %s", out, errOut)
+	require.Contains(t, out, "resync published; new producer opres.app.")
+
+	r = e.start(cfg)
+	waitReady(t, r)
+	e.pg.ExecT(t, `INSERT INTO r VALUES (2)`)
+	ms := e.waitCount("CDC_opres", 3, 60*time.Second)
+	ctl := requireResync(t, ms, "operator: schema rebuilt")
+	require.Len(t, ms, 3, "row 1, the resync, row 2: nothing sent twice after a clean stop")
+	require.Equal(t, ctl.Producer+":", ms[2].ID[:len(ctl.Producer)+1])
+}
