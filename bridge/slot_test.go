@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,7 +13,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/bridgecdc/bridge/bridge"
 	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/config"
 	"github.com/bridgecdc/bridge/internal/pgtest"
 )
 
@@ -219,4 +223,44 @@ func TestOperatorResync(t *testing.T) {
 	ctl := requireResync(t, ms, "operator: schema rebuilt")
 	require.Len(t, ms, 3, "row 1, the resync, row 2: nothing sent twice after a clean stop")
 	require.Equal(t, ctl.Producer+":", ms[2].ID[:len(ctl.Producer)+1])
+}
+
+// TestSetupChangesWhileStreaming: a published table switched to REPLICA
+// IDENTITY NOTHING is reported with the fix when its next change arrives;
+// a publication dropped under the streaming bridge stops it (Postgres 15
+// cannot decode past the drop) with one error naming publication, database
+// and slot, and the SQL to recover.
+func TestSetupChangesWhileStreaming(t *testing.T) {
+	e := newEnv(t)
+	e.pg.ExecT(t, `CREATE TABLE r (id int PRIMARY KEY)`)
+	cfg, err := config.Load(e.config("pubdrop", "      tables: [public.r]"))
+	require.NoError(t, err)
+	var logs syncBuf
+	tw := &testWriter{t: t}
+	t.Cleanup(func() { tw.mu.Lock(); tw.done = true; tw.mu.Unlock() })
+	a, err := bridge.New(cfg, bridge.WithLogger(slog.New(slog.NewTextHandler(io.MultiWriter(&logs, tw), nil))))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	require.NoError(t, a.Start(ctx))
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	require.Eventually(t, func() bool { return a.Pipelines()[0].Ready() }, 60*time.Second, 20*time.Millisecond)
+
+	e.pg.ExecT(t, `INSERT INTO r VALUES (1)`, `ALTER TABLE r REPLICA IDENTITY NOTHING`, `INSERT INTO r VALUES (2)`)
+	e.waitCount("CDC_pubdrop", 2, 30*time.Second)
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "table has REPLICA IDENTITY NOTHING") }, 10*time.Second, 50*time.Millisecond)
+	require.Contains(t, logs.String(), `ALTER TABLE \"public\".\"r\" REPLICA IDENTITY FULL;`)
+
+	e.pg.ExecT(t, `DROP PUBLICATION pub_pubdrop`, `INSERT INTO r VALUES (3)`)
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the bridge went on after its publication was dropped")
+	}
+	require.Error(t, err)
+	for _, want := range []string{`publication "pub_pubdrop" of database "postgres" is gone while slot "slot_pubdrop" needs it`,
+		`CREATE PUBLICATION "pub_pubdrop" FOR TABLE "public"."r"`, "pg_replication_slot_advance('slot_pubdrop'"} {
+		require.ErrorContains(t, err, want)
+	}
 }
