@@ -285,7 +285,7 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 			return nil
 		}
 		ns := checkpoint.State{Epoch: st.Epoch, LSN: target, Cursors: m.cursors, UpdatedAt: time.Now().UTC(), Run: p.run, SystemID: st.SystemID}
-		nrev, err := p.store.Save(ctx, p.key, ns, rev)
+		nrev, err := p.saveCheckpoint(ctx, ns, rev) // resync.go: a lost reply is no fence
 		if err != nil {
 			return fmt.Errorf("saving checkpoint %s: %w", target, err)
 		}

@@ -3,9 +3,12 @@ package bridge
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/bridge/checkpoint"
@@ -178,12 +181,35 @@ func (e errSlotLost) Unwrap() error { return e.err }
 // was deleted under the bridge: retrying cannot bring the checkpoint back,
 // and going on would start a new epoch without consumers being told.
 func (p *Pipeline) bucketGone(err error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err == nil || errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrDisconnected) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrNoServers) || errors.Is(err, context.Canceled) {
+		return err // NATS is away, not the bucket: do not wait on one more round trip
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	if err == nil || !p.store.Gone(ctx) {
+	if !p.store.Gone(ctx) {
 		return err
 	}
 	return fatal{fmt.Errorf("checkpoint bucket %q was deleted under the bridge, so the checkpoint of source %q is gone (%w); "+
 		"to go on, restart the bridge: it recreates the bucket and starts a new epoch at the slot's confirmed position, "+
 		"so consumers may receive changes since the last checkpoint again, under new message ids", p.store.Bucket(), p.source, err)}
+}
+
+// saveCheckpoint is store.Save that tells a lost reply from a fence: a
+// Save whose reply was lost (NATS restarting) may still have been written,
+// and the next Save at the old revision then finds this process's own write
+// (same run id, same epoch), with an older position than the one being
+// saved. That is no other instance: save again at the revision found. A
+// write of another process, or of another epoch, still fences.
+func (p *Pipeline) saveCheckpoint(ctx context.Context, st checkpoint.State, rev uint64) (uint64, error) {
+	nrev, err := p.store.Save(ctx, p.key, st, rev)
+	if !errors.Is(err, checkpoint.ErrFenced) {
+		return nrev, err
+	}
+	cur, curRev, lerr := p.store.Load(ctx, p.key)
+	if lerr != nil || curRev <= rev || cur.Run != p.run || cur.Epoch != st.Epoch || cur.LSN > st.LSN {
+		return nrev, err
+	}
+	p.log.Info("checkpoint revision written by this process before a lost reply; saving again", "revision", curRev, "lsn", cur.LSN.String())
+	return p.store.Save(ctx, p.key, st, curRev)
 }
