@@ -425,7 +425,7 @@ func (p *Pipeline) write(rctx, parent context.Context, items <-chan *txnItem, sk
 			} else {
 				boundary = false
 			}
-			if n >= maxN {
+			if n >= maxN && !wholeTxnPending(it, j) {
 				if err := flush(); err != nil {
 					return err
 				}
@@ -474,6 +474,18 @@ func (p *Pipeline) write(rctx, parent context.Context, items <-chan *txnItem, sk
 			return err
 		}
 	}
+}
+
+// maxWholeTxn is the largest transaction the writer keeps in one batch
+// even past max_changes: JetStream's default limit of messages per atomic
+// batch, so a sink publishing transactions atomically gets each whole.
+const maxWholeTxn = 1000
+
+// wholeTxnPending reports whether change j of it is not its transaction's
+// last and the transaction, of at most maxWholeTxn changes, arrived whole
+// in it: the batch is then not cut before its end.
+func wholeTxnPending(it *txnItem, j int) bool {
+	return it.last && j < len(it.changes)-1 && int(it.changes[j].TxSize) <= maxWholeTxn
 }
 
 // writeSink writes one batch. A failure ends the run: the next run resumes
