@@ -37,6 +37,7 @@ type Pipeline struct {
 	key            string
 	interval       time.Duration
 	shutdown       time.Duration
+	confirmDelay   time.Duration // see confirm.go
 	log            *slog.Logger
 	run            string
 
@@ -263,6 +264,7 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 	ckptDone := make(chan struct{})
 	var ckptErr error
 	var lastSaved = st.LSN
+	cf := &confirmer{delay: p.confirmDelay}
 	save := func(ctx context.Context) error {
 		markMu.Lock()
 		m := latest
@@ -274,7 +276,7 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 			}
 		}
 		if target <= lastSaved {
-			return nil
+			return cf.ack(ctx, src, time.Now()) // a delayed confirmation may be due
 		}
 		ns := checkpoint.State{Epoch: st.Epoch, LSN: target, Cursors: m.cursors, UpdatedAt: time.Now().UTC(), Run: p.run, SystemID: st.SystemID}
 		nrev, err := p.store.Save(ctx, p.key, ns, rev)
@@ -283,8 +285,10 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 		}
 		rev, lastSaved = nrev, target
 		p.ckptLSN.Store(uint64(target))
-		// Only now may Postgres forget what comes before it.
-		return src.Ack(ctx, target)
+		// Only now may Postgres forget what comes before it (or, with
+		// confirm_delay, once the checkpoint is that old).
+		cf.add(target, time.Now())
+		return cf.ack(ctx, src, time.Now())
 	}
 	go func() {
 		defer close(ckptDone)

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/bridge/checkpoint"
 	"github.com/bridgecdc/bridge/internal/natsembed"
 	"github.com/bridgecdc/bridge/internal/pgtest"
@@ -253,4 +254,56 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// TestConfirmDelay: with checkpoint.confirm_delay the slot's
+// confirmed_flush_lsn stays behind the KV checkpoint until the checkpoint
+// is that old (Postgres keeps the WAL a NATS crash could need), then
+// follows it; a restart resumes from the checkpoint, not the slot, so
+// nothing is published twice.
+func TestConfirmDelay(t *testing.T) {
+	e := newEnv(t)
+	e.pg.ExecT(t, `CREATE TABLE cd (id int PRIMARY KEY)`)
+	conn := e.pg.Conn(t, "")
+	confirmed := func() uint64 {
+		var s string
+		require.NoError(t, conn.QueryRow(t.Context(), `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'slot_cdelay'`).Scan(&s))
+		l, err := cdc.ParseLSN(s)
+		require.NoError(t, err)
+		return uint64(l)
+	}
+	withDelay := func(d string) string {
+		cfg := e.config("cdelay", "")
+		b, err := os.ReadFile(cfg)
+		require.NoError(t, err)
+		s := strings.Replace(string(b), "  interval: 200ms\n", "  interval: 200ms\n  confirm_delay: "+d+"\n", 1)
+		require.NoError(t, os.WriteFile(cfg, []byte(s), 0o644))
+		return cfg
+	}
+
+	r := e.start(withDelay("1h"))
+	waitReady(t, r)
+	start := confirmed()
+	e.pg.ExecT(t, `INSERT INTO cd SELECT g FROM generate_series(1, 100) g`)
+	var end string
+	require.NoError(t, conn.QueryRow(t.Context(), `SELECT pg_current_wal_lsn()::text`).Scan(&end))
+	endLSN, err := cdc.ParseLSN(end)
+	require.NoError(t, err)
+	p := r.app.Pipelines()[0]
+	require.Eventually(t, func() bool { return p.Checkpointed() > 0 && uint64(p.Checkpointed()) >= uint64(endLSN)-1024 }, time.Minute, 50*time.Millisecond)
+	e.waitStored("CDC_cdelay", 100, time.Minute)
+	ckpt := uint64(p.Checkpointed())
+	require.Less(t, confirmed(), ckpt, "the slot was confirmed up to the checkpoint despite confirm_delay: 1h")
+	r.stop(t) // the goodbye does not confirm an undue checkpoint either
+	require.Equal(t, start, confirmed(), "confirmed_flush_lsn moved with confirm_delay: 1h")
+
+	r = e.start(withDelay("300ms"))
+	waitReady(t, r)
+	e.pg.ExecT(t, `INSERT INTO cd SELECT g FROM generate_series(101, 150) g`)
+	e.waitStored("CDC_cdelay", 150, time.Minute)
+	require.Eventually(t, func() bool { return confirmed() >= ckpt }, time.Minute, 50*time.Millisecond,
+		"the slot never caught up with the checkpoint once it was 300ms old")
+	ms := e.messages("CDC_cdelay")
+	checkOrdered(t, ms)
+	require.Len(t, ms, 150, "the restart resumed from the checkpoint: nothing twice")
 }
