@@ -198,12 +198,13 @@ func dumpOnDup(t *testing.T, ms []msg) {
 // window so JetStream's dedupe alone cannot hide a replay. With atomic
 // transactions, the stream must hold each transaction whole or not at all
 // after every kill; in both modes it holds every committed change exactly
-// once in the end.
+// once in the end. The last case restarts the NATS server instead.
 func TestKillMidTransaction(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		atomic bool
-	}{{"per_message", false}, {"atomic", true}} {
+		nats   bool // restart the NATS server instead of killing the bridge
+	}{{"per_message", false, false}, {"atomic", true, false}, {"atomic_nats_restart", true, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			changes, kills := 60000, 12
 			if testing.Short() {
@@ -231,6 +232,18 @@ func TestKillMidTransaction(t *testing.T) {
 			n := 0
 			for writing := true; writing || n < kills; {
 				time.Sleep(time.Duration(300+rand.N(1200)) * time.Millisecond)
+				if tc.nats {
+					e.stopNATS()
+					n++
+					time.Sleep(time.Duration(rand.N(1500)) * time.Millisecond)
+					e.startNATS()
+					select {
+					case <-done:
+						writing = false
+					default:
+					}
+					continue
+				}
 				p.kill9(t)
 				n++
 				if tc.atomic && e.streamExists("CDC_atx") {
@@ -247,7 +260,7 @@ func TestKillMidTransaction(t *testing.T) {
 				default:
 				}
 			}
-			t.Logf("killed the bridge %d times while %d changes were committed", n, w.total.Load())
+			t.Logf("killed the bridge or restarted NATS %d times while %d changes were committed", n, w.total.Load())
 			w.verify(t, e, "CDC_atx")
 			p.term(t)
 			if t.Failed() {
