@@ -51,10 +51,36 @@ var ErrFenced = errors.New("natsjs: fenced: the stream holds messages published 
 // The restriction: nothing else may write to the stream (one stream per
 // source, as DESIGN.md §4.6 advises). Set expect_last_sequence: false for a
 // shared stream.
+//
+// Delivered notices a shared stream (a message of another producer after
+// the checkpoint's cursor, e.g. two sources routed to one stream) and turns
+// the fence off for the sink's lifetime with a warning, so such a
+// configuration loses the zombie fence instead of failing every run.
 type fence struct {
 	mu     sync.Mutex
 	last   uint64 // the stream's last sequence as the sink knows it
 	synced bool   // last is known
+	shared bool   // another writer was seen in the stream: fence off
+}
+
+// foundOther records that the stream holds a message another producer
+// published (id is its Nats-Msg-Id, maybe empty).
+func (f *fence) foundOther(s *Sink, id, subject string) {
+	f.mu.Lock()
+	first := !f.shared
+	f.shared = true
+	f.mu.Unlock()
+	if first && s.cfg.ExpectLastSequence {
+		s.log.Warn("the stream has other writers: publishing without Nats-Expected-Last-Sequence, so only the checkpoint fences a zombie bridge; give each source a stream of its own, or set expect_last_sequence: false to silence this",
+			"stream", s.cfg.Stream, "other_msg_id", id, "subject", subject)
+	}
+}
+
+// isShared reports whether another writer was seen in the stream.
+func (f *fence) isShared() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.shared
 }
 
 // start returns the sequence the Write's first publish expects, reading

@@ -345,7 +345,7 @@ func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
 	// The fence (fence.go): each publish expects the stream's last
 	// sequence to be the one before it, so nothing another instance stored
 	// meanwhile can be overtaken.
-	fenced := s.cfg.ExpectLastSequence
+	fenced := s.cfg.ExpectLastSequence && !s.fence.isShared()
 	var exp uint64 // the stream's last sequence the next publish expects
 	if fenced {
 		var err error
@@ -914,10 +914,15 @@ func (s *Sink) Delivered(ctx context.Context, producer, cursor string) (map[cdc.
 		if err != nil {
 			return nil, fmt.Errorf("reading stream %q from sequence %d: %w", s.cfg.Stream, start, err)
 		}
+		ours := false
 		if id := msg.Headers().Get(jetstream.MsgIDHeader); strings.HasPrefix(id, prefix) {
 			if p, pos, err := cdc.ParseID(id); err == nil && p == producer {
 				out[pos] = struct{}{}
+				ours = true
 			}
+		}
+		if !ours {
+			s.fence.foundOther(s, msg.Headers().Get(jetstream.MsgIDHeader), msg.Subject())
 		}
 		md, err := msg.Metadata()
 		if err != nil {
