@@ -76,9 +76,11 @@ type Config struct {
 	// the stream refuses anything published by an instance that is no
 	// longer the owner: a zombie bridge resumed after a standby took over,
 	// or publishes of a killed one still in the server's queue. Requires
-	// that nothing else writes to the stream (one stream per source);
-	// set false for a shared stream, which then relies on the checkpoint's
-	// compare-and-set and the duplicate window alone. Default true.
+	// that nothing else writes to the stream (one stream per source): a
+	// run that finds another producer's message in the stream's tail
+	// turns it off with a warning. Set false for a shared stream, which
+	// then relies on the checkpoint's compare-and-set and the duplicate
+	// window alone. Default true.
 	ExpectLastSequence bool `koanf:"expect_last_sequence"`
 }
 
