@@ -67,6 +67,11 @@ func TestKill9MidStream(t *testing.T) {
 
 func kill9MidStream(t *testing.T, atomic bool) {
 	changes := 50000
+	if atomic {
+		// Small transactions as atomic batches go at a few hundred per
+		// second (docs/operations.md#atomic-transactions).
+		changes = 20000
+	}
 	if testing.Short() {
 		changes = 10000
 	}
