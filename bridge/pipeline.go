@@ -387,8 +387,17 @@ func (p *Pipeline) write(rctx, parent context.Context, items <-chan *txnItem, sk
 		p.delivered.Add(uint64(n))
 		p.tel.delivered(n, done)
 		after := make(map[string]string, len(p.sinks))
-		for _, s := range p.sinks {
-			if s.resumer != nil {
+		for i, s := range p.sinks {
+			switch {
+			case s.resumer == nil:
+			case len(per[i]) == 0:
+				// Nothing written (all held already, or not routed here):
+				// the sink's cursor may be an earlier run's, past changes
+				// this checkpoint does not cover yet. Keep the last one.
+				if c, ok := cursors[s.name]; ok {
+					after[s.name] = c
+				}
+			default:
 				after[s.name] = s.resumer.Cursor()
 			}
 		}
