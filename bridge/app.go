@@ -197,7 +197,7 @@ func (a *App) Start(ctx context.Context) error {
 		sinkIndex := map[string]int{}
 		p := &Pipeline{
 			bridge: a.cfg.Name, source: srcName, store: store, key: checkpoint.Key(a.cfg.Name, srcName),
-			interval: a.cfg.Checkpoint.Interval, shutdown: a.cfg.Shutdown.Timeout,
+			interval: a.cfg.Checkpoint.Interval, shutdown: a.cfg.Shutdown.Timeout, confirmDelay: a.cfg.Checkpoint.ConfirmDelay,
 			log: a.log.With("source", srcName), run: a.run,
 		}
 		pt := a.pipeTel(p)

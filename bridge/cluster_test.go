@@ -141,7 +141,18 @@ func (c *natsCluster) streamLeader(stream string) int {
 // JetStream cluster with an R3 stream and an R3 checkpoint bucket, and
 // shuts down the stream's leader (then restarts it) while writers commit.
 // Every committed change must be in the stream exactly once, in order.
+// It runs with transactions published message by message and as atomic
+// batches.
 func TestClusterR3LeaderRestart(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		atomic bool
+	}{{"per_message", false}, {"atomic", true}} {
+		t.Run(tc.name, func(t *testing.T) { clusterR3LeaderRestart(t, tc.atomic) })
+	}
+}
+
+func clusterR3LeaderRestart(t *testing.T, atomic bool) {
 	c := startCluster(t, 3)
 	e := &env{t: t, pg: pgtest.StartT(t, pgtest.Options{}), dir: t.TempDir(),
 		nsOpts: natsembed.Options{Host: "127.0.0.1", Port: c.port(0)}}
@@ -174,10 +185,11 @@ sinks:
       duplicate_window: 1s
       replicas: 3
       ack_timeout: 5s
+      atomic_transactions: %t
 routes:
   - sinks: [js]
     subject: "cdc.cluster.{{.Schema}}.{{.Table}}"
-`, filepath.Join(e.dir, "data"), c.urls(), e.pg.DSN(""))), 0o644))
+`, filepath.Join(e.dir, "data"), c.urls(), e.pg.DSN(""), atomic)), 0o644))
 
 	r := e.start(cfgPath)
 	waitReady(t, r)

@@ -54,8 +54,24 @@ func (p *proc) term(t *testing.T) {
 // TestKill9MidStream kills the bridge process with SIGKILL at random moments
 // while four writers commit about 50k changes, restarting it each time, with
 // a 1 s duplicate window so JetStream's dedupe alone cannot hide a replay.
+// It runs with transactions published message by message and as atomic
+// batches.
 func TestKill9MidStream(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		atomic bool
+	}{{"per_message", false}, {"atomic", true}} {
+		t.Run(tc.name, func(t *testing.T) { kill9MidStream(t, tc.atomic) })
+	}
+}
+
+func kill9MidStream(t *testing.T, atomic bool) {
 	changes := 50000
+	if atomic {
+		// Small transactions as atomic batches go at a few hundred per
+		// second (docs/operations.md#atomic-transactions).
+		changes = 20000
+	}
 	if testing.Short() {
 		changes = 10000
 	}
@@ -63,6 +79,9 @@ func TestKill9MidStream(t *testing.T) {
 	e := newEnv(t)
 	w := newWorkload(t, e)
 	cfg := e.config("kill", "")
+	if atomic {
+		setSinkOption(t, cfg, "atomic_transactions: true")
+	}
 
 	p := startProc(t, bin, cfg)
 	// Let it create the publication and slot before the writers start.

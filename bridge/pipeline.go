@@ -37,6 +37,7 @@ type Pipeline struct {
 	key            string
 	interval       time.Duration
 	shutdown       time.Duration
+	confirmDelay   time.Duration // see confirm.go
 	log            *slog.Logger
 	run            string
 
@@ -271,6 +272,7 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 	ckptDone := make(chan struct{})
 	var ckptErr error
 	var lastSaved = st.LSN
+	cf := &confirmer{delay: p.confirmDelay}
 	save := func(ctx context.Context) error {
 		markMu.Lock()
 		m := latest
@@ -282,7 +284,7 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 			}
 		}
 		if target <= lastSaved {
-			return nil
+			return cf.ack(ctx, src, time.Now()) // a delayed confirmation may be due
 		}
 		ns := checkpoint.State{Epoch: st.Epoch, LSN: target, Cursors: m.cursors, UpdatedAt: time.Now().UTC(), Run: p.run, SystemID: st.SystemID}
 		nrev, err := p.saveCheckpoint(ctx, ns, rev) // resync.go: a lost reply is no fence
@@ -291,8 +293,10 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 		}
 		rev, lastSaved = nrev, target
 		p.ckptLSN.Store(uint64(target))
-		// Only now may Postgres forget what comes before it.
-		return src.Ack(ctx, target)
+		// Only now may Postgres forget what comes before it (or, with
+		// confirm_delay, once the checkpoint is that old).
+		cf.add(target, time.Now())
+		return cf.ack(ctx, src, time.Now())
 	}
 	go func() {
 		defer close(ckptDone)
@@ -395,8 +399,17 @@ func (p *Pipeline) write(rctx, parent context.Context, items <-chan *txnItem, sk
 		p.delivered.Add(uint64(n))
 		p.tel.delivered(n, done)
 		after := make(map[string]string, len(p.sinks))
-		for _, s := range p.sinks {
-			if s.resumer != nil {
+		for i, s := range p.sinks {
+			switch {
+			case s.resumer == nil:
+			case len(per[i]) == 0:
+				// Nothing written (all held already, or not routed here):
+				// the sink's cursor may be an earlier run's, past changes
+				// this checkpoint does not cover yet. Keep the last one.
+				if c, ok := cursors[s.name]; ok {
+					after[s.name] = c
+				}
+			default:
 				after[s.name] = s.resumer.Cursor()
 			}
 		}
@@ -437,7 +450,7 @@ func (p *Pipeline) write(rctx, parent context.Context, items <-chan *txnItem, sk
 			} else {
 				boundary = false
 			}
-			if n >= maxN {
+			if n >= maxN && !wholeTxnPending(it, j) {
 				if err := flush(); err != nil {
 					return err
 				}
@@ -486,6 +499,18 @@ func (p *Pipeline) write(rctx, parent context.Context, items <-chan *txnItem, sk
 			return err
 		}
 	}
+}
+
+// maxWholeTxn is the largest transaction the writer keeps in one batch
+// even past max_changes: JetStream's default limit of messages per atomic
+// batch, so a sink publishing transactions atomically gets each whole.
+const maxWholeTxn = 1000
+
+// wholeTxnPending reports whether change j of it is not its transaction's
+// last and the transaction, of at most maxWholeTxn changes, arrived whole
+// in it: the batch is then not cut before its end.
+func wholeTxnPending(it *txnItem, j int) bool {
+	return it.last && j < len(it.changes)-1 && int(it.changes[j].TxSize) <= maxWholeTxn
 }
 
 // writeSink writes one batch. A failure ends the run: the next run resumes

@@ -146,6 +146,15 @@ type Checkpoint struct {
 	Interval time.Duration `koanf:"interval"`
 	// Replicas of the bucket when the bridge creates it. Default 1.
 	Replicas int `koanf:"replicas"`
+	// ConfirmDelay keeps the position confirmed to Postgres (the slot's
+	// confirmed_flush_lsn) this long behind the checkpoint: a checkpoint is
+	// confirmed only once it is ConfirmDelay old. Set it above the NATS
+	// servers' sync_interval (default 2m) when JetStream does not fsync
+	// every write, so a NATS machine crash that loses unsynced messages
+	// and checkpoints finds the WAL still in the slot and replays it.
+	// Postgres keeps that much more WAL. Default 0 (confirm at once; right
+	// with sync_interval: always).
+	ConfirmDelay time.Duration `koanf:"confirm_delay"`
 }
 
 // Shutdown bounds shutdown.

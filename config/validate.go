@@ -62,6 +62,9 @@ func (c *Config) validate(known Errors) Errors {
 	}
 	checkPositive(add, "checkpoint.interval", c.Checkpoint.Interval)
 	checkPositive(add, "shutdown.timeout", c.Shutdown.Timeout)
+	if c.Checkpoint.ConfirmDelay < 0 {
+		add("checkpoint.confirm_delay", "must be >= 0, got %s", c.Checkpoint.ConfirmDelay)
+	}
 	checkOneOf(add, "unrouted", c.Unrouted, unroutedValues)
 	checkOneOf(add, "log.level", c.Log.Level, logLevelValues)
 	checkOneOf(add, "log.format", c.Log.Format, logFormatValues)

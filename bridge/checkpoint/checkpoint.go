@@ -145,7 +145,9 @@ func (s *Store) Load(ctx context.Context, key string) (State, uint64, error) {
 // written. Retrying it with the same rev then finds a newer revision; if
 // that revision holds this very state (same Run, non-empty, and the same
 // epoch, LSN, cursors and system id), Save returns it as a success instead
-// of ErrFenced. ctx bounds the round trips.
+// of ErrFenced; if it holds another state of this same run, st is written
+// on top of it (compare-and-set at that revision). ctx bounds the round
+// trips.
 func (s *Store) Save(ctx context.Context, key string, st State, rev uint64) (uint64, error) {
 	if st.UpdatedAt.IsZero() {
 		st.UpdatedAt = time.Now().UTC()
@@ -170,6 +172,15 @@ func (s *Store) Save(ctx context.Context, key string, st State, rev uint64) (uin
 	if lerr == nil && curRev > rev && sameWrite(cur, st) {
 		return curRev, nil
 	}
+	if lerr == nil && curRev > rev && ownEarlierWrite(cur, st) {
+		// An earlier Save of this very run whose reply was lost (the
+		// server went away after writing it): nobody else wrote since,
+		// so write on top of it, still compare-and-set.
+		if next, err := s.kv.Update(ctx, key, b, curRev); err == nil {
+			return next, nil
+		}
+		cur, curRev, lerr = s.Load(ctx, key)
+	}
 	if lerr != nil {
 		return 0, fmt.Errorf("saving checkpoint %q to bucket %q: not at revision %d: %w", key, s.bucket, rev, ErrFenced)
 	}
@@ -179,6 +190,15 @@ func (s *Store) Save(ctx context.Context, key string, st State, rev uint64) (uin
 	}
 	return 0, fmt.Errorf("saving checkpoint %q to bucket %q: expected revision %d, but %s wrote revision %d: %w",
 		key, s.bucket, rev, who, curRev, ErrFenced)
+}
+
+// ownEarlierWrite reports whether cur was written by the run writing st
+// (a run id is random per process), for the same epoch and source. Its
+// position may be above st's (an idle position saved, its reply lost):
+// writing st then moves the checkpoint back, which is safe, because the
+// lost write was never confirmed to Postgres.
+func ownEarlierWrite(cur, st State) bool {
+	return st.Run != "" && cur.Run == st.Run && cur.Epoch == st.Epoch && cur.SystemID == st.SystemID
 }
 
 // sameWrite reports whether cur is st as written by this very run.

@@ -128,6 +128,20 @@ func TestFenced(t *testing.T) {
 		again, err := st.Save(t.Context(), key, s, revB) // as if the reply had been lost
 		require.NoError(t, err)
 		require.Equal(t, rev, again)
+
+		// The next save after a lost reply carries a newer position: it
+		// goes on top of the run's own write, not into ErrFenced.
+		next := checkpoint.State{Epoch: "e1", LSN: 400, Run: "b"}
+		nrev, err := st.Save(t.Context(), key, next, revB)
+		require.NoError(t, err)
+		require.Greater(t, nrev, rev)
+		got, _, err := st.Load(t.Context(), key)
+		require.NoError(t, err)
+		require.Equal(t, cdc.LSN(400), got.LSN)
+
+		// Another run still fences.
+		_, err = st.Save(t.Context(), key, checkpoint.State{Epoch: "e1", LSN: 500, Run: "c"}, revB)
+		require.ErrorIs(t, err, checkpoint.ErrFenced)
 	})
 
 	require.False(t, errors.Is(nil, checkpoint.ErrFenced))

@@ -70,6 +70,18 @@ type Config struct {
 	// false: nats-server 2.15 stages each batch of an R1 file stream in a
 	// file store of its own, about 8 ms per transaction here.
 	AtomicTransactions bool `koanf:"atomic_transactions"`
+	// ExpectLastSequence makes every publish carry
+	// Nats-Expected-Last-Sequence (the first message of an atomic batch),
+	// chained from the stream's last sequence at the start of a run, so
+	// the stream refuses anything published by an instance that is no
+	// longer the owner: a zombie bridge resumed after a standby took over,
+	// or publishes of a killed one still in the server's queue. Requires
+	// that nothing else writes to the stream (one stream per source): a
+	// run that finds another producer's message in the stream's tail
+	// turns it off with a warning. Set false for a shared stream, which
+	// then relies on the checkpoint's compare-and-set and the duplicate
+	// window alone. Default true.
+	ExpectLastSequence bool `koanf:"expect_last_sequence"`
 }
 
 // DefaultSubjects is the default of Config.Subjects.
@@ -85,6 +97,8 @@ func DefaultConfig() Config {
 		Replicas:        1,
 		MaxPending:      4096,
 		AckTimeout:      10 * time.Second,
+		// A standby's takeover cannot be overtaken by a zombie.
+		ExpectLastSequence: true,
 	}
 }
 

@@ -13,6 +13,12 @@
 // Exactly-once beyond the duplicate window comes from sinks.Resumer: the
 // pipeline checkpoints Cursor (the highest acked stream sequence) and, on
 // restart, Delivered lists what the stream holds after it, headers only.
+// Every publish carries Nats-Expected-Last-Sequence, chained from the tail
+// Delivered read (expect_last_sequence, fence.go), so an instance that is
+// no longer the owner (a zombie, or a killed one whose publishes the server
+// is still applying) cannot store anything behind the owner's messages.
+// With atomic_transactions, each transaction of 2 to 1000 changes is one
+// JetStream atomic batch; larger ones go message by message.
 // For production, run the stream with R3 and the server with
 // `sync_interval: always`: a JetStream ack means written to the OS, fsynced
 // every 2 minutes by default.

@@ -115,6 +115,7 @@ type Sink struct {
 
 	asyncFails atomic.Uint64 // async publish failures seen, for stopping a Write early
 	cursor     atomic.Uint64 // see Cursor; 0 = none yet
+	fence      fence         // fence.go: Nats-Expected-Last-Sequence chain
 }
 
 // New builds a sink from its config block: it fills the defaults, decodes
@@ -209,6 +210,7 @@ func (s *Sink) dial(ctx context.Context) (*nats.Conn, jetstream.JetStream, error
 // ensureStream creates, updates or checks the stream, and records its subjects.
 func (s *Sink) ensureStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) error {
 	name := s.cfg.Stream
+	created := false
 	st, err := js.Stream(ctx, name)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound) && !s.cfg.CreateStream:
@@ -225,6 +227,7 @@ func (s *Sink) ensureStream(ctx context.Context, nc *nats.Conn, js jetstream.Jet
 			// Each Postgres transaction can then be stored all or nothing.
 			AllowAtomicPublish: s.cfg.AtomicTransactions,
 		})
+		created = err == nil
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) { // created concurrently
 			st, err = js.Stream(ctx, name)
 		}
@@ -274,6 +277,9 @@ func (s *Sink) ensureStream(ctx context.Context, nc *nats.Conn, js jetstream.Jet
 		s.log.Warn("stream does not allow atomic publishing: transactions are published message by message (consumers may see part of one)",
 			"stream", name, "fix", "nats stream edit "+name+" --allow-batch (nats-server >= 2.12), or set create_stream: true")
 	}
+	// A stream this call created starts empty; otherwise the chain starts
+	// where the stream ends unless it is running already (fence.go).
+	s.fence.syncIf(created || !s.fence.isSynced(), info.State.LastSeq)
 	s.mu.Lock()
 	s.subjects = slices.Clone(info.Config.Subjects)
 	s.maxMsgSize = int(info.Config.MaxMsgSize)
@@ -336,6 +342,21 @@ func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
 		// report it acked: out of order and unnoticed. Fail it instead.
 		jetstream.WithRetryAttempts(0),
 	}
+	// The fence (fence.go): each publish expects the stream's last
+	// sequence to be the one before it, so nothing another instance stored
+	// meanwhile can be overtaken.
+	fenced := s.cfg.ExpectLastSequence && !s.fence.isShared()
+	var exp uint64 // the stream's last sequence the next publish expects
+	if fenced {
+		var err error
+		if exp, err = s.fence.start(ctx, js, s.cfg.Stream); err != nil {
+			err = fmt.Errorf("writing %d changes to stream %q: %w", len(batch), s.cfg.Stream, err)
+			for i := range batch {
+				w.err.Fail(i, err)
+			}
+			return w.err.Err()
+		}
+	}
 	refreshed := false
 	stop := len(batch) // first index not published
 	var stopErr error  // why, when stopped before a failure of its own
@@ -384,6 +405,30 @@ func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
 		return msg, true
 	}
 	atomic := s.atomicOK()
+	// firstDone resolves the Write's first publish (a message or an atomic
+	// batch ending at index end) when fenced, and turns the rest of the
+	// Write into a replay when it was stored already.
+	firstDone := func(end int) {
+		if end != w.firstEnd {
+			return
+		}
+		for w.next <= end {
+			w.resolve()
+		}
+		if w.dups > 0 || len(w.redo) > 0 {
+			fenced, atomic = false, false // a replay: see fence.go
+			s.log.Debug("the Write starts with changes the stream holds already: publishing it message by message, unfenced", "stream", s.cfg.Stream, "first", batch[0].ID())
+			w.replayRedo(js, pubOpts)
+			fails = s.asyncFails.Load() // the first publish's refusal is handled
+		}
+	}
+	w.firstEnd = -1
+	if fenced || atomic {
+		w.firstEnd = 0
+		if n := atomicGroup(batch, 0, atomic); n > 0 {
+			w.firstEnd = n - 1
+		}
+	}
 publish:
 	for i := 0; i < len(batch); i++ {
 		c := &batch[i]
@@ -419,6 +464,10 @@ publish:
 				m.Header.Set(jetstreamext.BatchSeqHeader, strconv.Itoa(k+1))
 			}
 			msgs[n-1].Header.Set(jetstreamext.BatchCommitHeader, "1")
+			if fenced { // only a batch's first message may carry it
+				msgs[0].Header.Set(jetstream.ExpectedLastSeqHeader, strconv.FormatUint(exp, 10))
+				exp += uint64(n)
+			}
 			for k := range n - 1 {
 				if err := nc.PublishMsg(msgs[k]); err != nil {
 					for kk := range n {
@@ -444,6 +493,7 @@ publish:
 			for k, m := range msgs {
 				w.msgs[i+k] = m
 			}
+			firstDone(i + n - 1)
 			i += n - 1
 			continue
 		}
@@ -452,10 +502,15 @@ publish:
 			stop = i + 1
 			break
 		}
+		if fenced {
+			msg.Header.Set(jetstream.ExpectedLastSeqHeader, strconv.FormatUint(exp, 10))
+			exp++
+		}
 		for {
 			f, err := js.PublishMsgAsync(msg, pubOpts...)
 			if err == nil {
 				w.futs[i] = f
+				firstDone(i)
 				continue publish
 			}
 			if errors.Is(err, jetstream.ErrTooManyStalledMsgs) && ctx.Err() == nil {
@@ -472,29 +527,7 @@ publish:
 	for w.next < stop {
 		w.resolve()
 	}
-	// Transactions whose atomic batch met messages stored already (a
-	// replay): publish them message by message; dedupe drops the stored ones.
-	for len(w.redo) > 0 && w.err.Failed == nil {
-		end := w.redo[0]
-		w.redo = w.redo[1:]
-		n := w.group[end]
-		w.group[end] = 0
-		for k := end - n + 1; k <= end; k++ {
-			m := w.msgs[k]
-			for _, h := range []string{jetstreamext.BatchIDHeader, jetstreamext.BatchSeqHeader, jetstreamext.BatchCommitHeader} {
-				m.Header.Del(h)
-			}
-			f, err := js.PublishMsgAsync(m, pubOpts...)
-			if err != nil {
-				w.err.Fail(k, s.publishErr(nc, &batch[k], len(m.Data)+natsconn.HeaderSize(m.Header), err))
-				break
-			}
-			w.futs[k] = f
-		}
-		for w.next = end - n + 1; w.next <= end; {
-			w.resolve()
-		}
-	}
+	w.replayRedo(js, pubOpts)
 	first := -1 // first failed index
 	if idx := w.err.Indexes(); len(idx) > 0 {
 		first = idx[0]
@@ -511,7 +544,35 @@ publish:
 		}
 	}
 	s.advanceCursor(w)
+	s.fence.done(w)
 	return w.err.Err()
+}
+
+// replayRedo publishes, message by message, the changes of the atomic
+// batches that met messages stored already (only a Write's first publish
+// when fenced: fence.go); dedupe drops the stored ones.
+func (w *write) replayRedo(js jetstream.JetStream, pubOpts []jetstream.PublishOpt) {
+	for len(w.redo) > 0 && w.err.Failed == nil {
+		end := w.redo[0]
+		w.redo = w.redo[1:]
+		n := w.group[end]
+		w.group[end] = 0
+		for k := end - n + 1; k <= end; k++ {
+			m := w.msgs[k]
+			for _, h := range []string{jetstreamext.BatchIDHeader, jetstreamext.BatchSeqHeader, jetstreamext.BatchCommitHeader, jetstream.ExpectedLastSeqHeader} {
+				m.Header.Del(h)
+			}
+			f, err := js.PublishMsgAsync(m, pubOpts...)
+			if err != nil {
+				w.err.Fail(k, w.s.publishErr(w.nc, &w.batch[k], len(m.Data)+natsconn.HeaderSize(m.Header), err))
+				break
+			}
+			w.futs[k] = f
+		}
+		for w.next = end - n + 1; w.next <= end; {
+			w.resolve()
+		}
+	}
 }
 
 // write is the state of one Write.
@@ -526,8 +587,12 @@ type write struct {
 	redo  []int             // commit indexes of atomic batches to republish
 	seqs  []uint64          // stream sequence of each acked change
 	dups  int
-	next  int // next index to resolve
-	err   sinks.BatchError
+	fresh uint64 // highest sequence of a change stored (not a duplicate) by this Write
+	next  int    // next index to resolve
+	// firstEnd is the last index of the Write's first publish while that
+	// publish is awaited alone (fence.go), else -1.
+	firstEnd int
+	err      sinks.BatchError
 }
 
 // resolve waits for the ack of change w.next (unless it failed to publish)
@@ -564,7 +629,7 @@ func (w *write) resolve() {
 	}
 	if err != nil {
 		var apiErr *jetstream.APIError
-		if w.group[i] > 1 && errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeAtomicDuplicate {
+		if w.group[i] > 1 && errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeAtomicDuplicate && i == w.firstEnd {
 			w.redo = append(w.redo, i) // see Write: republished one by one
 			return
 		}
@@ -577,6 +642,8 @@ func (w *write) resolve() {
 	}
 	if ack.Duplicate {
 		w.dups++
+	} else {
+		w.fresh = max(w.fresh, ack.Sequence)
 	}
 }
 
@@ -640,6 +707,10 @@ func (s *Sink) publishErr(nc *nats.Conn, c *cdc.Change, size int, err error) err
 			doing, size, nc.MaxPayload(), err))
 	case apiErr != nil && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
 		return sinks.Permanent(fmt.Errorf("%s: the message is %d bytes, over stream %q's max_msg_size: %w", doing, size, s.cfg.Stream, err))
+	case apiErr != nil && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant):
+		return fmt.Errorf("%s: %w: %w", doing, ErrFenced, err)
+	case apiErr != nil && apiErr.ErrorCode == jsErrCodeAtomicDuplicate:
+		return fmt.Errorf("%s: its atomic batch holds changes stream %q has already (a replay the tail check missed); the next run reads the tail again: %w", doing, s.cfg.Stream, err)
 	case apiErr != nil && apiErr.ErrorCode == jsErrCodeStreamNotMatch:
 		return sinks.Permanent(fmt.Errorf("%s: the subject belongs to another stream than %q: %w", doing, s.cfg.Stream, err))
 	case errors.Is(err, nats.ErrHeadersNotSupported), errors.Is(err, nats.ErrBadSubject):
@@ -803,6 +874,9 @@ func (s *Sink) Delivered(ctx context.Context, producer, cursor string) (map[cdc.
 		return nil, fmt.Errorf("reading stream %q: %w", s.cfg.Stream, err)
 	}
 	state := st.CachedInfo().State
+	// The chain of expectations restarts at this snapshot: anything stored
+	// after it that Delivered does not list refuses the next publish.
+	s.fence.sync(state.LastSeq)
 	out := map[cdc.Pos]struct{}{}
 	start := after + 1
 	if after > state.LastSeq || start < state.FirstSeq {
@@ -840,10 +914,15 @@ func (s *Sink) Delivered(ctx context.Context, producer, cursor string) (map[cdc.
 		if err != nil {
 			return nil, fmt.Errorf("reading stream %q from sequence %d: %w", s.cfg.Stream, start, err)
 		}
+		ours := false
 		if id := msg.Headers().Get(jetstream.MsgIDHeader); strings.HasPrefix(id, prefix) {
 			if p, pos, err := cdc.ParseID(id); err == nil && p == producer {
 				out[pos] = struct{}{}
+				ours = true
 			}
+		}
+		if !ours {
+			s.fence.foundOther(s, msg.Headers().Get(jetstream.MsgIDHeader), msg.Subject())
 		}
 		md, err := msg.Metadata()
 		if err != nil {

@@ -1,0 +1,72 @@
+package natsjs
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bridgecdc/bridge/internal/natsembed"
+)
+
+// TestFence: a sink instance that is no longer the stream's writer (a
+// zombie: another instance of the same producer took over and published)
+// gets every publish refused, atomic or not, and stores nothing; after
+// Delivered, which a new run calls, it may publish again.
+func TestFence(t *testing.T) {
+	for _, atomic := range []bool{false, true} {
+		name := map[bool]string{false: "per_message", true: "atomic"}[atomic]
+		t.Run(name, func(t *testing.T) {
+			srv := natsembed.StartT(t, natsembed.Options{})
+			opts := map[string]any{"atomic_transactions": atomic}
+			all := txs(producer, 0x1000, 9, 3)
+			zombie := connected(t, srv, opts)
+			require.NoError(t, zombie.Write(t.Context(), all[:9]))
+
+			owner := connected(t, srv, opts)
+			_, err := owner.Delivered(t.Context(), producer, zombie.Cursor())
+			require.NoError(t, err)
+			require.NoError(t, owner.Write(t.Context(), all[9:18]))
+
+			err = zombie.Write(t.Context(), all[18:27])
+			require.ErrorIs(t, err, ErrFenced)
+			require.Equal(t, ids(all[:18]), storedIDs(t, srv.URL(), "CDC"), "nothing of the zombie's stored")
+
+			// A new run of the former zombie reads the tail, then continues.
+			got, err := zombie.Delivered(t.Context(), producer, zombie.Cursor())
+			require.NoError(t, err)
+			require.Equal(t, positions(all[9:18]), got)
+			require.NoError(t, zombie.Write(t.Context(), all[18:27]))
+			require.Equal(t, ids(all), storedIDs(t, srv.URL(), "CDC"))
+		})
+	}
+}
+
+// TestFenceSharedStream: two producers in one stream refuse each other's
+// chains until Delivered sees the other writer; then the fence is off for
+// good and both publish.
+func TestFenceSharedStream(t *testing.T) {
+	srv := natsembed.StartT(t, natsembed.Options{})
+	a := connected(t, srv, nil)
+	b := connected(t, srv, nil)
+	as := txs("shop.a.e1", 0x1000, 4, 2)
+	bs := txs("shop.b.e1", 0x1000, 4, 2)
+	require.NoError(t, a.Write(t.Context(), as[:2]))
+	_, err := b.Delivered(t.Context(), "shop.b.e1", "")
+	require.NoError(t, err)
+	require.True(t, b.fence.isShared(), "a's message is another writer's")
+	require.NoError(t, b.Write(t.Context(), bs[:2]))
+	require.ErrorIs(t, a.Write(t.Context(), as[2:4]), ErrFenced, "b wrote after a's last message")
+	_, err = a.Delivered(t.Context(), "shop.a.e1", a.Cursor())
+	require.NoError(t, err)
+	require.NoError(t, a.Write(t.Context(), as[2:4]))
+	require.NoError(t, b.Write(t.Context(), bs[2:4]))
+	require.NoError(t, a.Write(t.Context(), as[4:]))
+	require.Len(t, storedIDs(t, srv.URL(), "CDC"), 12)
+
+	// Switched off: no header at all.
+	off := connected(t, srv, map[string]any{"expect_last_sequence": false})
+	require.NoError(t, off.Write(t.Context(), txs("shop.c.e1", 0x1000, 1, 1)))
+	msgs := stored(t, srv.URL(), "CDC")
+	require.Equal(t, "0", msgs[0].Header.Get("Nats-Expected-Last-Sequence"), "the first message expected an empty stream")
+	require.Empty(t, msgs[len(msgs)-1].Header.Get("Nats-Expected-Last-Sequence"))
+}
