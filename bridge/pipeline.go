@@ -287,7 +287,7 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 			return cf.ack(ctx, src, time.Now()) // a delayed confirmation may be due
 		}
 		ns := checkpoint.State{Epoch: st.Epoch, LSN: target, Cursors: m.cursors, UpdatedAt: time.Now().UTC(), Run: p.run, SystemID: st.SystemID}
-		nrev, err := p.saveCheckpoint(ctx, ns, rev) // resync.go: a lost reply is no fence
+		nrev, err := p.store.Save(ctx, p.key, ns, rev) // a lost reply is no fence: see Save
 		if err != nil {
 			return fmt.Errorf("saving checkpoint %s: %w", target, err)
 		}

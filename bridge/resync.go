@@ -194,33 +194,3 @@ func (p *Pipeline) bucketGone(err error) error {
 		"to go on, restart the bridge: it recreates the bucket and starts a new epoch at the slot's confirmed position, "+
 		"so consumers may receive changes since the last checkpoint again, under new message ids", p.store.Bucket(), p.source, err)}
 }
-
-// saveCheckpoint is store.Save that tells a lost reply from a fence: a
-// Save whose reply was lost (NATS restarting) may still have been written,
-// and the next Save at the old revision then finds this process's own write
-// (same run id, same epoch). That is no other instance: save again at the
-// revision found, or keep it when it already covers the position. A write
-// of another process, or of another epoch, still fences.
-func (p *Pipeline) saveCheckpoint(ctx context.Context, st checkpoint.State, rev uint64) (uint64, error) {
-	nrev, err := p.store.Save(ctx, p.key, st, rev)
-	if !errors.Is(err, checkpoint.ErrFenced) {
-		return nrev, err
-	}
-	cur, curRev, lerr := p.store.Load(ctx, p.key)
-	if lerr != nil {
-		// Not known whose write it is (NATS flapping): end the run, not the
-		// pipeline; the next run's Load, and the slot, tell.
-		return 0, fmt.Errorf("saving checkpoint %s: revision %d is taken and it cannot be read back: %w", st.LSN, rev, lerr)
-	}
-	if curRev <= rev || cur.Run != p.run || cur.Epoch != st.Epoch {
-		return nrev, err
-	}
-	if cur.LSN >= st.LSN {
-		// Our own write already covers this position (a retried publish
-		// can land after a later one): keep it.
-		p.log.Info("checkpoint already written by this process before a lost reply", "revision", curRev, "lsn", cur.LSN.String())
-		return curRev, nil
-	}
-	p.log.Info("checkpoint revision written by this process before a lost reply; saving again", "revision", curRev, "lsn", cur.LSN.String())
-	return p.store.Save(ctx, p.key, st, curRev)
-}

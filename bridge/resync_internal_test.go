@@ -2,18 +2,13 @@ package bridge
 
 import (
 	"encoding/json"
-	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
-	"github.com/bridgecdc/bridge/bridge/checkpoint"
 	"github.com/bridgecdc/bridge/config"
-	"github.com/bridgecdc/bridge/internal/natsembed"
 )
 
 // TestControlDests: without a control route every sink of the source's
@@ -54,37 +49,4 @@ func TestControlDests(t *testing.T) {
 	var back cdc.Control
 	require.NoError(t, json.Unmarshal(c.Payload, &back))
 	require.Equal(t, ctl, back)
-}
-
-// TestSaveCheckpointAfterLostReply: a Save that landed although its reply
-// was lost leaves the pipeline one revision behind; the next save finds
-// this process's own write and goes on, while a write by another process
-// (another run id) or a newer position still fences.
-func TestSaveCheckpointAfterLostReply(t *testing.T) {
-	srv := natsembed.StartT(t, natsembed.Options{Host: "127.0.0.1"})
-	nc, err := nats.Connect(srv.URL())
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	store, err := checkpoint.Open(t.Context(), js, "ckpt_test", 1)
-	require.NoError(t, err)
-	p := &Pipeline{store: store, key: "b.s", run: "runA", log: slog.New(slog.DiscardHandler)}
-
-	rev, err := store.Save(t.Context(), p.key, checkpoint.State{Epoch: "e1", LSN: 100, Run: "runA"}, 0)
-	require.NoError(t, err)
-	// This save lands, but its reply is "lost": the pipeline keeps rev.
-	_, err = store.Save(t.Context(), p.key, checkpoint.State{Epoch: "e1", LSN: 200, Run: "runA"}, rev)
-	require.NoError(t, err)
-	nrev, err := p.saveCheckpoint(t.Context(), checkpoint.State{Epoch: "e1", LSN: 300, Run: "runA"}, rev)
-	require.NoError(t, err, "our own earlier write is no fence")
-	st, _, err := store.Load(t.Context(), p.key)
-	require.NoError(t, err)
-	require.Equal(t, cdc.LSN(300), st.LSN)
-
-	// Another process wrote: fenced.
-	_, err = store.Save(t.Context(), p.key, checkpoint.State{Epoch: "e1", LSN: 400, Run: "runB"}, nrev)
-	require.NoError(t, err)
-	_, err = p.saveCheckpoint(t.Context(), checkpoint.State{Epoch: "e1", LSN: 500, Run: "runA"}, nrev)
-	require.ErrorIs(t, err, checkpoint.ErrFenced)
 }

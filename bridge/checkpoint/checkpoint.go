@@ -182,7 +182,9 @@ func (s *Store) Save(ctx context.Context, key string, st State, rev uint64) (uin
 		cur, curRev, lerr = s.Load(ctx, key)
 	}
 	if lerr != nil {
-		return 0, fmt.Errorf("saving checkpoint %q to bucket %q: not at revision %d: %w", key, s.bucket, rev, ErrFenced)
+		// Not known whose write it is (NATS flapping): not a fence, so the
+		// caller ends its run, not the pipeline; the next run's Load tells.
+		return 0, fmt.Errorf("saving checkpoint %q to bucket %q: revision %d is taken and it cannot be read back: %w", key, s.bucket, rev, lerr)
 	}
 	who := "another instance"
 	if cur.Run != "" {
