@@ -117,7 +117,7 @@ func TestWriterMaxChangesAbove1000(t *testing.T) {
 			for i := 0; i < 50; i++ { // runs of 100 transactions, as the reader hands them over
 				run := make([]*txnItem, 0, 100)
 				for j := 1; j <= 100; j++ {
-					run = append(run, oneChange(cdc.LSN(i*100+j))[0])
+					run = append(run, oneChange(cdc.LSN(i*100 + j))[0])
 				}
 				items <- run
 			}
