@@ -115,6 +115,7 @@ type Sink struct {
 
 	asyncFails atomic.Uint64 // async publish failures seen, for stopping a Write early
 	cursor     atomic.Uint64 // see Cursor; 0 = none yet
+	hdrs       sync.Pool     // nats.Header maps of acknowledged messages (msg.go)
 }
 
 // New builds a sink from its config block: it fills the defaults, decodes
@@ -571,6 +572,9 @@ func (w *write) resolve() {
 		w.failGroup(i, w.s.publishErr(w.nc, &w.batch[i], len(f.Msg().Data)+natsconn.HeaderSize(f.Msg().Header), err))
 		return
 	}
+	if w.group[i] == 0 {
+		w.s.recycle(f.Msg()) // acked; nothing reads it any more
+	}
 	n := max(w.group[i], 1)
 	for k := range n { // an atomic batch's ack is its last message's
 		w.seqs[i-k] = ack.Sequence - uint64(k)
@@ -668,10 +672,11 @@ func isConnErr(err error) bool {
 
 // toMsg builds the message of c: its subject and payload as the router set
 // them, the change's own headers (except "Nats-*" ones, which would steer
-// JetStream), and the bridge's headers.
+// JetStream), and the bridge's headers. The header map comes from s.hdrs
+// (see recycle); the bridge's header values share one string.
 func (s *Sink) toMsg(c *cdc.Change) *nats.Msg {
 	n := len(c.Headers) + 8
-	h := make(nats.Header, n+1)  // +1: Nats-Expected-Stream
+	h := s.header(n + 1)         // +1: Nats-Expected-Stream
 	vals := make([]string, 0, n) // one allocation for every value
 	set := func(k, v string) {
 		vals = append(vals, v)
@@ -684,13 +689,33 @@ func (s *Sink) toMsg(c *cdc.Change) *nats.Msg {
 		}
 		set(k, v)
 	}
-	set(jetstream.MsgIDHeader, c.ID())
-	set(HeaderCommitLSN, c.CommitLSN.String())
-	set(HeaderSeq, strconv.FormatUint(uint64(c.Seq), 10))
-	set(HeaderTxSize, strconv.FormatUint(uint64(c.TxSize), 10))
-	set(HeaderXid, strconv.FormatUint(uint64(c.Xid), 10))
-	if c.Op != cdc.OpMessage && c.Table != "" {
-		set(HeaderTable, c.Schema+"."+c.Table)
+	// id, commit LSN, seq, tx size, xid and table in one string.
+	var b [160]byte
+	buf := appendID(b[:0], c)
+	ends := [6]int{len(buf)}
+	buf = c.CommitLSN.Append(buf)
+	ends[1] = len(buf)
+	buf = strconv.AppendUint(buf, uint64(c.Seq), 10)
+	ends[2] = len(buf)
+	buf = strconv.AppendUint(buf, uint64(c.TxSize), 10)
+	ends[3] = len(buf)
+	buf = strconv.AppendUint(buf, uint64(c.Xid), 10)
+	ends[4] = len(buf)
+	table := c.Op != cdc.OpMessage && c.Table != ""
+	if table {
+		buf = append(buf, c.Schema...)
+		buf = append(buf, '.')
+		buf = append(buf, c.Table...)
+	}
+	ends[5] = len(buf)
+	all := string(buf)
+	set(jetstream.MsgIDHeader, all[:ends[0]])
+	set(HeaderCommitLSN, all[ends[0]:ends[1]])
+	set(HeaderSeq, all[ends[1]:ends[2]])
+	set(HeaderTxSize, all[ends[2]:ends[3]])
+	set(HeaderXid, all[ends[3]:ends[4]])
+	if table {
+		set(HeaderTable, all[ends[4]:ends[5]])
 	}
 	set(HeaderOp, string(c.Op))
 	set(HeaderRun, s.run)
