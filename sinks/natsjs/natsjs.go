@@ -111,6 +111,7 @@ type Sink struct {
 	subjects    []string // the stream's subjects as last seen
 	maxMsgSize  int      // the stream's max_msg_size as last seen; 0 or -1: none
 	allowAtomic bool     // the stream accepts atomic batches
+	allowBatch  bool     // the stream accepts fast batches (fast.go)
 	closed      bool
 
 	asyncFails atomic.Uint64 // async publish failures seen, for stopping a Write early
@@ -225,6 +226,7 @@ func (s *Sink) ensureStream(ctx context.Context, nc *nats.Conn, js jetstream.Jet
 			Replicas:    s.cfg.Replicas,
 			// Each Postgres transaction can then be stored all or nothing.
 			AllowAtomicPublish: s.cfg.AtomicTransactions,
+			AllowBatchPublish:  s.cfg.FastBatch,
 		})
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) { // created concurrently
 			st, err = js.Stream(ctx, name)
@@ -249,6 +251,10 @@ func (s *Sink) ensureStream(ctx context.Context, nc *nats.Conn, js jetstream.Jet
 		}
 		if s.cfg.AtomicTransactions && !cfg.AllowAtomicPublish {
 			cfg.AllowAtomicPublish = true
+			changed = true
+		}
+		if s.cfg.FastBatch && !cfg.AllowBatchPublish {
+			cfg.AllowBatchPublish = true
 			changed = true
 		}
 		if changed {
@@ -279,6 +285,7 @@ func (s *Sink) ensureStream(ctx context.Context, nc *nats.Conn, js jetstream.Jet
 	s.subjects = slices.Clone(info.Config.Subjects)
 	s.maxMsgSize = int(info.Config.MaxMsgSize)
 	s.allowAtomic = info.Config.AllowAtomicPublish
+	s.allowBatch = info.Config.AllowBatchPublish
 	s.mu.Unlock()
 	return nil
 }
@@ -385,8 +392,13 @@ func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
 		return msg, true
 	}
 	atomic := s.atomicOK()
+	from := 0 // first index the loop below publishes
+	if !atomic && len(batch) >= fastMin && s.fastOK() {
+		stop, stopErr = s.writeFast(w, js, prepare) // fast.go
+		from = len(batch)
+	}
 publish:
-	for i := 0; i < len(batch); i++ {
+	for i := from; i < len(batch); i++ {
 		c := &batch[i]
 		for i-w.next >= s.cfg.MaxPending { // window full: wait for the oldest ack
 			w.resolve()
