@@ -419,15 +419,18 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 					}
 					run = append(run, t)
 					runChanges += len(t.Changes)
-					// Idle positions are published only while no transaction
-					// is open, so every one before them is in a run by then.
+					// Counted once decoded, pushed or not: the pipeline
+					// takes an idle position only after delivering every
+					// transaction up to lastCommit.
 					lastCommit = t.CommitLSN
 				}
 			}
 		case *pgproto3.ErrorResponse:
+			_ = push() // hand out what was decoded before it
 			s.fail(fmt.Errorf("replication on slot %q: %w", s.cfg.Slot, pgconn.ErrorResponseToPgError(m)))
 			return
 		case *pgproto3.CopyDone:
+			_ = push()
 			s.fail(fmt.Errorf("replication on slot %q: server ended the stream", s.cfg.Slot))
 			return
 		}
