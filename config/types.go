@@ -103,7 +103,7 @@ type Batch struct {
 	MaxChanges int `koanf:"max_changes"`
 	// MaxWait is how long the first change of a partial batch waits for
 	// more before the batch is written (an age, not a gap between
-	// changes). Default 2ms. With several sinks on one source the largest
+	// changes). Default 1ms. With several sinks on one source the largest
 	// value applies.
 	MaxWait time.Duration `koanf:"max_wait"`
 }
