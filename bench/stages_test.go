@@ -13,7 +13,8 @@ package bench_test
 // another process. Route runs the router (subject template, native JSON).
 // Publish writes routed changes in batches of 1000 through the
 // nats_jetstream sink to a nats-server process (BENCH_NATS_SERVER or
-// nats-server on PATH; else an in-process server, whose CPU then counts).
+// nats-server on PATH; else an in-process server, whose CPU then counts);
+// BENCH_FAST=1 BENCH_ATOMIC=0 publishes fast-ingest batches (fast_batch).
 
 import (
 	"context"
@@ -205,6 +206,7 @@ func BenchmarkPublish(b *testing.B) {
 	}
 	sk, err := p.New((*config.Config)(nil).Decoder("sinks.js.config", map[string]any{
 		"url": url, "stream": "STAGE", "subjects": []any{"bench.>"}, "atomic_transactions": os.Getenv("BENCH_ATOMIC") != "0",
+		"fast_batch": os.Getenv("BENCH_FAST") == "1", "expect_last_sequence": os.Getenv("BENCH_FAST") != "1",
 	}), sinks.Env{Name: "js"})
 	if err != nil {
 		b.Fatal(err)

@@ -114,25 +114,24 @@ type txnItem struct {
 	last    bool    // the transaction's last part
 }
 
-// chunk bounds the changes of a large transaction held at once.
+// chunk bounds the changes of a large transaction held at once, and the
+// changes of small transactions handed to the writer in one run.
 const chunk = 1000
 
-// route routes and encodes t's changes and sends them to the writer; a
+// route routes and encodes t's changes and hands them to emit; a
 // transaction read back from disk goes in parts of chunk changes.
-func (p *Pipeline) route(ctx context.Context, t *cdc.Txn, producer string, items chan<- *txnItem) error {
+func (p *Pipeline) route(ctx context.Context, t *cdc.Txn, producer string, emit func(*txnItem) error) error {
 	if t.Rest != nil {
 		defer t.Rest.Close()
 	}
 	send := func(it *txnItem) error {
 		p.tel.txn(ctx, t, it) // spans, traceparent headers, counters
-		select {
-		case items <- it:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+		return emit(it)
 	}
-	it := &txnItem{commit: t.CommitLSN}
+	newItem := func(size int) *txnItem {
+		return &txnItem{commit: t.CommitLSN, changes: make([]cdc.Change, 0, size), dests: make([][]int, 0, size)}
+	}
+	it := newItem(len(t.Changes))
 	add := func(cs []cdc.Change) error {
 		for i := range cs {
 			c := &cs[i]
@@ -162,7 +161,7 @@ func (p *Pipeline) route(ctx context.Context, t *cdc.Txn, producer string, items
 			if err := send(it); err != nil {
 				return err
 			}
-			it = &txnItem{commit: t.CommitLSN}
+			it = newItem(chunk)
 		}
 		n, err := t.Rest.Next(buf)
 		if aerr := add(buf[:n]); aerr != nil {
@@ -177,6 +176,12 @@ func (p *Pipeline) route(ctx context.Context, t *cdc.Txn, producer string, items
 			return fmt.Errorf("source %q: %w", p.source, err)
 		}
 	}
+}
+
+// buffered is implemented by sources that can tell how many transactions
+// they hold decoded, ready for Read without blocking.
+type buffered interface {
+	Buffered() int
 }
 
 // mark is a checkpointable position: every transaction up to lsn is
@@ -238,25 +243,51 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	items := make(chan *txnItem, 16) // bounded: a part holds up to `chunk` changes
+	// Bounded: a run holds up to about `chunk` changes (a part of a large
+	// transaction, or small transactions handed over together).
+	items := make(chan []*txnItem, 16)
 	var wg sync.WaitGroup
 	var readErr, writeErr error
 
-	// Reader: source → router.
+	// Reader: source → router. Transactions the source holds decoded
+	// already go to the writer together: one hand-off per run, not per
+	// transaction.
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		defer close(items)
+		buf, _ := src.(buffered)
+		var run []*txnItem
+		n := 0 // changes in run
+		handOver := func() error {
+			if len(run) == 0 {
+				return nil
+			}
+			select {
+			case items <- run:
+			case <-rctx.Done():
+				return rctx.Err()
+			}
+			run, n = nil, 0
+			return nil
+		}
+		emit := func(it *txnItem) error {
+			run = append(run, it)
+			n += len(it.changes)
+			if n >= chunk || !it.last {
+				return handOver()
+			}
+			return nil
+		}
 		for {
 			t, err := src.Read(rctx)
-			if err != nil {
-				if rctx.Err() == nil {
-					readErr = err
-					cancel()
+			if err == nil {
+				err = p.route(rctx, t, producer, emit)
+				if err == nil && (buf == nil || buf.Buffered() == 0) {
+					err = handOver()
 				}
-				return
 			}
-			if err := p.route(rctx, t, producer, items); err != nil {
+			if err != nil {
 				if rctx.Err() == nil {
 					readErr = err
 					cancel()
@@ -357,22 +388,31 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 
 // write batches items and writes them to the sinks in order. rctx ends the
 // run; an in-flight Write is allowed to drain for p.shutdown after that.
-func (p *Pipeline) write(rctx, parent context.Context, items <-chan *txnItem, skip []map[cdc.Pos]struct{}, publish func(mark), start mark) error {
+//
+// A batch is written when it holds max_changes changes (the smallest of the
+// sinks'), or when its first change has waited max_wait (the largest of the
+// sinks') and nothing more is queued, so under a steady stream no change
+// waits much longer than max_wait.
+func (p *Pipeline) write(rctx, parent context.Context, items <-chan []*txnItem, skip []map[cdc.Pos]struct{}, publish func(mark), start mark) error {
 	per := make([][]cdc.Change, len(p.sinks))
-	maxN := 1000
+	maxN := 0
 	var wait time.Duration
 	for _, s := range p.sinks {
-		if s.cfg.Batch.MaxChanges > 0 && s.cfg.Batch.MaxChanges < maxN {
-			maxN = s.cfg.Batch.MaxChanges
+		if m := s.cfg.Batch.MaxChanges; m > 0 && (maxN == 0 || m < maxN) {
+			maxN = m
 		}
 		if s.cfg.Batch.MaxWait > wait {
 			wait = s.cfg.Batch.MaxWait
 		}
 	}
+	if maxN == 0 {
+		maxN = 1000
+	}
 	cursors := start.cursors
-	n := 0           // changes buffered
-	var done cdc.LSN // last transaction fully buffered
-	boundary := true // the buffer ends at a transaction boundary
+	n := 0                // changes buffered
+	var firstAt time.Time // when the buffer took its first change
+	var done cdc.LSN      // last transaction fully buffered
+	boundary := true      // the buffer ends at a transaction boundary
 
 	flush := func() error {
 		if n == 0 && done == 0 {
@@ -454,6 +494,7 @@ func (p *Pipeline) write(rctx, parent context.Context, items <-chan *txnItem, sk
 				if err := flush(); err != nil {
 					return err
 				}
+				firstAt = time.Now() // what follows starts a new batch
 			}
 		}
 		if it.last && len(it.changes) == 0 {
@@ -462,41 +503,53 @@ func (p *Pipeline) write(rctx, parent context.Context, items <-chan *txnItem, sk
 		return nil
 	}
 
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
 	for {
-		var it *txnItem
-		var ok bool
+		var run []*txnItem
+		var ok, timedOut bool
 		if n == 0 && done == 0 {
 			select {
-			case it, ok = <-items:
+			case run, ok = <-items:
 			case <-rctx.Done():
 				return nil
 			}
+			firstAt = time.Now()
 		} else {
 			select {
-			case it, ok = <-items:
+			case run, ok = <-items:
 			default:
-				if wait > 0 {
-					t := time.NewTimer(wait)
+				// Nothing queued: wait for more only until the oldest
+				// buffered change is max_wait old.
+				if left := wait - time.Since(firstAt); left > 0 {
+					timer.Reset(left)
 					select {
-					case it, ok = <-items:
-					case <-t.C:
+					case run, ok = <-items:
+					case <-timer.C:
+						timedOut = true
 					case <-rctx.Done():
+						timedOut = true
 					}
-					t.Stop()
-				}
-				if it == nil {
-					if err := flush(); err != nil {
-						return err
-					}
-					continue
+					timer.Stop()
+				} else {
+					timedOut = true
 				}
 			}
+		}
+		if timedOut {
+			if err := flush(); err != nil {
+				return err
+			}
+			continue
 		}
 		if !ok {
 			return flush()
 		}
-		if err := add(it); err != nil {
-			return err
+		for _, it := range run {
+			if err := add(it); err != nil {
+				return err
+			}
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"text/template"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
@@ -40,7 +41,14 @@ type route struct {
 
 	mu    sync.Mutex
 	cache map[subjectKey]string
+
+	// hint is the size of the last payload encoded: the next one is
+	// encoded into a buffer of about that size, in one allocation.
+	hint atomic.Int64
 }
+
+// maxHint caps the buffer presized from route.hint.
+const maxHint = 16 << 10
 
 type subjectKey struct {
 	schema, table, prefix string
@@ -243,7 +251,9 @@ func (r *Router) Route(c *cdc.Change) (sinks []int, ok bool, err error) {
 			return nil, false, err
 		}
 		c.Subject = subj
-		c.Payload = rt.encode(nil, c)
+		h := min(rt.hint.Load(), maxHint) // a large row must not inflate the small ones after it
+		c.Payload = rt.encode(make([]byte, 0, h+h/4+64), c)
+		rt.hint.Store(int64(len(c.Payload)))
 		return rt.sinks, true, nil
 	}
 	if r.unrouted == "error" && !r.isContext(c) {

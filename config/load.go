@@ -23,7 +23,7 @@ const EnvPrefix = "BRIDGE_"
 // Per-entry defaults, filled into each sink and route that lacks the key.
 const (
 	defaultMaxChanges   = 1000
-	defaultMaxWait      = 20 * time.Millisecond
+	defaultMaxWait      = time.Millisecond
 	defaultRetryInitial = 100 * time.Millisecond
 	defaultRetryMax     = 10 * time.Second
 	defaultSubject      = "cdc.{{.Source}}.{{.Schema}}.{{.Table}}"

@@ -107,7 +107,7 @@ func TestLoadValid(t *testing.T) {
 			},
 			"audit": {
 				Type:  "nats_core",
-				Batch: Batch{MaxChanges: 1000, MaxWait: 20 * time.Millisecond},
+				Batch: Batch{MaxChanges: 1000, MaxWait: time.Millisecond},
 				Retry: Retry{Initial: 100 * time.Millisecond, Max: 10 * time.Second},
 			},
 		},
@@ -149,7 +149,7 @@ func TestLoadDefaults(t *testing.T) {
 		Sources: map[string]Plugin{"shop": {Type: "pgoutput"}},
 		Sinks: map[string]Sink{"main": {
 			Type:  "nats_jetstream",
-			Batch: Batch{MaxChanges: 1000, MaxWait: 20 * time.Millisecond},
+			Batch: Batch{MaxChanges: 1000, MaxWait: time.Millisecond},
 			Retry: Retry{Initial: 100 * time.Millisecond, Max: 10 * time.Second},
 		}},
 		Routes: []Route{{
@@ -179,7 +179,7 @@ func TestLoadDefaultsDetails(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, Checkpoint{Bucket: "bridge_checkpoints", Interval: time.Second, Replicas: 3}, cfg.Checkpoint)
 		assert.Equal(t, Embedded{Host: "127.0.0.1", Port: 5222, StoreDir: filepath.Join("data", "nats")}, cfg.NATS.Embedded)
-		assert.Equal(t, Batch{MaxChanges: 7, MaxWait: 20 * time.Millisecond}, cfg.Sinks["main"].Batch)
+		assert.Equal(t, Batch{MaxChanges: 7, MaxWait: time.Millisecond}, cfg.Sinks["main"].Batch)
 	})
 	t.Run("null counts as absent", func(t *testing.T) {
 		cfg, err := loadYAML(t, withBase(t, "log: { level: null }\ncheckpoint:\nsinks: { main: { batch: ~ } }\n"))
@@ -312,7 +312,7 @@ func TestLoadEnv(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, Sink{
 			Type:  "nats_core",
-			Batch: Batch{MaxChanges: 1000, MaxWait: 20 * time.Millisecond},
+			Batch: Batch{MaxChanges: 1000, MaxWait: time.Millisecond},
 			Retry: Retry{Initial: 100 * time.Millisecond, Max: 10 * time.Second},
 		}, cfg.Sinks["backup"])
 	})

@@ -98,9 +98,13 @@ type Sink struct {
 
 // Batch bounds a batch.
 type Batch struct {
-	// MaxChanges per batch. Default 1000.
+	// MaxChanges per batch. Default 1000. With several sinks on one source
+	// the smallest value applies.
 	MaxChanges int `koanf:"max_changes"`
-	// MaxWait before a partial batch is written. Default 20ms.
+	// MaxWait is how long the first change of a partial batch waits for
+	// more before the batch is written (an age, not a gap between
+	// changes). Default 1ms. With several sinks on one source the largest
+	// value applies.
 	MaxWait time.Duration `koanf:"max_wait"`
 }
 

@@ -13,7 +13,33 @@ import (
 type LSN uint64
 
 // String returns the Postgres form, for example "16/B374D848".
-func (l LSN) String() string { return fmt.Sprintf("%X/%X", uint64(l)>>32, uint32(l)) }
+func (l LSN) String() string {
+	var b [17]byte
+	return string(l.Append(b[:0]))
+}
+
+// Append appends the Postgres form of l to dst.
+func (l LSN) Append(dst []byte) []byte {
+	dst = appendHexUpper(dst, uint64(l)>>32)
+	dst = append(dst, '/')
+	return appendHexUpper(dst, uint64(uint32(l)))
+}
+
+// appendHexUpper appends v in upper-case hex without leading zeros.
+func appendHexUpper(dst []byte, v uint64) []byte {
+	const digits = "0123456789ABCDEF"
+	var b [16]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = digits[v&0xF]
+		v >>= 4
+		if v == 0 {
+			break
+		}
+	}
+	return append(dst, b[i:]...)
+}
 
 // Hex returns the 16-digit upper-case hex form used in message identities.
 func (l LSN) Hex() string {

@@ -82,6 +82,16 @@ type Config struct {
 	// then relies on the checkpoint's compare-and-set and the duplicate
 	// window alone. Default true.
 	ExpectLastSequence bool `koanf:"expect_last_sequence"`
+	// FastBatch publishes each Write as one fast-ingest batch (ADR-50,
+	// nats-server >= 2.14, stream allow_batched, set when the bridge
+	// creates or updates the stream): flow-controlled acks every ~100
+	// messages instead of one per message, about 3x less client CPU per
+	// change. Duplicates are still dropped by Nats-Msg-Id. Transactions that
+	// go out as atomic batches (atomic_transactions) do not use it; a stream
+	// that does not allow it gets per-message publishing, and so do Writes
+	// fenced by expect_last_sequence (a fast batch cannot chain it): set
+	// expect_last_sequence: false to use it. Default false.
+	FastBatch bool `koanf:"fast_batch"`
 }
 
 // DefaultSubjects is the default of Config.Subjects.

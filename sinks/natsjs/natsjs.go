@@ -111,11 +111,13 @@ type Sink struct {
 	subjects    []string // the stream's subjects as last seen
 	maxMsgSize  int      // the stream's max_msg_size as last seen; 0 or -1: none
 	allowAtomic bool     // the stream accepts atomic batches
+	allowBatch  bool     // the stream accepts fast batches (fast.go)
 	closed      bool
 
 	asyncFails atomic.Uint64 // async publish failures seen, for stopping a Write early
 	cursor     atomic.Uint64 // see Cursor; 0 = none yet
 	fence      fence         // fence.go: Nats-Expected-Last-Sequence chain
+	hdrs       sync.Pool     // nats.Header maps of acknowledged messages (msg.go)
 }
 
 // New builds a sink from its config block: it fills the defaults, decodes
@@ -226,6 +228,7 @@ func (s *Sink) ensureStream(ctx context.Context, nc *nats.Conn, js jetstream.Jet
 			Replicas:    s.cfg.Replicas,
 			// Each Postgres transaction can then be stored all or nothing.
 			AllowAtomicPublish: s.cfg.AtomicTransactions,
+			AllowBatchPublish:  s.cfg.FastBatch,
 		})
 		created = err == nil
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) { // created concurrently
@@ -251,6 +254,10 @@ func (s *Sink) ensureStream(ctx context.Context, nc *nats.Conn, js jetstream.Jet
 		}
 		if s.cfg.AtomicTransactions && !cfg.AllowAtomicPublish {
 			cfg.AllowAtomicPublish = true
+			changed = true
+		}
+		if s.cfg.FastBatch && !cfg.AllowBatchPublish {
+			cfg.AllowBatchPublish = true
 			changed = true
 		}
 		if changed {
@@ -284,6 +291,7 @@ func (s *Sink) ensureStream(ctx context.Context, nc *nats.Conn, js jetstream.Jet
 	s.subjects = slices.Clone(info.Config.Subjects)
 	s.maxMsgSize = int(info.Config.MaxMsgSize)
 	s.allowAtomic = info.Config.AllowAtomicPublish
+	s.allowBatch = info.Config.AllowBatchPublish
 	s.mu.Unlock()
 	return nil
 }
@@ -429,8 +437,15 @@ func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
 			w.firstEnd = n - 1
 		}
 	}
+	from := 0 // first index the loop below publishes
+	if !atomic && !fenced && len(batch) >= fastMin && s.fastOK() {
+		// A fast batch cannot chain Nats-Expected-Last-Sequence: fenced
+		// Writes go message by message (see Config.FastBatch).
+		stop, stopErr = s.writeFast(w, js, prepare) // fast.go
+		from = len(batch)
+	}
 publish:
-	for i := 0; i < len(batch); i++ {
+	for i := from; i < len(batch); i++ {
 		c := &batch[i]
 		for i-w.next >= s.cfg.MaxPending { // window full: wait for the oldest ack
 			w.resolve()
@@ -636,6 +651,9 @@ func (w *write) resolve() {
 		w.failGroup(i, w.s.publishErr(w.nc, &w.batch[i], len(f.Msg().Data)+natsconn.HeaderSize(f.Msg().Header), err))
 		return
 	}
+	if w.group[i] == 0 {
+		w.s.recycle(f.Msg()) // acked; nothing reads it any more
+	}
 	n := max(w.group[i], 1)
 	for k := range n { // an atomic batch's ack is its last message's
 		w.seqs[i-k] = ack.Sequence - uint64(k)
@@ -739,10 +757,11 @@ func isConnErr(err error) bool {
 
 // toMsg builds the message of c: its subject and payload as the router set
 // them, the change's own headers (except "Nats-*" ones, which would steer
-// JetStream), and the bridge's headers.
+// JetStream), and the bridge's headers. The header map comes from s.hdrs
+// (see recycle); the bridge's header values share one string.
 func (s *Sink) toMsg(c *cdc.Change) *nats.Msg {
 	n := len(c.Headers) + 8
-	h := make(nats.Header, n+1)  // +1: Nats-Expected-Stream
+	h := s.header(n + 1)         // +1: Nats-Expected-Stream
 	vals := make([]string, 0, n) // one allocation for every value
 	set := func(k, v string) {
 		vals = append(vals, v)
@@ -755,13 +774,33 @@ func (s *Sink) toMsg(c *cdc.Change) *nats.Msg {
 		}
 		set(k, v)
 	}
-	set(jetstream.MsgIDHeader, c.ID())
-	set(HeaderCommitLSN, c.CommitLSN.String())
-	set(HeaderSeq, strconv.FormatUint(uint64(c.Seq), 10))
-	set(HeaderTxSize, strconv.FormatUint(uint64(c.TxSize), 10))
-	set(HeaderXid, strconv.FormatUint(uint64(c.Xid), 10))
-	if c.Op != cdc.OpMessage && c.Table != "" {
-		set(HeaderTable, c.Schema+"."+c.Table)
+	// id, commit LSN, seq, tx size, xid and table in one string.
+	var b [160]byte
+	buf := appendID(b[:0], c)
+	ends := [6]int{len(buf)}
+	buf = c.CommitLSN.Append(buf)
+	ends[1] = len(buf)
+	buf = strconv.AppendUint(buf, uint64(c.Seq), 10)
+	ends[2] = len(buf)
+	buf = strconv.AppendUint(buf, uint64(c.TxSize), 10)
+	ends[3] = len(buf)
+	buf = strconv.AppendUint(buf, uint64(c.Xid), 10)
+	ends[4] = len(buf)
+	table := c.Op != cdc.OpMessage && c.Table != ""
+	if table {
+		buf = append(buf, c.Schema...)
+		buf = append(buf, '.')
+		buf = append(buf, c.Table...)
+	}
+	ends[5] = len(buf)
+	all := string(buf)
+	set(jetstream.MsgIDHeader, all[:ends[0]])
+	set(HeaderCommitLSN, all[ends[0]:ends[1]])
+	set(HeaderSeq, all[ends[1]:ends[2]])
+	set(HeaderTxSize, all[ends[2]:ends[3]])
+	set(HeaderXid, all[ends[3]:ends[4]])
+	if table {
+		set(HeaderTable, all[ends[4]:ends[5]])
 	}
 	set(HeaderOp, string(c.Op))
 	set(HeaderRun, s.run)

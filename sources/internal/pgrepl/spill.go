@@ -2,8 +2,7 @@ package pgrepl
 
 import (
 	"bufio"
-	"encoding/gob"
-	"encoding/json"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -12,14 +11,6 @@ import (
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
 )
-
-func init() {
-	// The concrete value types a spilled row may hold (cdc's Value types).
-	for _, v := range []any{int64(0), float64(0), cdc.Numeric(""), "", []byte(nil), cdc.RawJSON(nil), json.RawMessage(nil),
-		time.Time{}, cdc.Timestamp{}, cdc.Date{}, cdc.Infinity(0), []any(nil), cdc.UnchangedToast{}, cdc.AbsentValue{}, false} {
-		gob.Register(v)
-	}
-}
 
 // TxnBuffer collects one transaction's changes, in memory up to a limit and
 // then in a temporary file, so memory does not grow with the transaction.
@@ -35,15 +26,9 @@ type TxnBuffer struct {
 
 	f    *os.File
 	w    *bufio.Writer
-	enc  *gob.Encoder
+	rec  []byte // the record being written (spillcodec.go)
 	rels []*cdc.Relation
 	relx map[*cdc.Relation]int
-}
-
-// spilled is a change on disk: its relation by index, the rest as is.
-type spilled struct {
-	Rel int
-	C   cdc.Change
 }
 
 // NewTxnBuffer returns a buffer that keeps up to maxChanges changes or
@@ -75,7 +60,6 @@ func (b *TxnBuffer) Add(c cdc.Change, size int) error {
 		// Unlinked at once: the file lives as long as the descriptor.
 		_ = os.Remove(f.Name())
 		b.f, b.w = f, bufio.NewWriterSize(f, 1<<20)
-		b.enc = gob.NewEncoder(b.w)
 		b.relx = map[*cdc.Relation]int{}
 		b.rels = nil
 	}
@@ -85,9 +69,18 @@ func (b *TxnBuffer) Add(c cdc.Change, size int) error {
 		b.rels = append(b.rels, c.Rel)
 		b.relx[c.Rel] = ri
 	}
-	c.Rel = nil
-	if err := b.enc.Encode(&spilled{Rel: ri, C: c}); err != nil {
+	rec, err := appendChange(b.rec[:0], &c, ri)
+	if err == nil {
+		var l [binary.MaxVarintLen64]byte
+		if _, err = b.w.Write(binary.AppendUvarint(l[:0], uint64(len(rec)))); err == nil {
+			_, err = b.w.Write(rec)
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("spilling change %d of a large transaction: %w", b.n, err)
+	}
+	if cap(rec) <= 1<<20 {
+		b.rec = rec
 	}
 	return nil
 }
@@ -113,7 +106,7 @@ func (b *TxnBuffer) Finish(t *cdc.Txn) (*cdc.Txn, error) {
 			b.reset()
 			return nil, fmt.Errorf("reading back a spilled transaction: %w", err)
 		}
-		t.Rest = &spillIter{f: b.f, dec: gob.NewDecoder(bufio.NewReaderSize(b.f, 1<<20)), rels: b.rels,
+		t.Rest = &spillIter{f: b.f, r: bufio.NewReaderSize(b.f, 1<<20), rels: b.rels,
 			next: uint32(len(b.mem)), size: n, commit: t.CommitLSN, xid: t.Xid, at: t.CommitTime}
 	}
 	b.reset()
@@ -130,12 +123,14 @@ func (b *TxnBuffer) Discard() {
 
 func (b *TxnBuffer) reset() {
 	b.mem, b.bytes, b.n = nil, 0, 0
-	b.f, b.w, b.enc, b.rels, b.relx = nil, nil, nil, nil, nil
+	b.f, b.w, b.rels, b.relx = nil, nil, nil, nil
 }
 
 type spillIter struct {
 	f      *os.File
-	dec    *gob.Decoder
+	r      *bufio.Reader
+	rec    []byte
+	cr     changeReader
 	rels   []*cdc.Relation
 	next   uint32
 	size   uint32
@@ -151,15 +146,13 @@ func (it *spillIter) Next(dst []cdc.Change) (int, error) {
 	}
 	n := 0
 	for n < len(dst) && it.next < it.size {
-		var s spilled
-		if err := it.dec.Decode(&s); err != nil {
+		c, err := it.read()
+		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
 			}
 			return n, fmt.Errorf("reading back change %d of the transaction at %s: %w", it.next, it.commit, err)
 		}
-		c := s.C
-		c.Rel = it.rels[s.Rel]
 		c.CommitLSN, c.Seq, c.TxSize, c.Xid, c.CommitTime = it.commit, it.next, it.size, it.xid, it.at
 		dst[n] = c
 		n++
@@ -170,6 +163,34 @@ func (it *spillIter) Next(dst []cdc.Change) (int, error) {
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+// read reads the next record.
+func (it *spillIter) read() (cdc.Change, error) {
+	var c cdc.Change
+	l, err := binary.ReadUvarint(it.r)
+	if err != nil {
+		return c, err
+	}
+	if l > 1<<40 {
+		return c, errCorrupt
+	}
+	if uint64(cap(it.rec)) < l {
+		it.rec = make([]byte, l)
+	}
+	rec := it.rec[:l]
+	if _, err := io.ReadFull(it.r, rec); err != nil {
+		return c, err
+	}
+	ri, err := it.cr.change(rec, &c)
+	if err != nil {
+		return c, err
+	}
+	if ri >= len(it.rels) {
+		return c, errCorrupt
+	}
+	c.Rel = it.rels[ri]
+	return c, nil
 }
 
 func (it *spillIter) Close() error {

@@ -56,7 +56,8 @@ type Source struct {
 	repl     *pgconn.PgConn
 	database string
 
-	txns   chan *cdc.Txn
+	txns   chan []*cdc.Txn // runs of transactions, see run
+	ready  []*cdc.Txn      // the rest of the run Read took last; Read's goroutine only
 	errc   chan error
 	acked  atomic.Uint64
 	cancel context.CancelFunc
@@ -168,7 +169,7 @@ func (s *Source) Open(ctx context.Context, from cdc.LSN) (err error) {
 
 	rctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	s.txns = make(chan *cdc.Txn, s.cfg.Buffer)
+	s.txns = make(chan []*cdc.Txn, max(1, s.cfg.Buffer/maxRun))
 	s.errc = make(chan error, 1)
 	s.done = make(chan struct{})
 	go s.run(rctx, s.plugin.NewDecoder(s.cat))
@@ -181,18 +182,27 @@ func (s *Source) Open(ctx context.Context, from cdc.LSN) (err error) {
 
 // Read implements sources.Source.
 func (s *Source) Read(ctx context.Context) (*cdc.Txn, error) {
+	if t, ok := s.next(); ok {
+		return t, nil
+	}
 	select {
-	case t := <-s.txns:
+	case run := <-s.txns:
+		s.ready = run
+		t, _ := s.next()
 		return t, nil
 	default:
 	}
 	select {
-	case t := <-s.txns:
+	case run := <-s.txns:
+		s.ready = run
+		t, _ := s.next()
 		return t, nil
 	case err := <-s.errc:
 		// Hand out what was decoded before the failure first.
 		select {
-		case t := <-s.txns:
+		case run := <-s.txns:
+			s.ready = run
+			t, _ := s.next()
 			s.errc <- err
 			return t, nil
 		default:
@@ -202,6 +212,27 @@ func (s *Source) Read(ctx context.Context) (*cdc.Txn, error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// next pops the first transaction of s.ready.
+func (s *Source) next() (*cdc.Txn, bool) {
+	if len(s.ready) == 0 {
+		return nil, false
+	}
+	t := s.ready[0]
+	s.ready[0] = nil
+	s.ready = s.ready[1:]
+	return t, true
+}
+
+// Buffered returns how many decoded transactions Read returns without
+// waiting for the receive loop: the rest of the current run, or 1 when a
+// run is queued. Call it from Read's goroutine.
+func (s *Source) Buffered() int {
+	if n := len(s.ready); n > 0 {
+		return n
+	}
+	return min(len(s.txns), 1)
 }
 
 // Ack implements sources.Source. Positions never move backwards.
@@ -294,10 +325,19 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 	}()
 	ticker := time.NewTicker(s.cfg.StatusInterval)
 	defer ticker.Stop()
-	push := func(t *cdc.Txn) error {
+	// Transactions go to Read in runs: every transaction decoded from what
+	// pgconn has already read, so the pipeline wakes once per run, not once
+	// per transaction.
+	var run []*cdc.Txn
+	runChanges := 0
+	push := func() error {
+		if len(run) == 0 {
+			return nil
+		}
 		for {
 			select {
-			case s.txns <- t:
+			case s.txns <- run:
+				run, runChanges = make([]*cdc.Txn, 0, 4), 0
 				return nil
 			case <-ctx.Done():
 				return ctx.Err()
@@ -396,22 +436,32 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 					if t.Rest != nil {
 						t.Rest = &dbIter{ChangeIter: t.Rest, db: s.database}
 					}
-					if err := push(t); err != nil {
-						if ctx.Err() == nil {
-							s.fail(err)
-						}
-						return
-					}
-					lastRecv = time.Now() // not reading while the pipeline was busy
+					run = append(run, t)
+					runChanges += len(t.Changes)
+					// Counted once decoded, pushed or not: the pipeline
+					// takes an idle position only after delivering every
+					// transaction up to lastCommit.
 					lastCommit = t.CommitLSN
 				}
 			}
 		case *pgproto3.ErrorResponse:
+			_ = push() // hand out what was decoded before it
 			s.fail(s.explain(fmt.Errorf("replication on slot %q: %w", s.cfg.Slot, pgconn.ErrorResponseToPgError(m))))
 			return
 		case *pgproto3.CopyDone:
+			_ = push()
 			s.fail(fmt.Errorf("replication on slot %q: server ended the stream", s.cfg.Slot))
 			return
+		}
+		if len(run) > 0 && (len(run) >= maxRun || runChanges >= maxRunChanges || run[len(run)-1].Rest != nil ||
+			s.repl.Frontend().ReadBufferLen() == 0) {
+			if err := push(); err != nil {
+				if ctx.Err() == nil {
+					s.fail(err)
+				}
+				return
+			}
+			lastRecv = time.Now() // not reading while the pipeline was busy
 		}
 		if time.Now().After(nextStatus) {
 			if err := send(false); err != nil {
@@ -423,6 +473,13 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 		}
 	}
 }
+
+// A run of transactions ends with what pgconn holds read, or at maxRun
+// transactions or maxRunChanges changes, or after a transaction that spilled.
+const (
+	maxRun        = 16
+	maxRunChanges = 1000
+)
 
 var _ sources.Source = (*Source)(nil)
 var _ sources.Idler = (*Source)(nil)

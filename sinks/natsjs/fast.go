@@ -1,0 +1,110 @@
+package natsjs
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
+)
+
+// fastMin is the smallest Write sent as a fast batch: a fast batch waits
+// for the ack of its first message and then for the commit's, two round
+// trips, so small (live) batches go message by message.
+const fastMin = 64
+
+// fastFlow is how many messages the server stores between two flow acks.
+const fastFlow = 250
+
+// fastOK reports whether Writes go out as fast batches: asked for, and the
+// stream allows it.
+func (s *Sink) fastOK() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg.FastBatch && s.allowBatch
+}
+
+// writeFast publishes w.batch as one fast-ingest batch (ADR-50): every
+// message but the last with AddMsg, which blocks only when the server is
+// more than two flow acks behind, then the last with CommitMsg, whose ack
+// covers the batch. With gap detection on ("fail"), a flow ack for batch
+// sequence k means messages 1..k are stored; on a failure every change
+// after the last flow ack is reported failed (not known to be stored), so
+// the pipeline resumes through Delivered and dedupe as for any failure.
+// The server drops duplicates by Nats-Msg-Id inside a fast batch as in a
+// plain publish. It returns the first index not published and, when it
+// stopped for a reason of its own (ctx), that reason.
+func (s *Sink) writeFast(w *write, js jetstream.JetStream, prepare func(int) (*nats.Msg, bool)) (int, error) {
+	batch := w.batch
+	fp, err := jetstreamext.NewFastPublisher(js,
+		jetstreamext.FastPublishFlowControl{Flow: fastFlow, MaxOutstandingAcks: 2, AckTimeout: s.cfg.AckTimeout})
+	if err != nil {
+		return 0, fmt.Errorf("starting a fast batch on stream %q: %w", s.cfg.Stream, err)
+	}
+	msgs := make([]*nats.Msg, 0, len(batch))
+	var acked uint64 // batch sequences 1..acked are stored
+	// failFrom reports every change from the last flow ack up to i as not
+	// known to be stored, i itself with err.
+	failFrom := func(i int, err error) {
+		for k := int(acked); k < i; k++ {
+			w.err.Fail(k, fmt.Errorf("not known to be stored: the fast batch failed at %s: %w", batch[i].ID(), err))
+		}
+		w.err.Fail(i, err)
+	}
+	// abandon ends a batch left without its commit (the server would drop
+	// it after a timeout; what it stored stays stored): an end-of-batch
+	// commit not waited for, which also drops the ack subscription.
+	abandon := func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_, _ = fp.Close(ctx)
+	}
+	for i := range batch {
+		if w.ctx.Err() != nil {
+			err := w.ctxErr()
+			if i > int(acked) {
+				failFrom(i-1, fmt.Errorf("waiting for the fast batch's acks: %w", err))
+			}
+			if i > 0 {
+				abandon()
+			}
+			return i, err
+		}
+		m, ok := prepare(i)
+		if !ok { // refused; prepare recorded why
+			if i > int(acked) {
+				failFrom(i-1, fmt.Errorf("not known to be stored: change #%d of the fast batch was refused: %w", i, errSkipped))
+			}
+			if i > 0 {
+				abandon()
+			}
+			return i + 1, nil
+		}
+		m.Header.Set(jetstream.ExpectedStreamHeader, s.cfg.Stream)
+		msgs = append(msgs, m)
+		if i == len(batch)-1 {
+			ack, err := fp.CommitMsg(w.ctx, m)
+			if err != nil {
+				failFrom(i, s.publishErr(w.nc, &batch[i], len(m.Data)+len(m.Subject), fmt.Errorf("committing the fast batch: %w", err)))
+				return i + 1, nil
+			}
+			if ack.Sequence > 0 {
+				w.seqs[i] = ack.Sequence // the highest stored; 0 when all were duplicates
+			} else {
+				w.dups++
+			}
+			for _, m := range msgs {
+				s.recycle(m)
+			}
+			return len(batch), nil
+		}
+		a, err := fp.AddMsg(m)
+		if err != nil {
+			failFrom(i, s.publishErr(w.nc, &batch[i], len(m.Data)+len(m.Subject), err))
+			return i + 1, nil
+		}
+		acked = max(acked, a.AckSequence)
+	}
+	return len(batch), nil
+}

@@ -1,0 +1,51 @@
+package natsjs
+
+import (
+	"log/slog"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+
+	"github.com/bridgecdc/bridge/bridge/cdc"
+)
+
+// TestToMsgRecycledHeaders checks the headers toMsg sets, also when the map
+// comes back from an acknowledged message that carried other keys.
+func TestToMsgRecycledHeaders(t *testing.T) {
+	s := &Sink{run: "r1", log: slog.New(slog.DiscardHandler)}
+	row := cdc.Change{Producer: "b.src.ep", CommitLSN: 0x16_B374D848, Seq: 3, TxSize: 7, Xid: 991, Schema: "public", Table: "items",
+		Op: cdc.OpInsert, Subject: "cdc.items", Payload: []byte("{}"), Headers: map[string]string{"traceparent": "00-x", "Nats-Rollup": "all"}}
+	msg := cdc.Change{Producer: "b.src.ep", CommitLSN: 0x1_00000000, Seq: 0, TxSize: 1, Xid: 5, Op: cdc.OpMessage, Prefix: "app", Subject: "cdc.msg"}
+	want := func(c *cdc.Change) nats.Header {
+		h := nats.Header{}
+		h.Set("Nats-Msg-Id", c.ID())
+		h.Set(HeaderCommitLSN, c.CommitLSN.String())
+		h.Set(HeaderSeq, "3")
+		h.Set(HeaderTxSize, "7")
+		h.Set(HeaderXid, "991")
+		h.Set(HeaderTable, "public.items")
+		h.Set(HeaderOp, "insert")
+		h.Set(HeaderRun, "r1")
+		h.Set("traceparent", "00-x")
+		return h
+	}
+	wantMsg := nats.Header{}
+	wantMsg.Set("Nats-Msg-Id", "b.src.ep:0000000100000000:0")
+	wantMsg.Set(HeaderCommitLSN, "1/0")
+	wantMsg.Set(HeaderSeq, "0")
+	wantMsg.Set(HeaderTxSize, "1")
+	wantMsg.Set(HeaderXid, "5")
+	wantMsg.Set(HeaderOp, "message")
+	wantMsg.Set(HeaderRun, "r1")
+	for range 3 {
+		m := s.toMsg(&row)
+		assert.Equal(t, want(&row), m.Header)
+		assert.Equal(t, "b.src.ep:00000016B374D848:3", m.Header.Get("Nats-Msg-Id"))
+		m.Header.Set("Nats-Expected-Stream", "CDC") // as nats.go does
+		s.recycle(m)
+		m = s.toMsg(&msg)
+		assert.Equal(t, wantMsg, m.Header)
+		s.recycle(m)
+	}
+}
