@@ -46,6 +46,8 @@ type Pipeline struct {
 	ready     atomic.Bool
 
 	tel *pipeTel // telemetry.go: spans and metrics; nil does nothing
+
+	snap *snapMgr // snapshot.go; nil when the source cannot snapshot
 }
 
 // Checkpointed returns the last checkpointed LSN.
@@ -78,6 +80,10 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		p.ready.Store(false)
 		p.tel.runEnded(ctx, err)
 		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, errSnapshotDone) {
+			p.log.Info(err.Error())
 			return nil
 		}
 		if err == nil {
@@ -191,6 +197,9 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 		// First start: the epoch must be durable before anything is
 		// published under it.
 		st = checkpoint.State{Epoch: checkpoint.NewEpoch(), Run: p.run, UpdatedAt: time.Now().UTC()}
+		if err := p.snap.scheduleInitial(ctx, st.Epoch); err != nil {
+			return false, err
+		}
 		if rev, err = p.store.Save(ctx, p.key, st, 0); err != nil {
 			return false, fmt.Errorf("creating checkpoint %q: %w", p.key, err)
 		}
@@ -229,6 +238,14 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// Snapshots: chunks between watermarks join the stream (snapshot.go).
+	wrapped, stopSnap, err := p.snap.wrap(rctx, src, producer, st.Epoch)
+	if err != nil {
+		_ = src.Close(context.Background())
+		return false, err
+	}
+	src = wrapped
+	defer stopSnap()
 	items := make(chan *txnItem, 16) // bounded: a part holds up to `chunk` changes
 	var wg sync.WaitGroup
 	var readErr, writeErr error

@@ -43,6 +43,9 @@ type Config struct {
 	SpillBytes int64 `koanf:"spill_bytes"`
 	// SpillDir holds the temporary files; default the system's temp dir.
 	SpillDir string `koanf:"spill_dir"`
+	// Snapshot configures snapshots: reading the tables' current rows into
+	// the stream as "read" changes (docs/snapshots.md).
+	Snapshot SnapshotConfig `koanf:"snapshot"`
 }
 
 // DefaultConfig returns the defaults for source name.
@@ -56,6 +59,7 @@ func DefaultConfig(name string) Config {
 		Buffer:            64,
 		SpillChanges:      10000,
 		SpillBytes:        64 << 20,
+		Snapshot:          DefaultSnapshotConfig(),
 	}
 }
 
@@ -91,6 +95,7 @@ func (c *Config) Validate() error {
 	if c.Buffer <= 0 {
 		errs = append(errs, config.Field("buffer", "must be > 0, got %d", c.Buffer))
 	}
+	errs = append(errs, c.Snapshot.validate()...)
 	return errors.Join(errs...)
 }
 
