@@ -74,15 +74,15 @@ type SnapshotRequest struct {
 
 // SnapshotRun is one snapshot and its durable progress.
 type SnapshotRun struct {
-	ID       string     `json:"id"`
-	Reason   string     `json:"reason"`
-	Epoch    string     `json:"epoch"`
-	Request  []string   `json:"request,omitempty"` // the tables asked for
-	Resolved bool       `json:"resolved"`          // Tables holds the resolved tables
+	ID       string      `json:"id"`
+	Reason   string      `json:"reason"`
+	Epoch    string      `json:"epoch"`
+	Request  []string    `json:"request,omitempty"` // the tables asked for
+	Resolved bool        `json:"resolved"`          // Tables holds the resolved tables
 	Tables   []SnapTable `json:"tables"`
-	Started  time.Time  `json:"started"`
-	Finished *time.Time `json:"finished,omitempty"`
-	Error    string     `json:"error,omitempty"`
+	Started  time.Time   `json:"started"`
+	Finished *time.Time  `json:"finished,omitempty"`
+	Error    string      `json:"error,omitempty"`
 }
 
 // SnapTable is one table's durable snapshot progress.
