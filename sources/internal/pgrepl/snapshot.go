@@ -105,7 +105,10 @@ func (s *Source) snapConn(ctx context.Context) (*snapState, error) {
 		return nil, fmt.Errorf("parsing dsn of source %q: %w", s.name, err)
 	}
 	for k, v := range map[string]string{"application_name": "bridge:" + s.name + ":snapshot", "DateStyle": "ISO, MDY",
-		"TimeZone": "UTC", "IntervalStyle": "postgres", "extra_float_digits": "3", "bytea_output": "hex"} {
+		"TimeZone": "UTC", "IntervalStyle": "postgres", "extra_float_digits": "3", "bytea_output": "hex",
+		// A watermark's commit flushes the WAL, so the walsender sends it at
+		// once rather than after wal_writer_delay.
+		"synchronous_commit": "on"} {
 		ccfg.RuntimeParams[k] = v
 	}
 	c, err := pgx.ConnectConfig(ctx, ccfg)
