@@ -239,7 +239,7 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// Snapshots: chunks between watermarks join the stream (snapshot.go).
-	wrapped, stopSnap, err := p.snap.wrap(rctx, src, producer, st.Epoch)
+	wrapped, stopSnap, err := p.snap.wrap(rctx, src, producer, st.Epoch, p.snapHeld(st.Cursors))
 	if err != nil {
 		_ = src.Close(context.Background())
 		return false, err

@@ -237,6 +237,40 @@ type snapRun struct {
 	stopped bool
 
 	keyIdx map[*cdc.Relation][]int
+	held   map[cdc.Pos]struct{} // read rows of Current every sink holds (reader only)
+}
+
+// heldFunc returns the positions of producer's messages that every sink
+// holds after the checkpoint; nil when some sink cannot tell.
+type heldFunc func(ctx context.Context, producer string) (map[cdc.Pos]struct{}, error)
+
+// snapHeld returns the heldFunc of a run that starts from cursors.
+func (p *Pipeline) snapHeld(cursors map[string]string) heldFunc {
+	return func(ctx context.Context, producer string) (map[cdc.Pos]struct{}, error) {
+		var out map[cdc.Pos]struct{}
+		for _, s := range p.sinks {
+			if s.amo {
+				continue
+			}
+			if s.resumer == nil {
+				return nil, nil
+			}
+			d, err := s.resumer.Delivered(ctx, producer, cursors[s.name])
+			if err != nil {
+				return nil, fmt.Errorf("sink %q: %w", s.name, err)
+			}
+			if out == nil {
+				out = d
+				continue
+			}
+			for k := range out {
+				if _, ok := d[k]; !ok {
+					delete(out, k)
+				}
+			}
+		}
+		return out, nil
+	}
 }
 
 // pendingChunk is a chunk between its watermarks.
@@ -268,7 +302,7 @@ type emittedChunk struct {
 
 // wrap returns the source the run reads from and a stop function that ends
 // the worker; src itself when snapshots are off for it.
-func (m *snapMgr) wrap(ctx context.Context, src sources.Source, producer, epoch string) (sources.Source, func(), error) {
+func (m *snapMgr) wrap(ctx context.Context, src sources.Source, producer, epoch string, held heldFunc) (sources.Source, func(), error) {
 	sn, ok := src.(sources.Snapshotter)
 	if m == nil || !ok {
 		return src, func() {}, nil
@@ -294,6 +328,16 @@ func (m *snapMgr) wrap(ctx context.Context, src sources.Source, producer, epoch 
 	if changed {
 		if r.rev, err = m.save(ctx, &r.st, r.rev); err != nil {
 			return nil, nil, err
+		}
+	}
+	if c := r.st.Current; c != nil && c.Resolved && held != nil {
+		// Rows of chunks read again after a crash that the sinks already
+		// hold are not sent again, even past the duplicate window.
+		if r.held, err = held(ctx, producer+".snap-"+c.ID); err != nil {
+			return nil, nil, fmt.Errorf("reading which rows of snapshot %s the sinks hold: %w", c.ID, err)
+		}
+		if len(r.held) > 0 {
+			r.log.Info("sinks already hold rows of the running snapshot; they will not be sent again", "snapshot", c.ID, "rows", len(r.held))
 		}
 	}
 	r.resetCursors()
@@ -439,9 +483,15 @@ func (r *snapRun) filter(ctx context.Context, t *cdc.Txn) (*cdc.Txn, error) {
 			if _, changed := p.keys[k]; changed {
 				continue
 			}
+			pos := rowPos(ch.Rel.Schema, ch.Rel.Table, k)
+			if _, ok := r.held[pos]; ok {
+				delete(r.held, pos)
+				e.rows++ // in the stream already
+				continue
+			}
 			c := cdc.Change{Source: wm.Source, Database: wm.Database, CommitLSN: t.CommitLSN, LSN: wm.LSN,
 				CommitTime: out.CommitTime, Schema: ch.Rel.Schema, Table: ch.Rel.Table, Op: cdc.OpRead, Rel: ch.Rel, After: row}
-			c.MsgID = r.producer + ".snap-" + e.runID + ":" + rowID(ch.Rel.Schema, ch.Rel.Table, k)
+			c.MsgID = r.producer + ".snap-" + e.runID + ":" + pos.LSN.Hex() + ":" + strconv.FormatUint(uint64(pos.Seq), 10)
 			out.Changes = append(out.Changes, c)
 		}
 	}
@@ -449,7 +499,7 @@ func (r *snapRun) filter(ctx context.Context, t *cdc.Txn) (*cdc.Txn, error) {
 		out.Changes[i].Seq = uint32(i)
 		out.Changes[i].TxSize = uint32(len(out.Changes))
 	}
-	e.rows = int64(len(out.Changes))
+	e.rows += int64(len(out.Changes))
 	r.mu.Lock()
 	r.emitted = append(r.emitted, e)
 	r.mu.Unlock()
@@ -534,11 +584,12 @@ func keyString(row []any, idx []int) (string, bool) {
 	return b.String(), true
 }
 
-// rowID is the position part of a read change's id: "<16 hex>:<decimal>",
-// 96 bits of SHA-256 of the table and key, so it parses as an id.
-func rowID(schema, table, key string) string {
+// rowPos is the position part of a read change's id ("<16 hex>:<decimal>"
+// once formatted, so it parses as an id): 96 bits of SHA-256 of the table
+// and key.
+func rowPos(schema, table, key string) cdc.Pos {
 	h := sha256.Sum256([]byte(schema + "\x00" + table + "\x00" + key))
-	return cdc.LSN(binary.BigEndian.Uint64(h[:8])).Hex() + ":" + strconv.FormatUint(uint64(binary.BigEndian.Uint32(h[8:12])), 10)
+	return cdc.Pos{LSN: cdc.LSN(binary.BigEndian.Uint64(h[:8])), Seq: binary.BigEndian.Uint32(h[8:12])}
 }
 
 // noteIter records keys of a large transaction's spilled changes as the
