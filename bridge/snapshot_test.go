@@ -485,3 +485,42 @@ func atoi(s string) int64 {
 	_, _ = fmt.Sscan(s, &n)
 	return n
 }
+
+// TestSnapshotLarge measures the initial snapshot of a large table through a
+// bridge process (rows/s, peak RSS from /usr/bin/time -v). It runs only
+// with TEST_LONG=1; SNAP_ROWS sets the size (default 5,000,000).
+func TestSnapshotLarge(t *testing.T) {
+	if os.Getenv("TEST_LONG") == "" {
+		t.Skip("set TEST_LONG=1 to snapshot a 5-million-row table")
+	}
+	rows := int64(5_000_000)
+	if s := os.Getenv("SNAP_ROWS"); s != "" {
+		rows = atoi(s)
+	}
+	bin := bridgeBinary(t)
+	e := newEnv(t)
+	e.pg.ExecT(t, `CREATE TABLE huge (id bigint PRIMARY KEY, v bigint NOT NULL, name text, at timestamptz)`,
+		fmt.Sprintf(`INSERT INTO huge SELECT g, g * 7, 'name-' || g, timestamptz '2020-01-01' + g * interval '1 second' FROM generate_series(1, %d) g`, rows),
+		`ANALYZE huge`)
+	cfg := e.config("slarge", "      snapshot:\n        mode: initial_only\n        chunk_size: 10000\n        progress_interval: 10s")
+	// A real deployment's stream: the test default's 1s window is not needed here.
+	var out bytes.Buffer
+	cmd := exec.Command("/usr/bin/time", "-v", bin, "run", "-c", cfg)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Env = append(os.Environ(), "BRIDGE_LOG__FORMAT=text")
+	began := time.Now()
+	require.NoError(t, cmd.Start())
+	require.NoError(t, cmd.Wait(), out.String()) // initial_only: exits when the snapshot is checkpointed
+	took := time.Since(began)
+	e.waitStored("CDC_slarge", int(rows), time.Minute)
+	rss := regexp.MustCompile(`Maximum resident set size \(kbytes\): (\d+)`).FindStringSubmatch(out.String())
+	require.NotNil(t, rss, out.String())
+	for _, l := range strings.Split(out.String(), "\n") {
+		if strings.Contains(l, "snapshot table read") || strings.Contains(l, "snapshot complete") {
+			t.Log(l)
+		}
+	}
+	t.Logf("%d rows in %s (process start to exit): %.0f rows/s; peak RSS %s kB", rows, took.Round(time.Millisecond), float64(rows)/took.Seconds(), rss[1])
+	st, _ := e.snapState("slarge")
+	require.Equal(t, rows, st.Last.Tables[0].Rows)
+}
