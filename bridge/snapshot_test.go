@@ -524,3 +524,66 @@ func TestSnapshotLarge(t *testing.T) {
 	st, _ := e.snapState("slarge")
 	require.Equal(t, rows, st.Last.Tables[0].Rows)
 }
+
+// TestSnapshotRepeatedChunkDeduplicated reads every chunk of a finished
+// snapshot again under the same snapshot id (its progress rolled back in
+// the bucket, as after a crash before the progress write): the rows carry
+// the same ids, so JetStream stores none of them twice.
+func TestSnapshotRepeatedChunkDeduplicated(t *testing.T) {
+	e := newEnv(t)
+	e.pg.ExecT(t, `CREATE TABLE rc (id int PRIMARY KEY, v int)`, `INSERT INTO rc SELECT g, g FROM generate_series(1, 500) g`)
+	cfg := e.snapConfig("srep", "initial", 100)
+	b, err := os.ReadFile(cfg)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(cfg, bytes.Replace(b, []byte("duplicate_window: 1s"), []byte("duplicate_window: 10m"), 1), 0o644))
+	r := e.start(cfg)
+	st := e.waitSnapshotDone("srep", 2*time.Minute, nil)
+	require.Equal(t, 500, countReads(e.marker("CDC_srep"))["rc"])
+	r.stop(t)
+
+	// Roll the progress back to the start of the same snapshot.
+	run := st.Last
+	run.Finished = nil
+	for i := range run.Tables {
+		run.Tables[i].After, run.Tables[i].Rows, run.Tables[i].Chunks, run.Tables[i].Done = nil, 0, 0, false
+		run.Tables[i].Started, run.Tables[i].Finished = nil, nil
+	}
+	st.Current, st.Last = run, nil
+	nc, err := nats.Connect(e.natsURL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	kv, err := js.KeyValue(t.Context(), "bridge_checkpoints")
+	require.NoError(t, err)
+	v, err := json.Marshal(st)
+	require.NoError(t, err)
+	_, err = kv.Put(t.Context(), bridge.SnapshotKey("srep", "app"), v)
+	require.NoError(t, err)
+
+	r = e.start(cfg)
+	st2 := e.waitSnapshotDone("srep", 2*time.Minute, nil)
+	require.Equal(t, run.ID, st2.Last.ID)
+	ms := e.marker("CDC_srep")
+	fams := scrape(t, "http://"+r.app.HTTPAddr())
+	reads, ok := metricValue(fams, "bridge_snapshot_chunk_reads_total", map[string]string{"source": "app", "table": "public.rc"})
+	require.True(t, ok)
+	require.GreaterOrEqual(t, reads, 5.0, "every chunk was read again")
+	require.Equal(t, 500, countReads(ms)["rc"], "the rows read again were deduplicated by their ids")
+	checkSnapshotStream(t, e, "srep", ms, []string{"public.rc"}, nil)
+}
+
+// TestSnapshotWideRows: chunks end at snapshot.chunk_bytes, so rows of
+// hundreds of kilobytes stay bounded in memory, and arrive whole.
+func TestSnapshotWideRows(t *testing.T) {
+	e := newEnv(t)
+	e.pg.ExecT(t, `CREATE TABLE wide (id int PRIMARY KEY, body text, n int)`,
+		`INSERT INTO wide SELECT g, (SELECT string_agg(md5(random()::text || g || i), '') FROM generate_series(1, 6000) i), g FROM generate_series(1, 7) g`)
+	cfg := e.config("swide", "      snapshot:\n        mode: initial\n        chunk_size: 1000\n        chunk_bytes: 300000\n        request_poll: 200ms")
+	e.start(cfg)
+	st := e.waitSnapshotDone("swide", 2*time.Minute, nil)
+	require.GreaterOrEqual(t, st.Last.Tables[0].Chunks, int64(4), "7 rows of 192 kB in chunks of at most ~300 kB")
+	ms := e.marker("CDC_swide")
+	require.Equal(t, 7, countReads(ms)["wide"])
+	checkSnapshotStream(t, e, "swide", ms, []string{"public.wide"}, nil)
+}
