@@ -287,17 +287,19 @@ type pendingChunk struct {
 	err     error
 	emitted chan struct{}
 	done    bool // set by the reader: the chunk ended its table
+	started time.Time
 }
 
 // emittedChunk is a chunk in the stream, not yet checkpointed.
 type emittedChunk struct {
-	commit cdc.LSN
-	runID  string
-	table  int
-	last   []string
-	rows   int64
-	done   bool
-	retry  bool
+	commit  cdc.LSN
+	runID   string
+	table   int
+	last    []string
+	rows    int64
+	done    bool
+	retry   bool
+	started time.Time // when the chunk's read began
 }
 
 // wrap returns the source the run reads from and a stop function that ends
@@ -470,7 +472,7 @@ func (r *snapRun) filter(ctx context.Context, t *cdc.Txn) (*cdc.Txn, error) {
 	ch := p.chunk
 	limit := r.m.opts.ChunkSize
 	e := emittedChunk{commit: t.CommitLSN, runID: strings.SplitN(p.id, ".", 2)[0], table: p.table, last: ch.Last,
-		done: len(ch.Rows) < limit && !ch.Partial, retry: p.retry}
+		done: len(ch.Rows) < limit && !ch.Partial, retry: p.retry, started: p.started}
 	p.done = e.done
 	out := &cdc.Txn{CommitLSN: t.CommitLSN, CommitTime: time.Now().UTC()}
 	if !p.retry {
@@ -633,7 +635,8 @@ func (r *snapRun) Ack(ctx context.Context, upTo cdc.LSN) error {
 		t := &cur.Tables[e.table]
 		t.Chunks++
 		if t.Started == nil {
-			t.Started = &now
+			at := e.started.UTC()
+			t.Started = &at
 		}
 		if e.retry {
 			continue
@@ -827,7 +830,7 @@ func (r *snapRun) readChunk(ctx context.Context, ti int, tbl sources.SnapshotTab
 	runID := r.st.Current.ID
 	r.mu.Unlock()
 	p := &pendingChunk{id: runID + "." + checkpoint.NewEpoch(), table: ti, tbl: tbl, keys: map[string]struct{}{},
-		ready: make(chan struct{}), emitted: make(chan struct{})}
+		ready: make(chan struct{}), emitted: make(chan struct{}), started: time.Now()}
 	r.mu.Lock()
 	r.pending = p
 	r.mu.Unlock()

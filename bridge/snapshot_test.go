@@ -335,6 +335,20 @@ func TestSnapshotOnDemandWhileStreaming(t *testing.T) {
 	require.NoError(t, e.pg.Conn(t, "").QueryRow(t.Context(), `SELECT count(*) FROM od`).Scan(&rows))
 	require.Equal(t, first+int(rows), countReads(ms)["od"])
 	checkSnapshotStream(t, e, "sod", ms, []string{"public.od"}, nil)
+
+	// bridge status shows the same figures.
+	out.Reset()
+	require.Equal(t, 0, bridge.Execute([]string{"status", "-c", cfg, "-o", "json"}, &out, &out), out.String())
+	var rep bridge.StatusReport
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rep))
+	snap := rep.Sources[0].Snapshot
+	require.NotNil(t, snap)
+	require.False(t, snap.Running)
+	require.Len(t, snap.Tables, 1)
+	require.Equal(t, "public.od", snap.Tables[0].Table)
+	require.Equal(t, rows, snap.Tables[0].Rows)
+	require.True(t, snap.Tables[0].Done)
+	require.Positive(t, snap.Tables[0].RowsPerS)
 }
 
 // TestSnapshotTableWithoutKey: the initial snapshot refuses a table with
