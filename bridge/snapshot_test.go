@@ -601,3 +601,22 @@ func TestSnapshotWideRows(t *testing.T) {
 	require.Equal(t, 7, countReads(ms)["wide"])
 	checkSnapshotStream(t, e, "swide", ms, []string{"public.wide"}, nil)
 }
+
+// TestSnapshotWal2JSON: a wal2json source snapshots the same way.
+func TestSnapshotWal2JSON(t *testing.T) {
+	e := newEnv(t)
+	e.pg.ExecT(t, `CREATE TABLE wj (id int PRIMARY KEY, v numeric, pad text)`,
+		`INSERT INTO wj SELECT g, g / 4.0, 'p' || g FROM generate_series(1, 120) g`)
+	cfg := e.snapConfig("swj", "initial", 25)
+	b, err := os.ReadFile(cfg)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(cfg, bytes.Replace(b, []byte("type: pgoutput"), []byte("type: wal2json"), 1), 0o644))
+	e.start(cfg)
+	waitSlotActive(t, e, "slot_swj")
+	w := startSnapWriter(t, e, "wj", 1_000_000, 120, 2*time.Millisecond)
+	e.waitSnapshotDone("swj", 2*time.Minute, nil)
+	w.halt()
+	ms := e.marker("CDC_swj")
+	require.Positive(t, countReads(ms)["wj"])
+	checkSnapshotStream(t, e, "swj", ms, []string{"public.wj"}, nil)
+}
