@@ -467,7 +467,8 @@ func (r *snapRun) filter(ctx context.Context, t *cdc.Txn) (*cdc.Txn, error) {
 	r.mu.Unlock()
 	defer close(p.emitted)
 	if p.err != nil || p.chunk == nil || !p.open {
-		return t, nil // the worker reads it again
+		p.retry = true // the worker reads the same range again
+		return t, nil
 	}
 	ch := p.chunk
 	limit := r.m.opts.ChunkSize
@@ -608,6 +609,16 @@ func (it *noteIter) Next(dst []cdc.Change) (int, error) {
 		it.r.note(it.p, &dst[i])
 	}
 	return n, err
+}
+
+// Idle implements sources.Idler for sources that do: a chunk takes the
+// place (and commit LSN) of its high watermark's transaction, so the inner
+// source's positions hold.
+func (r *snapRun) Idle() (safe, after cdc.LSN, ok bool) {
+	if i, ok := r.Source.(sources.Idler); ok {
+		return i.Idle()
+	}
+	return 0, 0, false
 }
 
 // Ack implements sources.Source: once a chunk's position is checkpointed,
@@ -763,7 +774,13 @@ func (r *snapRun) next(ctx context.Context) (int, sources.SnapshotTable, []strin
 		return 0, sources.SnapshotTable{}, nil, false, nil
 	}
 	if !cur.Resolved {
+		// Resolving may count rows: not under the lock Ack needs.
+		r.mu.Unlock()
 		tables, err := r.sn.SnapshotTables(ctx, cur.Request)
+		r.mu.Lock()
+		if r.st.Current != cur {
+			return 0, sources.SnapshotTable{}, nil, false, nil // replaced meanwhile; look again
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return 0, sources.SnapshotTable{}, nil, false, err
