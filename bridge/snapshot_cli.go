@@ -26,7 +26,7 @@ import (
 
 func newSnapshotCommand(load func(...Option) (*config.Config, *App, error), printErrs func(error), stdout io.Writer) *cobra.Command {
 	var source, tables, progress string
-	var wait bool
+	var wait, follow bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "snapshot",
@@ -36,7 +36,8 @@ changes, in chunks between watermarks, so that rows changed meanwhile are never
 published older than their latest change (docs/snapshots.md). The request goes
 to the checkpoint bucket; a running bridge takes it within snapshot.request_poll,
 a stopped one at its next start. With --wait (the default) the command follows
-the progress: a bar per table on a terminal, plain lines otherwise.`,
+the progress: a bar per table on a terminal, plain lines otherwise. --follow
+only follows the snapshot running now, such as the initial one.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, _, err := load()
@@ -89,6 +90,26 @@ the progress: a bar per table on a terminal, plain lines otherwise.`,
 			if err != nil {
 				return fmt.Errorf("opening checkpoint bucket %q: %w", cfg.Checkpoint.Bucket, err)
 			}
+			if follow {
+				if len(list) > 0 {
+					return usageError{errors.New("--follow watches the running snapshot; it takes no --tables")}
+				}
+				m := &snapMgr{bridge: cfg.Name, source: source, kv: kv}
+				st, _, err := m.load(ctx)
+				if err != nil {
+					return err
+				}
+				if st.Current == nil {
+					last := "none"
+					if st.Last != nil {
+						last = st.Last.ID + " (" + st.Last.Reason + ")"
+					}
+					fmt.Fprintf(stdout, "no snapshot running on source %s; last: %s\n", source, last)
+					return nil
+				}
+				fmt.Fprintf(stdout, "following snapshot %s (%s) of source %s\n", st.Current.ID, st.Current.Reason, source)
+				return followSnapshot(ctx, m, st.Current.ID, stdout, progress)
+			}
 			req := SnapshotRequest{ID: "r" + checkpoint.NewEpoch(), Tables: list, Reason: "request", At: time.Now().UTC()}
 			b, _ := json.Marshal(req)
 			if _, err := kv.Create(ctx, SnapshotRequestKey(cfg.Name, source, req.ID), b); err != nil {
@@ -108,6 +129,7 @@ the progress: a bar per table on a terminal, plain lines otherwise.`,
 	}
 	cmd.Flags().StringVar(&source, "source", "", "source to snapshot (needed when the config has several)")
 	cmd.Flags().StringVar(&tables, "tables", "", "comma-separated schema.table list; empty: every table the source streams")
+	cmd.Flags().BoolVar(&follow, "follow", false, "request nothing: follow the running snapshot (e.g. the initial one) until it is checkpointed")
 	cmd.Flags().BoolVar(&wait, "wait", true, "follow the progress until the snapshot is checkpointed")
 	cmd.Flags().StringVar(&progress, "progress", "auto", "progress display: auto (bars on a terminal, else lines), bar, plain or none")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "give up waiting after this long (0: never)")

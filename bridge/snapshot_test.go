@@ -329,7 +329,9 @@ func TestSnapshotOnDemandWhileStreaming(t *testing.T) {
 
 	// Again: new snapshot id, so the rows are published again, not deduplicated.
 	out.Reset()
-	require.Equal(t, 0, bridge.Execute([]string{"snapshot", "-c", cfg, "--tables", "od", "--timeout", "3m"}, &out, &out), out.String())
+	require.Equal(t, 0, bridge.Execute([]string{"snapshot", "-c", cfg, "--tables", "od", "--timeout", "3m", "--progress", "bar"}, &out, &out), out.String())
+	require.Contains(t, out.String(), "public.od")
+	require.Contains(t, out.String(), "100%", "the bar reaches the end: %s", out.String())
 	ms = e.marker("CDC_sod")
 	var rows int64
 	require.NoError(t, e.pg.Conn(t, "").QueryRow(t.Context(), `SELECT count(*) FROM od`).Scan(&rows))
@@ -414,6 +416,10 @@ func TestSnapshotModes(t *testing.T) {
 	e.start(e.snapConfig("swhen", "when_needed", 1000))
 	e.waitSnapshotDone("swhen", 2*time.Minute, nil)
 	require.Equal(t, 100, countReads(e.marker("CDC_swhen"))["m"])
+	var out bytes.Buffer
+	require.Equal(t, 0, bridge.Execute([]string{"snapshot", "-c", e.snapConfig("swhen", "when_needed", 1000), "--follow"}, &out, &out), out.String())
+	require.Contains(t, out.String(), "no snapshot running")
+	require.Contains(t, out.String(), "(initial)")
 }
 
 var chunkLogRE = regexp.MustCompile(`msg="snapshot chunk read" .*table=public\.big after=(\S*)`)
