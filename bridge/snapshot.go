@@ -427,27 +427,27 @@ func (r *snapRun) filter(ctx context.Context, t *cdc.Txn) (*cdc.Txn, error) {
 	r.mu.Lock()
 	p := r.pending
 	r.mu.Unlock()
-	var wm *cdc.Change
-	keep := t.Changes[:0:0]
+	wmAt := -1
 	for i := range t.Changes {
 		c := &t.Changes[i]
 		if c.Op == cdc.OpMessage && c.Prefix == sources.SnapshotPrefix {
-			wm = c
+			wmAt = i
 			continue
 		}
 		if p != nil && p.open {
 			r.note(p, c)
 		}
-		keep = append(keep, *c)
 	}
-	if wm == nil {
+	if wmAt < 0 {
 		if p != nil && p.open && t.Rest != nil {
 			t.Rest = &noteIter{ChangeIter: t.Rest, r: r, p: p}
 		}
 		return t, nil
 	}
-	// A watermark is a transaction of its own.
-	t.Changes = keep
+	// A watermark is a transaction of its own; it leaves the stream.
+	wm := &cdc.Change{}
+	*wm = t.Changes[wmAt]
+	t.Changes = slices.Delete(t.Changes, wmAt, wmAt+1)
 	kind, id, _ := strings.Cut(string(wm.Content), ":")
 	if p == nil || id != p.id {
 		return t, nil // another bridge's, or one of an earlier run: ignore
