@@ -69,6 +69,8 @@ func (c *SnapshotConfig) validate() []error {
 	return errs
 }
 
+var errSnapClosed = errors.New("the source is closed")
+
 // snapState is the snapshot connection and what it learnt of the tables.
 type snapState struct {
 	mu     sync.Mutex
@@ -137,6 +139,9 @@ func (s *Source) SnapshotTables(ctx context.Context, names []string) ([]sources.
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	c := st.conn
+	if c == nil {
+		return nil, errSnapClosed
+	}
 	pgoutput := s.plugin.Name() == "pgoutput"
 	var published map[string]bool
 	if pgoutput {
@@ -311,6 +316,9 @@ func (s *Source) ReadChunk(ctx context.Context, t sources.SnapshotTable, after [
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if st.conn == nil {
+		return nil, errSnapClosed
+	}
 	m, err := st.meta(ctx, t)
 	if err != nil {
 		return nil, err
