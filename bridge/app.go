@@ -61,6 +61,7 @@ type App struct {
 	httpAddr   string
 	bgCancel   context.CancelFunc
 	bg         sync.WaitGroup
+	snapCol    *snapCollector // snapshot_metrics.go
 }
 
 // New validates cfg against the registries and builds the App without any

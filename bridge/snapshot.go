@@ -1077,6 +1077,10 @@ func (a *App) newSnapMgr(ctx context.Context, js jetstream.JetStream, name strin
 	if m.opts.ProgressInterval <= 0 {
 		m.opts.ProgressInterval = 10 * time.Second
 	}
-	a.metrics.reg.MustRegister(&snapCollector{m: m})
+	if a.snapCol == nil {
+		a.snapCol = &snapCollector{}
+		a.metrics.reg.MustRegister(a.snapCol)
+	}
+	a.snapCol.add(m)
 	return m, nil
 }

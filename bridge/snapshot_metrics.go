@@ -1,10 +1,24 @@
 package bridge
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"sync"
 
-// snapCollector reports one source's snapshot progress at scrape time: the
-// figures the progress log lines and `bridge snapshot` show.
-type snapCollector struct{ m *snapMgr }
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// snapCollector reports the sources' snapshot progress at scrape time: the
+// figures the progress log lines and `bridge snapshot` show. An App
+// registers one.
+type snapCollector struct {
+	mu   sync.Mutex
+	mgrs []*snapMgr
+}
+
+func (c *snapCollector) add(m *snapMgr) {
+	c.mu.Lock()
+	c.mgrs = append(c.mgrs, m)
+	c.mu.Unlock()
+}
 
 var (
 	descSnapRunning = prometheus.NewDesc("bridge_snapshot_running",
@@ -30,8 +44,17 @@ func (c *snapCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *snapCollector) Collect(ch chan<- prometheus.Metric) {
-	running, figs := c.m.figures()
-	src := c.m.source
+	c.mu.Lock()
+	mgrs := append([]*snapMgr(nil), c.mgrs...)
+	c.mu.Unlock()
+	for _, m := range mgrs {
+		collectSnap(ch, m)
+	}
+}
+
+func collectSnap(ch chan<- prometheus.Metric, m *snapMgr) {
+	running, figs := m.figures()
+	src := m.source
 	r, remaining := 0.0, 0.0
 	if running {
 		r = 1
