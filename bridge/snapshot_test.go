@@ -436,13 +436,14 @@ func TestSnapshotKill9Resumes(t *testing.T) {
 	e.pg.ExecT(t, `CREATE TABLE big (id bigint PRIMARY KEY, v bigint NOT NULL, pad text)`,
 		fmt.Sprintf(`INSERT INTO big SELECT g, g, repeat('z', 200) FROM generate_series(1, %d) g`, n), `ANALYZE big`)
 	cfg := e.snapConfig("skill", "initial", 250)
+	var out *syncBuffer
 	start := func() *proc {
-		var out bytes.Buffer
+		out = &syncBuffer{}
 		cmd := exec.Command(bin, "run", "-c", cfg, "--log-level", "debug")
-		cmd.Stdout, cmd.Stderr = &out, &out
+		cmd.Stdout, cmd.Stderr = out, out
 		cmd.Env = append(os.Environ(), "BRIDGE_LOG__FORMAT=text")
 		require.NoError(t, cmd.Start())
-		return &proc{cmd: cmd, out: &out}
+		return &proc{cmd: cmd, out: &bytes.Buffer{}}
 	}
 	kills := 0
 	p := start()
@@ -460,7 +461,7 @@ func TestSnapshotKill9Resumes(t *testing.T) {
 			if ok && st.Current == nil && st.Last != nil {
 				break // finished before we could kill again
 			}
-			require.False(t, time.Now().After(deadline), "no snapshot progress:\n%s", p.out.String())
+			require.False(t, time.Now().After(deadline), "no snapshot progress:\n%s", out.String())
 			time.Sleep(50 * time.Millisecond)
 		}
 		p.kill9(t)
@@ -474,7 +475,7 @@ func TestSnapshotKill9Resumes(t *testing.T) {
 		// The first chunk the new process reads starts at the checkpointed key.
 		deadline = time.Now().Add(2 * time.Minute)
 		for {
-			if m := chunkLogRE.FindStringSubmatch(p.out.String()); m != nil {
+			if m := chunkLogRE.FindStringSubmatch(out.String()); m != nil {
 				require.Equal(t, resumeAt, m[1], "after kill %d the bridge must resume at the last checkpointed chunk", kills)
 				break
 			}
@@ -482,11 +483,11 @@ func TestSnapshotKill9Resumes(t *testing.T) {
 			if st.Current == nil {
 				break
 			}
-			require.False(t, time.Now().After(deadline), "the restarted bridge read no chunk:\n%s", p.out.String())
+			require.False(t, time.Now().After(deadline), "the restarted bridge read no chunk:\n%s", out.String())
 			time.Sleep(50 * time.Millisecond)
 		}
 		// And it never reads a chunk before it.
-		for _, m := range chunkLogRE.FindAllStringSubmatch(p.out.String(), -1) {
+		for _, m := range chunkLogRE.FindAllStringSubmatch(out.String(), -1) {
 			if m[1] != "" && resumeAt != "" {
 				require.GreaterOrEqual(t, atoi(m[1]), atoi(resumeAt))
 			}
@@ -625,4 +626,22 @@ func TestSnapshotWal2JSON(t *testing.T) {
 	ms := e.marker("CDC_swj")
 	require.Positive(t, countReads(ms)["wj"])
 	checkSnapshotStream(t, e, "swj", ms, []string{"public.wj"}, nil)
+}
+
+// syncBuffer is a bytes.Buffer safe to read while a process writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
