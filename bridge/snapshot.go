@@ -83,6 +83,10 @@ type SnapshotRun struct {
 	Started  time.Time   `json:"started"`
 	Finished *time.Time  `json:"finished,omitempty"`
 	Error    string      `json:"error,omitempty"`
+	// ScanFrom are sink cursors at or before the first message of every
+	// chunk that Tables does not count yet: where a restart looks for the
+	// rows the sinks already hold.
+	ScanFrom map[string]string `json:"scan_from,omitempty"`
 }
 
 // SnapTable is one table's durable snapshot progress.
@@ -175,6 +179,26 @@ func (m *snapMgr) save(ctx context.Context, st *SnapshotState, rev uint64) (uint
 	return n, nil
 }
 
+// ckptCursors returns the sink cursors of the source's checkpoint.
+func (m *snapMgr) ckptCursors(ctx context.Context) (map[string]string, error) {
+	key := checkpoint.Key(m.bridge, m.source)
+	e, err := m.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return map[string]string{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading checkpoint %q: %w", key, err)
+	}
+	var st checkpoint.State
+	if err := json.Unmarshal(e.Value(), &st); err != nil {
+		return nil, fmt.Errorf("decoding checkpoint %q: %w", key, err)
+	}
+	if st.Cursors == nil {
+		return map[string]string{}, nil
+	}
+	return st.Cursors, nil
+}
+
 func newRun(id, reason, epoch string, tables []string) *SnapshotRun {
 	return &SnapshotRun{ID: id, Reason: reason, Epoch: epoch, Request: tables, Started: time.Now().UTC()}
 }
@@ -242,11 +266,14 @@ type snapRun struct {
 
 // heldFunc returns the positions of producer's messages that every sink
 // holds after the checkpoint; nil when some sink cannot tell.
-type heldFunc func(ctx context.Context, producer string) (map[cdc.Pos]struct{}, error)
+type heldFunc func(ctx context.Context, producer string, from map[string]string) (map[cdc.Pos]struct{}, error)
 
 // snapHeld returns the heldFunc of a run that starts from cursors.
 func (p *Pipeline) snapHeld(cursors map[string]string) heldFunc {
-	return func(ctx context.Context, producer string) (map[cdc.Pos]struct{}, error) {
+	return func(ctx context.Context, producer string, from map[string]string) (map[cdc.Pos]struct{}, error) {
+		if from == nil {
+			from = cursors
+		}
 		var out map[cdc.Pos]struct{}
 		for _, s := range p.sinks {
 			if s.amo {
@@ -255,7 +282,7 @@ func (p *Pipeline) snapHeld(cursors map[string]string) heldFunc {
 			if s.resumer == nil {
 				return nil, nil
 			}
-			d, err := s.resumer.Delivered(ctx, producer, cursors[s.name])
+			d, err := s.resumer.Delivered(ctx, producer, from[s.name])
 			if err != nil {
 				return nil, fmt.Errorf("sink %q: %w", s.name, err)
 			}
@@ -335,7 +362,7 @@ func (m *snapMgr) wrap(ctx context.Context, src sources.Source, producer, epoch 
 	if c := r.st.Current; c != nil && c.Resolved && held != nil {
 		// Rows of chunks read again after a crash that the sinks already
 		// hold are not sent again, even past the duplicate window.
-		if r.held, err = held(ctx, producer+".snap-"+c.ID); err != nil {
+		if r.held, err = held(ctx, producer+".snap-"+c.ID, c.ScanFrom); err != nil {
 			return nil, nil, fmt.Errorf("reading which rows of snapshot %s the sinks hold: %w", c.ID, err)
 		}
 		if len(r.held) > 0 {
@@ -677,6 +704,15 @@ func (r *snapRun) Ack(ctx context.Context, upTo cdc.LSN) error {
 		r.resetCursors()
 		r.signal()
 	}
+	if r.st.Current != nil {
+		// The checkpoint just written covers every chunk counted now; the
+		// others start after its cursors.
+		from, err := r.m.ckptCursors(ctx)
+		if err != nil {
+			return err
+		}
+		r.st.Current.ScanFrom = from
+	}
 	rev, err := r.m.save(ctx, &r.st, r.rev)
 	if err != nil {
 		return err
@@ -811,6 +847,11 @@ func (r *snapRun) next(ctx context.Context) (int, sources.SnapshotTable, []strin
 			cur.Tables = append(cur.Tables, SnapTable{Table: t.Name(), Key: t.Key, Estimate: t.Estimate})
 		}
 		cur.Resolved = true
+		// No chunk of this snapshot is in the stream yet: its rows all
+		// come after the checkpoint's cursors.
+		if cur.ScanFrom, err = r.m.ckptCursors(ctx); err != nil {
+			return 0, sources.SnapshotTable{}, nil, false, err
+		}
 		if len(tables) == 0 {
 			now := time.Now().UTC()
 			cur.Finished = &now
