@@ -61,6 +61,7 @@ type App struct {
 	httpAddr   string
 	bgCancel   context.CancelFunc
 	bg         sync.WaitGroup
+	snapCol    *snapCollector // snapshot_metrics.go
 }
 
 // New validates cfg against the registries and builds the App without any
@@ -109,6 +110,7 @@ func (a *App) newSource(name string) (sources.Source, error) {
 	if a.ctxPrefix != "" {
 		env.MessagePrefixes = []string{a.ctxPrefix}
 	}
+	env.MessagePrefixes = append(env.MessagePrefixes, sources.SnapshotPrefix) // watermarks (snapshot.go)
 	return p.New(a.cfg.Decoder(path, sc.Config), env)
 }
 
@@ -222,6 +224,9 @@ func (a *App) Start(ctx context.Context) error {
 			p.sinks = append(p.sinks, slot)
 		}
 		if p.router, err = NewRouter(a.cfg, sinkIndex); err != nil {
+			return err
+		}
+		if p.snap, err = a.newSnapMgr(ctx, js, srcName, p.log); err != nil {
 			return err
 		}
 		p.router.contextPrefix = a.ctxPrefix

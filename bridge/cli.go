@@ -264,6 +264,7 @@ re-read their state. Refuses while a bridge streams from the source's slot.`,
 	resync.Flags().StringVar(&resyncSource, "source", "", "the source to resync (default: the only one)")
 	resync.Flags().StringVar(&resyncReason, "reason", "", "text added to the message's reason")
 	root.AddCommand(run, validate, status, plugins, ver, resync)
+	root.AddCommand(newSnapshotCommand(load, printErrs, stdout)) // snapshot_cli.go
 	return root
 }
 

@@ -47,6 +47,8 @@ type Pipeline struct {
 	ready     atomic.Bool
 
 	tel *pipeTel // telemetry.go: spans and metrics; nil does nothing
+
+	snap *snapMgr // snapshot.go; nil when the source cannot snapshot
 }
 
 // Checkpointed returns the last checkpointed LSN.
@@ -80,6 +82,10 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		p.ready.Store(false)
 		p.tel.runEnded(ctx, err)
 		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, errSnapshotDone) {
+			p.log.Info(err.Error())
 			return nil
 		}
 		if err == nil {
@@ -201,6 +207,9 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 		// First start: the epoch must be durable before anything is
 		// published under it.
 		st = checkpoint.State{Epoch: checkpoint.NewEpoch(), Run: p.run, UpdatedAt: time.Now().UTC()}
+		if err := p.snap.scheduleInitial(ctx, st.Epoch); err != nil {
+			return false, err
+		}
 		if rev, err = p.store.Save(ctx, p.key, st, 0); err != nil {
 			return false, fmt.Errorf("creating checkpoint %q: %w", p.key, err)
 		}
@@ -243,6 +252,14 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// Snapshots: chunks between watermarks join the stream (snapshot.go).
+	wrapped, stopSnap, err := p.snap.wrap(rctx, src, producer, st.Epoch, p.snapHeld(st.Cursors))
+	if err != nil {
+		_ = src.Close(context.Background())
+		return false, err
+	}
+	src = wrapped
+	defer stopSnap()
 	// Bounded: a run holds up to about `chunk` changes (a part of a large
 	// transaction, or small transactions handed over together).
 	items := make(chan []*txnItem, 16)

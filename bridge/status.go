@@ -56,6 +56,9 @@ type SourceStatus struct {
 	LagBytes *uint64 `json:"lag_bytes"`
 	// Errors are the queries that failed, credentials redacted.
 	Errors []string `json:"errors"`
+	// Snapshot is the snapshot progress (snapshot_status.go); null when the
+	// source never snapshotted or NATS could not be queried.
+	Snapshot *SnapshotStatus `json:"snapshot"`
 }
 
 // SlotStatus is the source's replication slot (pg_replication_slots).
@@ -162,6 +165,11 @@ func Status(ctx context.Context, cfg *config.Config) *StatusReport {
 			fail(err)
 		} else {
 			st.Checkpoint = cs
+			if ss, err := statusSnapshot(ctx, js, cfg.Checkpoint.Bucket, cfg.Name, name); err != nil {
+				fail(err)
+			} else {
+				st.Snapshot = ss
+			}
 			if cs.Exists && walEnd != 0 {
 				l, _ := cdc.ParseLSN(cs.LSN)
 				lag := uint64(0)
@@ -363,6 +371,7 @@ func printStatus(w io.Writer, rep *StatusReport) {
 		if s.LagBytes != nil {
 			fmt.Fprintf(w, "  lag         %s\n", humanBytes(*s.LagBytes))
 		}
+		printSnapshotStatus(w, s.Snapshot)
 		for _, st := range s.Streams {
 			switch {
 			case st.Error != "":

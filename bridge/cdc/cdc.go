@@ -181,11 +181,19 @@ type Change struct {
 	Payload []byte
 	// Headers are extra headers (trace context etc.); sinks copy them verbatim.
 	Headers map[string]string
+	// MsgID, when set, is the change's identity instead of the positional
+	// one: snapshot reads (op read) carry an id made from the snapshot and
+	// the row's key, so a chunk read again yields the same ids and is
+	// deduplicated. It has ID's form, so ParseID reads it.
+	MsgID string
 }
 
 // ID returns the dedupe key "<producer>:<commit end lsn, 16 hex>:<seq>", used
 // as Nats-Msg-Id. A replay of the same WAL within an epoch yields the same ID.
 func (c *Change) ID() string {
+	if c.MsgID != "" {
+		return c.MsgID
+	}
 	return c.Producer + ":" + c.CommitLSN.Hex() + ":" + strconv.FormatUint(uint64(c.Seq), 10)
 }
 

@@ -37,11 +37,15 @@ import (
 // names are escaped like any string.
 func AppendNative(dst []byte, c *cdc.Change) []byte {
 	dst = append(dst, `{"id":"`...)
-	dst = appendStringBody(dst, c.Producer)
-	dst = append(dst, ':')
-	dst = appendHex16(dst, uint64(c.CommitLSN))
-	dst = append(dst, ':')
-	dst = strconv.AppendUint(dst, uint64(c.Seq), 10)
+	if c.MsgID != "" {
+		dst = appendStringBody(dst, c.MsgID)
+	} else {
+		dst = appendStringBody(dst, c.Producer)
+		dst = append(dst, ':')
+		dst = appendHex16(dst, uint64(c.CommitLSN))
+		dst = append(dst, ':')
+		dst = strconv.AppendUint(dst, uint64(c.Seq), 10)
+	}
 	dst = append(dst, `","op":`...)
 	dst = appendString(dst, string(c.Op))
 	dst = append(dst, `,"source":`...)

@@ -109,3 +109,20 @@ func TestConfigErrorsNameTheirPath(t *testing.T) {
 	require.ErrorContains(t, err, "sources.shop.config.dsn: must be set")
 	require.ErrorContains(t, err, `sources.shop.config.slot: "Bad-Name" is not a valid slot name`)
 }
+
+func TestSnapshotConfig(t *testing.T) {
+	_, err := pgoutput.New((&config.Config{}).Decoder("sources.shop.config", map[string]any{
+		"dsn": "postgres://x@y/z", "snapshot": map[string]any{"mode": "always", "chunk_size": 0},
+	}), sources.Env{Name: "shop"})
+	require.ErrorContains(t, err, `sources.shop.config.snapshot.mode: "always" is not a snapshot mode: use initial, never, initial_only or when_needed`)
+	require.ErrorContains(t, err, `sources.shop.config.snapshot.chunk_size: must be > 0, got 0`)
+
+	src, err := pgoutput.New((&config.Config{}).Decoder("sources.shop.config", map[string]any{
+		"dsn": "postgres://x@y/z", "snapshot": map[string]any{"mode": "initial_only", "chunk_size": 500},
+	}), sources.Env{Name: "shop"})
+	require.NoError(t, err)
+	opts := src.(sources.Snapshotter).SnapshotOptions()
+	require.Equal(t, sources.SnapshotInitialOnly, opts.Mode)
+	require.Equal(t, 500, opts.ChunkSize)
+	require.Equal(t, time.Second, opts.Poll)
+}

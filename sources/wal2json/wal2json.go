@@ -280,3 +280,18 @@ func (p *plugin) NewDecoder(cat *pgx.Conn) pgrepl.Decoder {
 
 var _ sources.Source = (*Source)(nil)
 var _ sources.Idler = (*Source)(nil)
+
+// SnapshotOptions implements sources.Snapshotter.
+func (s *Source) SnapshotOptions() sources.SnapshotOptions { return s.inner.SnapshotOptions() }
+
+// SnapshotTables implements sources.Snapshotter.
+func (s *Source) SnapshotTables(ctx context.Context, names []string) ([]sources.SnapshotTable, error) {
+	return s.inner.SnapshotTables(ctx, names)
+}
+
+// ReadChunk implements sources.Snapshotter.
+func (s *Source) ReadChunk(ctx context.Context, t sources.SnapshotTable, after []string, limit int, id string) (*sources.Chunk, error) {
+	return s.inner.ReadChunk(ctx, t, after, limit, id)
+}
+
+var _ sources.Snapshotter = (*Source)(nil)

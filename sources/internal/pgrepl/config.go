@@ -61,6 +61,9 @@ type Config struct {
 	// database that often, so that an idle database still moves the slot and
 	// lag stays measurable. Default 0 (off).
 	HeartbeatInterval time.Duration `koanf:"heartbeat_interval"`
+	// Snapshot configures snapshots: reading the tables' current rows into
+	// the stream as "read" changes (docs/snapshots.md).
+	Snapshot SnapshotConfig `koanf:"snapshot"`
 }
 
 // HeartbeatPrefix is the pg_logical_emit_message prefix of heartbeats.
@@ -84,6 +87,7 @@ func DefaultConfig(name string) Config {
 		SpillChanges:      10000,
 		SpillBytes:        64 << 20,
 		OnSlotLost:        SlotLostFail,
+		Snapshot:          DefaultSnapshotConfig(),
 	}
 }
 
@@ -128,6 +132,7 @@ func (c *Config) Validate() error {
 	if c.Buffer <= 0 {
 		errs = append(errs, config.Field("buffer", "must be > 0, got %d", c.Buffer))
 	}
+	errs = append(errs, c.Snapshot.validate()...)
 	return errors.Join(errs...)
 }
 

@@ -70,6 +70,8 @@ type Source struct {
 	idleAfter cdc.LSN
 	idleOK    bool
 	closeOnce sync.Once
+
+	snap snapState // snapshot.go
 }
 
 // New returns a source; it does no I/O.
@@ -284,6 +286,7 @@ func (s *Source) closeConns() {
 		if s.cat != nil {
 			_ = s.cat.Close(ctx)
 		}
+		s.closeSnapshot(ctx)
 	})
 }
 

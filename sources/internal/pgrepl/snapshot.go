@@ -1,0 +1,386 @@
+package pgrepl
+
+// Snapshots: chunked reads of the published tables between two watermarks
+// (DBLog); the runtime interleaves the chunks with the stream
+// (bridge/snapshot.go, docs/snapshots.md).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/sources"
+	"github.com/bridgecdc/bridge/sources/internal/pgtypes"
+)
+
+// SnapshotConfig is the snapshot block of a Postgres source.
+type SnapshotConfig struct {
+	// Mode is initial (snapshot every published table at the first start,
+	// then stream), never (only `bridge snapshot` snapshots), initial_only
+	// (snapshot at the first start, then stop) or when_needed (at the first
+	// start and whenever the producer epoch changes). Default never.
+	Mode string `koanf:"mode"`
+	// ChunkSize is the number of rows read per chunk (keyset pagination by
+	// primary key). Default 10000.
+	ChunkSize int `koanf:"chunk_size"`
+	// ChunkBytes ends a chunk early once its rows hold this many bytes, so
+	// very wide rows stay bounded in memory. Default 32MiB.
+	ChunkBytes int64 `koanf:"chunk_bytes"`
+	// ProgressInterval between progress log lines while a snapshot runs. Default 10s.
+	ProgressInterval time.Duration `koanf:"progress_interval"`
+	// RequestPoll is how often the running bridge looks for `bridge snapshot`
+	// requests in the checkpoint bucket. Default 1s.
+	RequestPoll time.Duration `koanf:"request_poll"`
+}
+
+// DefaultSnapshotConfig returns the snapshot defaults.
+func DefaultSnapshotConfig() SnapshotConfig {
+	return SnapshotConfig{Mode: sources.SnapshotNever, ChunkSize: 10000, ChunkBytes: 32 << 20,
+		ProgressInterval: 10 * time.Second, RequestPoll: time.Second}
+}
+
+func (c *SnapshotConfig) validate() []error {
+	var errs []error
+	switch c.Mode {
+	case sources.SnapshotInitial, sources.SnapshotNever, sources.SnapshotInitialOnly, sources.SnapshotWhenNeeded:
+	default:
+		errs = append(errs, config.Field("snapshot.mode", "%q is not a snapshot mode: use initial, never, initial_only or when_needed", c.Mode))
+	}
+	if c.ChunkSize <= 0 {
+		errs = append(errs, config.Field("snapshot.chunk_size", "must be > 0, got %d", c.ChunkSize))
+	}
+	if c.ChunkBytes <= 0 {
+		errs = append(errs, config.Field("snapshot.chunk_bytes", "must be > 0, got %d", c.ChunkBytes))
+	}
+	if c.ProgressInterval <= 0 {
+		errs = append(errs, config.Field("snapshot.progress_interval", "must be > 0, got %s", c.ProgressInterval))
+	}
+	if c.RequestPoll <= 0 {
+		errs = append(errs, config.Field("snapshot.request_poll", "must be > 0, got %s", c.RequestPoll))
+	}
+	return errs
+}
+
+var errSnapClosed = errors.New("the source is closed")
+
+// snapState is the snapshot connection and what it learnt of the tables.
+type snapState struct {
+	mu     sync.Mutex
+	conn   *pgx.Conn
+	types  *pgtypes.Resolver
+	tables map[string]*snapMeta
+}
+
+// snapMeta is what a chunk read needs of a table.
+type snapMeta struct {
+	rel   *cdc.Relation
+	types []*pgtypes.Type
+	key   []int // indexes of the key columns in rel.Columns
+	first string
+	next  string
+}
+
+// SnapshotOptions implements sources.Snapshotter.
+func (s *Source) SnapshotOptions() sources.SnapshotOptions {
+	c := s.cfg.Snapshot
+	return sources.SnapshotOptions{Mode: c.Mode, ChunkSize: c.ChunkSize, ProgressInterval: c.ProgressInterval, Poll: c.RequestPoll}
+}
+
+// snapConn returns the snapshot connection, opening it on first use with the
+// text formats of the replication connection, so values decode the same.
+func (s *Source) snapConn(ctx context.Context) (*snapState, error) {
+	s.snap.mu.Lock()
+	defer s.snap.mu.Unlock()
+	if s.snap.conn != nil && !s.snap.conn.IsClosed() {
+		return &s.snap, nil
+	}
+	ccfg, err := pgx.ParseConfig(s.cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("parsing dsn of source %q: %w", s.name, err)
+	}
+	for k, v := range map[string]string{"application_name": "bridge:" + s.name + ":snapshot", "DateStyle": "ISO, MDY",
+		"TimeZone": "UTC", "IntervalStyle": "postgres", "extra_float_digits": "3", "bytea_output": "hex",
+		// A watermark's commit flushes the WAL, so the walsender sends it at
+		// once rather than after wal_writer_delay.
+		"synchronous_commit": "on"} {
+		ccfg.RuntimeParams[k] = v
+	}
+	c, err := pgx.ConnectConfig(ctx, ccfg)
+	if err != nil {
+		return nil, fmt.Errorf("opening the snapshot connection to %s: %w", Redact(s.cfg.DSN), err)
+	}
+	s.snap.conn, s.snap.types, s.snap.tables = c, pgtypes.NewResolver(c), map[string]*snapMeta{}
+	return &s.snap, nil
+}
+
+func (s *Source) closeSnapshot(ctx context.Context) {
+	s.snap.mu.Lock()
+	defer s.snap.mu.Unlock()
+	if s.snap.conn != nil {
+		_ = s.snap.conn.Close(ctx)
+		s.snap.conn = nil
+	}
+}
+
+// SnapshotTables implements sources.Snapshotter.
+func (s *Source) SnapshotTables(ctx context.Context, names []string) ([]sources.SnapshotTable, error) {
+	st, err := s.snapConn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	c := st.conn
+	if c == nil {
+		return nil, errSnapClosed
+	}
+	pgoutput := s.plugin.Name() == "pgoutput"
+	var published map[string]bool
+	if pgoutput {
+		rows, err := c.Query(ctx, `SELECT schemaname::text || '.' || tablename::text FROM pg_publication_tables WHERE pubname = $1 ORDER BY 1`, s.cfg.Publication)
+		if err != nil {
+			return nil, fmt.Errorf("listing the tables of publication %q: %w", s.cfg.Publication, err)
+		}
+		list, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, fmt.Errorf("listing the tables of publication %q: %w", s.cfg.Publication, err)
+		}
+		published = map[string]bool{}
+		for _, n := range list {
+			published[n] = true
+		}
+		if len(names) == 0 {
+			names = list
+		}
+	}
+	if len(names) == 0 {
+		names = s.cfg.Tables
+	}
+	if len(names) == 0 {
+		rows, err := c.Query(ctx, `SELECT n.nspname::text || '.' || c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE c.relkind = 'r' AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%' ORDER BY 1`)
+		if err != nil {
+			return nil, fmt.Errorf("listing tables: %w", err)
+		}
+		if names, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			return nil, fmt.Errorf("listing tables: %w", err)
+		}
+	}
+	var out []sources.SnapshotTable
+	var errs []error
+	for _, n := range names {
+		schema, table, ok := strings.Cut(n, ".")
+		if !ok {
+			schema, table = "public", n
+		}
+		if published != nil && !published[schema+"."+table] {
+			errs = append(errs, &SetupError{
+				What: fmt.Sprintf("table %s.%s is not in publication %q, so its changes are not streamed and a snapshot of it could not be kept consistent", schema, table, s.cfg.Publication),
+				Fix:  fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s;", pgx.Identifier{s.cfg.Publication}.Sanitize(), pgx.Identifier{schema, table}.Sanitize()),
+			})
+			continue
+		}
+		var est float64
+		var pk, ri []string
+		err := c.QueryRow(ctx, `SELECT c.reltuples::float8,
+			coalesce((SELECT array_agg(a.attname::text ORDER BY k.ord) FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY k(attnum, ord)
+				JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum WHERE i.indrelid = c.oid AND i.indisprimary), '{}'),
+			coalesce((SELECT array_agg(a.attname::text ORDER BY k.ord) FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY k(attnum, ord)
+				JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum WHERE i.indrelid = c.oid AND i.indisreplident), '{}')
+			FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`,
+			schema, table).Scan(&est, &pk, &ri)
+		if errors.Is(err, pgx.ErrNoRows) {
+			errs = append(errs, &SetupError{What: fmt.Sprintf("table %s.%s does not exist", schema, table), Fix: "check the name (schema.table) given to the snapshot"})
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading the key of %s.%s: %w", schema, table, err)
+		}
+		key := pk
+		if len(key) == 0 {
+			key = ri
+		}
+		if len(key) == 0 {
+			q := pgx.Identifier{schema, table}.Sanitize()
+			errs = append(errs, &SetupError{
+				What: fmt.Sprintf("table %s.%s has no primary key and no replica identity index: a snapshot cannot read it in key order, nor match its rows with the stream's changes", schema, table),
+				Fix: fmt.Sprintf("ALTER TABLE %s ADD PRIMARY KEY (<columns>); or CREATE UNIQUE INDEX <name> ON %s (<not-null columns>); ALTER TABLE %s REPLICA IDENTITY USING INDEX <name>; or leave the table out of the snapshot (bridge snapshot --tables)",
+					q, q, q),
+			})
+			continue
+		}
+		if est < 0 {
+			// Never analyzed (PostgreSQL 14+ reports -1): count once.
+			var n int64
+			if err := c.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, table}.Sanitize()).Scan(&n); err != nil {
+				return nil, fmt.Errorf("counting the rows of %s.%s: %w", schema, table, err)
+			}
+			est = float64(n)
+		}
+		out = append(out, sources.SnapshotTable{Schema: schema, Table: table, Key: key, Estimate: int64(est)})
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return out, nil
+}
+
+// meta returns (and caches) the columns and queries of t. Called with
+// st.mu held.
+func (st *snapState) meta(ctx context.Context, t sources.SnapshotTable) (*snapMeta, error) {
+	name := t.Name()
+	if m := st.tables[name]; m != nil && slices.Equal(keyNames(m), t.Key) {
+		return m, nil
+	}
+	type col struct {
+		name, format string
+		oid          uint32
+	}
+	rows, err := st.conn.Query(ctx, `SELECT a.attname::text, a.atttypid, format_type(a.atttypid, a.atttypmod), c.oid, c.relreplident::text
+		FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+		ORDER BY a.attnum`, t.Schema, t.Table)
+	if err != nil {
+		return nil, fmt.Errorf("reading the columns of %s: %w", name, err)
+	}
+	var cols []col
+	var relOID uint32
+	var ident string
+	for rows.Next() {
+		var c col
+		if err := rows.Scan(&c.name, &c.oid, &c.format, &relOID, &ident); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("reading the columns of %s: %w", name, err)
+		}
+		cols = append(cols, c)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading the columns of %s: %w", name, err)
+	}
+	if len(cols) == 0 {
+		return nil, fmt.Errorf("table %s has no columns, or does not exist any more", name)
+	}
+	m := &snapMeta{rel: &cdc.Relation{ID: relOID, Schema: t.Schema, Table: t.Table, ReplicaIdentity: ident[0]}}
+	var sel, order, keyTuple, params []string
+	for _, c := range cols {
+		typ, err := st.types.Lookup(ctx, c.oid)
+		if err != nil {
+			return nil, fmt.Errorf("resolving the type of %s.%s: %w", name, c.name, err)
+		}
+		isKey := slices.Contains(t.Key, c.name)
+		m.rel.Columns = append(m.rel.Columns, cdc.Column{Name: c.name, Type: typ.Name, OID: c.oid, Key: isKey})
+		m.types = append(m.types, typ)
+		sel = append(sel, pgx.Identifier{c.name}.Sanitize())
+	}
+	for i, k := range t.Key {
+		j := slices.IndexFunc(cols, func(c col) bool { return c.name == k })
+		if j < 0 {
+			return nil, fmt.Errorf("key column %q of %s is not a readable column", k, name)
+		}
+		m.key = append(m.key, j)
+		id := pgx.Identifier{k}.Sanitize()
+		order = append(order, id)
+		keyTuple = append(keyTuple, id)
+		params = append(params, fmt.Sprintf("$%d::%s", i+1, cols[j].format))
+	}
+	from := "SELECT " + strings.Join(sel, ", ") + " FROM " + pgx.Identifier{t.Schema, t.Table}.Sanitize()
+	tail := " ORDER BY " + strings.Join(order, ", ") + " LIMIT $%d"
+	m.first = from + fmt.Sprintf(tail, 1)
+	m.next = from + " WHERE (" + strings.Join(keyTuple, ", ") + ") > (" + strings.Join(params, ", ") + ")" + fmt.Sprintf(tail, len(t.Key)+1)
+	st.tables[name] = m
+	return m, nil
+}
+
+func keyNames(m *snapMeta) []string {
+	out := make([]string, len(m.key))
+	for i, j := range m.key {
+		out[i] = m.rel.Columns[j].Name
+	}
+	return out
+}
+
+// ReadChunk implements sources.Snapshotter.
+func (s *Source) ReadChunk(ctx context.Context, t sources.SnapshotTable, after []string, limit int, id string) (*sources.Chunk, error) {
+	st, err := s.snapConn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.conn == nil {
+		return nil, errSnapClosed
+	}
+	m, err := st.meta(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	emit := func(kind string) error {
+		if _, err := st.conn.Exec(ctx, "SELECT pg_logical_emit_message(true, $1, $2)", sources.SnapshotPrefix, sources.WatermarkContent(kind, id)); err != nil {
+			return fmt.Errorf("emitting the %s watermark of snapshot chunk %s of %s: %w", kind, id, t.Name(), err)
+		}
+		return nil
+	}
+	if err := emit("low"); err != nil {
+		return nil, err
+	}
+	sql, args := m.first, [][]byte{fmt.Appendf(nil, "%d", limit)}
+	if after != nil {
+		if len(after) != len(m.key) {
+			return nil, fmt.Errorf("snapshot of %s: resume key has %d values, the table's key %d", t.Name(), len(after), len(m.key))
+		}
+		sql, args = m.next, nil
+		for _, v := range after {
+			args = append(args, []byte(v))
+		}
+		args = append(args, fmt.Appendf(nil, "%d", limit))
+	}
+	ch := &sources.Chunk{Rel: m.rel}
+	rr := st.conn.PgConn().ExecParams(ctx, sql, args, nil, nil, nil)
+	var size int64
+	var last [][]byte
+	for rr.NextRow() {
+		vals := rr.Values()
+		row := make([]any, len(vals))
+		for i, v := range vals {
+			size += int64(len(v)) + 16
+			if v == nil {
+				continue
+			}
+			if row[i], err = m.types[i].DecodeText(v); err != nil {
+				_, _ = rr.Close()
+				return nil, fmt.Errorf("snapshot of %s, column %s: %w", t.Name(), m.rel.Columns[i].Name, err)
+			}
+		}
+		ch.Rows = append(ch.Rows, row)
+		last = last[:0]
+		for _, j := range m.key {
+			last = append(last, vals[j])
+		}
+		ch.Last = make([]string, len(last))
+		for i, v := range last {
+			ch.Last[i] = string(v)
+		}
+		if size >= s.cfg.Snapshot.ChunkBytes {
+			ch.Partial = true
+			break // the rest is the next chunk's
+		}
+	}
+	if _, err := rr.Close(); err != nil {
+		return nil, fmt.Errorf("reading a snapshot chunk of %s: %w", t.Name(), err)
+	}
+	if err := emit("high"); err != nil {
+		return nil, err
+	}
+	return ch, nil
+}
+
+var _ sources.Snapshotter = (*Source)(nil)
