@@ -221,6 +221,7 @@ store for the time of the query.`,
 	}
 	status.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json (stable field names)")
 	root.AddCommand(run, validate, status, plugins, ver)
+	root.AddCommand(serveCommand(load, printErrs, stderr)) // feeds over HTTP: serve.go
 	return root
 }
 

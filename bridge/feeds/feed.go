@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -28,6 +29,9 @@ type Change struct {
 	// documentation of the wire form). It is shared with every feed of the
 	// same projection: do not modify it.
 	JSON []byte
+	// Received is when this process read the change from the stream (zero
+	// when it was read for a feed behind the window); for latency metrics.
+	Received time.Time
 }
 
 // Batch is what Next returns: whole transactions in commit order.
@@ -116,14 +120,15 @@ func (f *Feed) Next(ctx context.Context) (Batch, error) {
 			}
 		case pos < from:
 			out, err := f.catchUp(ctx, pos)
+			if len(out) > 0 {
+				// f.pos is past out: return it whatever ended the read.
+				return Batch{Changes: out, Token: f.token(f.pos)}, nil
+			}
 			if err != nil {
 				if errors.Is(err, ErrMustRefetch) {
 					return Batch{}, f.fail(err)
 				}
 				return Batch{Token: f.token(f.pos)}, err
-			}
-			if len(out) > 0 {
-				return Batch{Changes: out, Token: f.token(f.pos)}, nil
 			}
 			continue
 		}
@@ -231,7 +236,7 @@ func (f *Feed) appendMatches(out []Change, t *txn) []Change {
 		if made {
 			f.fs.serialisations.Add(1)
 		}
-		ch := Change{Seq: c.seq, ID: c.id, Op: c.op, Table: c.table, JSON: b}
+		ch := Change{Seq: c.seq, ID: c.id, Op: c.op, Table: c.table, JSON: b, Received: c.recv}
 		switch k {
 		case kindIn:
 			ch.Op, ch.Moved = cdc.OpInsert, "in"
@@ -245,7 +250,8 @@ func (f *Feed) appendMatches(out []Change, t *txn) []Change {
 
 // catchUp reads the stream after pos with a temporary ordered consumer
 // until the window can take over, MaxBatch changes are found or MaxScan
-// messages are read; it advances f.pos to the boundary reached.
+// messages are read; it advances f.pos to the boundary reached, past the
+// changes it returns, even with an error.
 func (f *Feed) catchUp(ctx context.Context, pos uint64) ([]Change, error) {
 	fs := f.fs
 	select {

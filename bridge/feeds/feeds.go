@@ -337,6 +337,7 @@ func (fs *Feeds) consume(ctx context.Context, start, gen uint64) error {
 		if derr != nil {
 			fs.log.Warn("feeds: message not understood; it matches no feed", "stream", fs.cfg.Stream, "seq", meta.Sequence.Stream, "err", derr)
 		}
+		c.recv = time.Now()
 		fs.ingest(c, gen)
 	}
 }

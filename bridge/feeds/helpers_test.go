@@ -41,7 +41,9 @@ func newEnv(t testing.TB, streamCfg *jetstream.StreamConfig) *env {
 	if streamCfg != nil {
 		sc = *streamCfg
 	}
-	_, err := e.js.CreateStream(t.Context(), sc)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	_, err := e.js.CreateStream(ctx, sc)
 	require.NoError(t, err)
 	raw := map[string]any{"url": srv.URL(), "stream": "CDC", "create_stream": false, "ack_timeout": "5s"}
 	sk, err := natsjs.New(decoderFor(raw), sinks.Env{Name: "main"})
@@ -52,7 +54,7 @@ func newEnv(t testing.TB, streamCfg *jetstream.StreamConfig) *env {
 		defer cancel()
 		_ = e.sink.Close(ctx)
 	})
-	require.NoError(t, e.sink.Connect(t.Context()))
+	require.NoError(t, e.sink.Connect(ctx))
 	return e
 }
 

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -71,6 +72,7 @@ type change struct {
 	key, before, after *row
 	control            *cdc.Control // for op control
 	size               int          // bytes held, roughly
+	recv               time.Time    // when the consumer read it
 
 	mu  sync.Mutex
 	ser []serialised
