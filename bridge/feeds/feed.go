@@ -12,6 +12,10 @@ import (
 	"github.com/bridgecdc/bridge/bridge/cdc"
 )
 
+// catchUpBudget bounds one read from the stream for a feed behind the
+// window, whatever the caller's deadline.
+const catchUpBudget = 5 * time.Second
+
 // Change is one change as a feed receives it.
 type Change struct {
 	// Seq is the change's stream sequence.
@@ -86,7 +90,9 @@ func (f *Feed) Close() {
 // matching the filter, read from the window or, when the feed is behind
 // it, from the stream. With nothing to return it waits until a matching
 // transaction arrives or ctx ends; then it returns an empty batch with the
-// current token, UpToDate, and ctx's error. A *RefetchError
+// current token, UpToDate, and ctx's error. A feed behind the window may
+// return up to a few seconds after ctx's deadline, with what it read from
+// the stream (cancelling ctx stops it at once). A *RefetchError
 // (ErrMustRefetch) ends the feed: every later Next returns it again.
 func (f *Feed) Next(ctx context.Context) (Batch, error) {
 	fs := f.fs
@@ -129,6 +135,9 @@ func (f *Feed) Next(ctx context.Context) (Batch, error) {
 					return Batch{}, f.fail(err)
 				}
 				return Batch{Token: f.token(f.pos)}, err
+			}
+			if ctx.Err() != nil { // progress made, nothing matched: the caller's time is up
+				return Batch{Token: f.token(f.pos)}, ctx.Err()
 			}
 			continue
 		}
@@ -252,8 +261,20 @@ func (f *Feed) appendMatches(out []Change, t *txn) []Change {
 // until the window can take over, MaxBatch changes are found or MaxScan
 // messages are read; it advances f.pos to the boundary reached, past the
 // changes it returns, even with an error.
-func (f *Feed) catchUp(ctx context.Context, pos uint64) ([]Change, error) {
+//
+// A read from the stream is slow to start (a consumer is created), so it
+// is not bound by ctx's deadline, only by its cancellation and by
+// catchUpBudget: a short poll on a busy server still makes progress.
+func (f *Feed) catchUp(parent context.Context, pos uint64) ([]Change, error) {
 	fs := f.fs
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), catchUpBudget)
+	defer cancel()
+	stopOnCancel := context.AfterFunc(parent, func() {
+		if errors.Is(parent.Err(), context.Canceled) {
+			cancel()
+		}
+	})
+	defer stopOnCancel()
 	select {
 	case fs.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -301,7 +322,10 @@ func (f *Feed) catchUp(ctx context.Context, pos uint64) ([]Change, error) {
 		msg, err := it.Next()
 		if err != nil {
 			if ctx.Err() != nil {
-				return out, ctx.Err()
+				if len(out) == 0 && parent.Err() != nil {
+					return out, parent.Err()
+				}
+				return out, nil // the budget is spent: return the progress made
 			}
 			return out, fmt.Errorf("feeds: reading %q at sequence %d: %w", fs.cfg.Stream, expect, err)
 		}

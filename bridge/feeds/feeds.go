@@ -353,6 +353,10 @@ func (fs *Feeds) watch(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		// Sample what was read before asking: the consumer reads on meanwhile.
+		fs.mu.RLock()
+		read := fs.lastSeq
+		fs.mu.RUnlock()
 		ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		info, err := fs.stream.Info(ictx)
 		cancel()
@@ -363,7 +367,7 @@ func (fs *Feeds) watch(ctx context.Context) {
 			continue
 		}
 		fs.mu.Lock()
-		if id := streamID(info); id != fs.streamID || info.State.LastSeq < fs.lastSeq {
+		if id := streamID(info); id != fs.streamID || info.State.LastSeq < read {
 			fs.log.Warn("feeds: stream recreated; every feed must refetch", "stream", fs.cfg.Stream)
 			fs.recreates.Add(1)
 			fs.gen++

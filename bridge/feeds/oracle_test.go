@@ -306,7 +306,21 @@ func runOracle(t *testing.T, e *env, fs *Feeds, nFeeds, nTx int, during func(i i
 	select {
 	case <-done:
 	case <-time.After(3 * time.Minute):
-		t.Fatal("feeds did not reach the end of the stream")
+		stuck := 0
+		var sample []string
+		for i, f := range feeds {
+			if tok := f.Token(); tok.Seq < final.Load() {
+				stuck++
+				if len(sample) < 5 {
+					var err error
+					if results[i] != nil {
+						err = results[i].err
+					}
+					sample = append(sample, fmt.Sprintf("feed %d at %d (%v)", i, tok.Seq, err))
+				}
+			}
+		}
+		t.Fatalf("%d feeds did not reach the end of the stream (%d): %v; %+v", stuck, final.Load(), sample, fs.Stats())
 	}
 	matched := 0
 	for i, p := range results {
