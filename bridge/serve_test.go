@@ -120,7 +120,8 @@ func TestServeEndToEnd(t *testing.T) {
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE orders (id int PRIMARY KEY, tenant int, status text, tags text[])`)
 	e.pg.ExecT(t, `ALTER TABLE orders REPLICA IDENTITY FULL`)
-	e.start(e.config("srv", ""))
+	cfgPath := e.config("srv", "")
+	e.start(cfgPath)
 	waitSlotActive(t, e, "slot_srv")
 	e.pg.ExecT(t, `INSERT INTO orders VALUES (0, 0, 'open', '{}')`)
 	e.waitCount("CDC_srv", 1, 60*time.Second)
@@ -296,6 +297,33 @@ func TestServeEndToEnd(t *testing.T) {
 			require.Equal(t, 1, n, "row %v delivered once", id)
 		}
 		require.Positive(t, slow, "disconnected as slow at least once")
+	})
+
+	t.Run("command", func(t *testing.T) {
+		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		cmd := bridge.NewCommand(io.Discard, io.Discard)
+		cmd.SetArgs([]string{"serve", "-c", cfgPath, "--listen", addr, "--stream", "CDC_srv"})
+		cctx, ccancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- cmd.ExecuteContext(cctx) }()
+		require.Eventually(t, func() bool {
+			r, err := http.Get("http://" + addr + "/readyz")
+			if err != nil {
+				return false
+			}
+			r.Body.Close()
+			return r.StatusCode == http.StatusOK
+		}, 60*time.Second, 50*time.Millisecond)
+		resp, body := get(t, "http://"+addr, url.Values{"token": {t0}, "where": {`{"eq":["id",2]}`}}, nil)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Len(t, body.Changes, 1)
+		ccancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("bridge serve did not stop when its context ended")
+		}
 	})
 
 	t.Run("health", func(t *testing.T) {

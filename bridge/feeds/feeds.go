@@ -201,6 +201,7 @@ type Feeds struct {
 	projs      map[string]*projection
 	headCh     chan struct{} // closed and replaced when head changes
 	stamp      uint64
+	scratch    []*Feed // candidates of one change, reused
 	closed     bool
 	restart    context.CancelFunc
 
@@ -445,14 +446,16 @@ func (fs *Feeds) dispatchLocked(t *txn) {
 	}
 	for _, c := range t.changes {
 		fs.stamp++
-		fs.idx.candidates(c, fs.stamp, func(f *Feed) {
+		fs.scratch = fs.idx.candidates(c, fs.stamp, fs.scratch[:0])
+		for _, f := range fs.scratch {
 			if f.waiting {
 				if _, ok := f.filter.match(c); ok {
 					fs.wakeLocked(f)
 				}
 			}
-		})
+		}
 	}
+	clear(fs.scratch)
 }
 
 func (fs *Feeds) wakeLocked(f *Feed) {

@@ -290,12 +290,7 @@ const (
 	unknown
 )
 
-// rowView gives a condition the values of a row.
-type rowView interface {
-	get(col string) (v any, ok bool)
-}
-
-func (c *Cond) eval(r rowView) tri {
+func (c *Cond) eval(r *row) tri {
 	switch c.Kind {
 	case KindAnd:
 		out := yes

@@ -147,62 +147,57 @@ func without(l []*Feed, f *Feed) []*Feed {
 	return l
 }
 
-// candidates calls fn once for each feed c may match; stamp, unique per
-// call, marks feeds already visited. Not safe for concurrent use.
-func (x *index) candidates(c *change, stamp uint64, fn func(*Feed)) {
+// candidates appends to dst each feed c may match, once; stamp, unique
+// per call, marks feeds already visited. Not safe for concurrent use.
+func (x *index) candidates(c *change, stamp uint64, dst []*Feed) []*Feed {
 	if c.table == "" {
-		return
+		return dst
 	}
 	if ti := x.tables[c.table]; ti != nil {
-		ti.candidates(c, stamp, fn)
+		dst = ti.candidates(c, stamp, dst)
 	}
 	if ti := x.tables[""]; ti != nil {
-		ti.candidates(c, stamp, fn)
+		dst = ti.candidates(c, stamp, dst)
 	}
+	return dst
 }
 
-func (ti *tindex) candidates(c *change, stamp uint64, fn func(*Feed)) {
-	visit := func(l []*Feed) {
-		for _, f := range l {
-			if f.stamp != stamp {
-				f.stamp = stamp
-				fn(f)
-			}
+func visit(dst, l []*Feed, stamp uint64) []*Feed {
+	for _, f := range l {
+		if f.stamp != stamp {
+			f.stamp = stamp
+			dst = append(dst, f)
 		}
 	}
-	old := image{c.before, c.key}
+	return dst
+}
+
+func (ti *tindex) candidates(c *change, stamp uint64, dst []*Feed) []*Feed {
+	old := c.old
+	if c.op != "update" && c.op != "delete" {
+		old = nil
+	}
 	for _, col := range ti.eqCols {
 		m := ti.eq[col]
-		if v, ok := c.after.get(col); ok && v != nil {
-			if k, ok := hashable(v); ok {
-				visit(m[k])
-			}
-		}
-		if c.op == "update" || c.op == "delete" {
-			if v, ok := old.get(col); ok && v != nil {
+		for _, r := range [2]*row{c.after, old} {
+			if v, ok := r.get(col); ok && v != nil {
 				if k, ok := hashable(v); ok {
-					visit(m[k])
+					dst = visit(dst, m[k], stamp)
 				}
 			}
 		}
 	}
 	for _, col := range ti.ctCols {
 		m := ti.ct[col]
-		for _, r := range [2]rowView{c.after, old} {
-			if r == nil {
-				continue
-			}
-			v, ok := r.get(col)
-			if !ok {
-				continue
-			}
+		for _, r := range [2]*row{c.after, old} {
+			v, _ := r.get(col)
 			arr, _ := v.([]any)
 			for _, e := range arr {
 				if k, ok := hashable(e); ok {
-					visit(m[k])
+					dst = visit(dst, m[k], stamp)
 				}
 			}
 		}
 	}
-	visit(ti.res)
+	return visit(dst, ti.res, stamp)
 }

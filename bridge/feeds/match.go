@@ -132,10 +132,10 @@ func (f *compiled) match(c *change) (kind, bool) {
 	case cdc.OpInsert, cdc.OpRead:
 		return kindAsIs, f.where.eval(c.after) == yes
 	case cdc.OpDelete:
-		return kindAsIs, f.where.eval(image{c.before, c.key}) == yes
+		return kindAsIs, f.where.eval(c.old) == yes
 	case cdc.OpUpdate:
 		a := f.where.eval(c.after)
-		b := f.where.eval(image{c.before, c.key})
+		b := f.where.eval(c.old)
 		switch {
 		case a == yes && b == no:
 			return kindIn, true

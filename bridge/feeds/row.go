@@ -46,18 +46,6 @@ func (r *row) get(col string) (any, bool) {
 	return nil, false
 }
 
-// image is the before image of an update as far as it is known: the
-// before row, else the key (an update without a before image did not
-// change its key).
-type image struct{ r, key *row }
-
-func (im image) get(col string) (any, bool) {
-	if im.r != nil {
-		return im.r.get(col)
-	}
-	return im.key.get(col)
-}
-
 // change is one message of the stream, decoded once.
 type change struct {
 	seq      uint64 // stream sequence
@@ -70,9 +58,12 @@ type change struct {
 	commit   string // commit LSN, Postgres form
 
 	key, before, after *row
-	control            *cdc.Control // for op control
-	size               int          // bytes held, roughly
-	recv               time.Time    // when the consumer read it
+	// old is the old row as far as it is known: before, else the key (an
+	// update without a before image did not change its key).
+	old     *row
+	control *cdc.Control // for op control
+	size    int          // bytes held, roughly
+	recv    time.Time    // when the consumer read it
 
 	mu  sync.Mutex
 	ser []serialised
@@ -138,6 +129,10 @@ func decode(seq uint64, h nats.Header, data []byte) (*change, error) {
 	}
 	if err != nil {
 		return c, fmt.Errorf("message %d (%s): decoding payload as native JSON: %w", seq, c.id, err)
+	}
+	c.old = c.before
+	if c.old == nil {
+		c.old = c.key
 	}
 	return c, nil
 }
