@@ -362,18 +362,19 @@ func (s *FeedServer) sse(w http.ResponseWriter, r *http.Request, f *feeds.Feed) 
 			return
 		}
 		buf = buf[:0]
-		switch {
-		case len(b.Changes) > 0:
+		if len(b.Changes) > 0 {
 			buf = append(buf, "id: "...)
 			buf = append(buf, b.Token.String()...)
 			buf = append(buf, "\nevent: changes\ndata: "...)
 			buf = appendBatch(buf, b) // ends with a newline
 			buf = append(buf, '\n')
 			upToDateSent = false
-		case b.UpToDate && !upToDateSent:
+		}
+		if b.UpToDate && !upToDateSent {
 			buf = fmt.Appendf(buf, "id: %s\nevent: up-to-date\ndata: {\"token\":%q}\n\n", b.Token, b.Token)
 			upToDateSent = true
-		default:
+		}
+		if len(buf) == 0 {
 			buf = append(buf, ": keep-alive\n\n"...)
 		}
 		if !write(buf) {
