@@ -161,10 +161,16 @@ func BenchmarkIdleFeedMemory(b *testing.B) {
 // feeds, and reports the latency from the consumer's receipt of a change
 // to Next returning it (p50, p99, max). Run with -benchtime=1x.
 func BenchmarkReceiptToResponse(b *testing.B) {
+	for _, n := range []int{1000, 10_000} {
+		b.Run(fmt.Sprintf("feeds=%d", n), func(b *testing.B) { benchReceipt(b, n) })
+	}
+}
+
+func benchReceipt(b *testing.B, nFeeds int) {
 	for range b.N {
 		e := newEnv(b, nil)
 		fs := e.feeds(Config{})
-		const nFeeds, rate, seconds = 10_000, 2000, 5
+		const rate, seconds = 2000, 5
 		feeds := make([]*Feed, nFeeds)
 		for i := range feeds {
 			var err error
@@ -193,6 +199,9 @@ func BenchmarkReceiptToResponse(b *testing.B) {
 					mu.Unlock()
 				}
 			}()
+		}
+		for fs.Stats().Waiting < nFeeds { // every feed parked in a long poll
+			time.Sleep(10 * time.Millisecond)
 		}
 		// Publish raw bridge messages at the rate, 20 per 10ms tick.
 		r := rand.New(rand.NewPCG(5, 5))

@@ -413,13 +413,14 @@ func (fs *Feeds) ingest(c *change, gen uint64) {
 		fs.signalLocked()
 		return
 	}
+	prev := fs.head
 	fs.head = c.seq
 	if n := len(fs.pending); n > 0 {
 		fs.pending[n-1].stableAt = c.seq
 		for _, t := range fs.pending {
 			fs.txs = append(fs.txs, t)
 			fs.bytes += int64(t.size)
-			fs.dispatchLocked(t)
+			fs.dispatchLocked(t, prev)
 		}
 		clear(fs.pending)
 		fs.pending = fs.pending[:0]
@@ -428,19 +429,30 @@ func (fs *Feeds) ingest(c *change, gen uint64) {
 	fs.signalLocked()
 }
 
-// dispatchLocked wakes the waiting feeds t matches or breaks.
-func (fs *Feeds) dispatchLocked(t *txn) {
+// dispatchLocked wakes the waiting feeds t matches or breaks. t lies
+// after prev, the previous boundary; a waiting feed was woken by every
+// earlier transaction that concerned it, so nothing up to prev does: its
+// position moves to prev and its Next reads only the new transactions.
+func (fs *Feeds) dispatchLocked(t *txn, prev uint64) {
 	if len(fs.waiting) == 0 {
 		return
 	}
+	wake := func(f *Feed) {
+		if f.waiting && f.pos < prev && f.stream == fs.streamID {
+			f.pos = prev
+		}
+		fs.wakeLocked(f)
+	}
 	if t.brk != "" {
-		fs.wakeAllLocked()
+		for f := range fs.waiting {
+			wake(f)
+		}
 		return
 	}
 	for _, tb := range t.truncs {
 		for f := range fs.waiting {
 			if f.filter.hasTable(tb) {
-				fs.wakeLocked(f)
+				wake(f)
 			}
 		}
 	}
@@ -450,7 +462,7 @@ func (fs *Feeds) dispatchLocked(t *txn) {
 		for _, f := range fs.scratch {
 			if f.waiting {
 				if _, ok := f.filter.match(c); ok {
-					fs.wakeLocked(f)
+					wake(f)
 				}
 			}
 		}
