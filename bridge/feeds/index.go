@@ -179,10 +179,12 @@ func (ti *tindex) candidates(c *change, stamp uint64, dst []*Feed) []*Feed {
 	}
 	for _, col := range ti.eqCols {
 		m := ti.eq[col]
+		var seen any
 		for _, r := range [2]*row{c.after, old} {
 			if v, ok := r.get(col); ok && v != nil {
-				if k, ok := hashable(v); ok {
+				if k, ok := hashable(v); ok && k != seen { // an unchanged value is looked up once
 					dst = visit(dst, m[k], stamp)
+					seen = k
 				}
 			}
 		}
