@@ -9,7 +9,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +22,7 @@ import (
 
 	"github.com/bridgecdc/bridge/bridge"
 	"github.com/bridgecdc/bridge/bridge/feeds"
+	"github.com/bridgecdc/bridge/internal/natsembed"
 )
 
 // pollResp is a long-poll response body.
@@ -351,4 +355,72 @@ func TestServeEndToEnd(t *testing.T) {
 	require.NotEmpty(t, body.Position)
 	resp, body = get(t, hs.URL, q("token", body.Position, "timeout", "200ms"), nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%+v", body)
+}
+
+// BenchmarkServeIdleConnMemory reports the memory (heap in use plus
+// goroutine stacks) per idle long-poll connection, client and server in
+// one process, for bridge serve and for a handler that only blocks: the
+// difference is what the feed adds to net/http's own cost. Run with
+// -benchtime=1x.
+func BenchmarkServeIdleConnMemory(b *testing.B) {
+	const n = 2000
+	ns := natsembed.StartT(b, natsembed.Options{})
+	nc, err := nats.Connect(ns.URL())
+	require.NoError(b, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(b, err)
+	_, err = js.CreateStream(b.Context(), jetstream.StreamConfig{Name: "CDC", Subjects: []string{"cdc.>"}})
+	require.NoError(b, err)
+	fs, err := feeds.New(b.Context(), js, feeds.Config{})
+	require.NoError(b, err)
+	defer fs.Close()
+
+	measure := func(h http.Handler, parked func() bool) float64 {
+		hs := httptest.NewServer(h)
+		defer hs.Close()
+		tr := &http.Transport{MaxIdleConnsPerHost: n, MaxConnsPerHost: 0}
+		defer tr.CloseIdleConnections()
+		client := &http.Client{Transport: tr}
+		runtime.GC()
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				req, _ := http.NewRequestWithContext(ctx, "GET", hs.URL+"/v1/feed?timeout=60s&where="+url.QueryEscape(fmt.Sprintf(`{"eq":["tenant",%d]}`, i)), nil)
+				if r, err := client.Do(req); err == nil {
+					_, _ = io.Copy(io.Discard, r.Body)
+					r.Body.Close()
+				}
+			}()
+		}
+		for !parked() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&m1)
+		cancel()
+		wg.Wait()
+		return float64((m1.HeapInuse+m1.StackInuse)-(m0.HeapInuse+m0.StackInuse)) / n
+	}
+	for range b.N {
+		var blocked atomic.Int64
+		block := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			blocked.Add(1)
+			<-r.Context().Done()
+			blocked.Add(-1)
+		})
+		allBlocked := func() bool { return blocked.Load() == n }
+		measure(block, allBlocked) // warm-up: one-time allocations of the client and server
+		srv := bridge.NewFeedServer(fs, bridge.ServeConfig{MaxPerClient: n}, nil)
+		full := measure(srv.Handler(), func() bool { return fs.Stats().Waiting == n })
+		plain := measure(block, allBlocked)
+		b.ReportMetric(full, "bytes/conn")
+		b.ReportMetric(plain, "plain-http-bytes/conn")
+		b.ReportMetric(full-plain, "feed-bytes/conn")
+	}
 }
