@@ -1,0 +1,379 @@
+package feeds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bridgecdc/bridge/bridge/cdc"
+)
+
+// catchUpBudget bounds one read from the stream for a feed behind the
+// window, whatever the caller's deadline.
+const catchUpBudget = 5 * time.Second
+
+// Change is one change as a feed receives it.
+type Change struct {
+	// Seq is the change's stream sequence.
+	Seq uint64
+	// ID is its Nats-Msg-Id: "<producer>:<commit LSN>:<ordinal>".
+	ID string
+	// Op is the operation delivered: the change's own, or insert for a row
+	// moving into the filter and delete for one moving out (Moved says).
+	Op cdc.Op
+	// Moved is "in" or "out" for an update delivered as insert or delete.
+	Moved string
+	// Table is "schema.table".
+	Table string
+	// JSON is the change encoded for the feed's projection (see the package
+	// documentation of the wire form). It is shared with every feed of the
+	// same projection: do not modify it.
+	JSON []byte
+	// Received is when this process read the change from the stream (zero
+	// when it was read for a feed behind the window); for latency metrics.
+	Received time.Time
+}
+
+// Batch is what Next returns: whole transactions in commit order.
+type Batch struct {
+	Changes []Change
+	// Token resumes after this batch, here or on another process.
+	Token Token
+	// UpToDate is true when the feed has read everything this process has
+	// read of the stream.
+	UpToDate bool
+}
+
+// Feed is one filtered feed. Next is called by one goroutine at a time;
+// Close may be called concurrently.
+type Feed struct {
+	fs     *Feeds
+	filter *compiled
+	stream string
+	pos    uint64 // a transaction boundary: everything up to it is delivered
+
+	entries []ientry // index entries, under fs.mu
+	stamp   uint64   // index visit mark, under fs.mu
+	waiting bool     // parked in Next; under fs.mu
+	wake    chan struct{}
+	closed  bool
+	failed  error // a must-refetch, returned again by every Next
+}
+
+// Token returns the feed's position: everything up to it has been
+// returned by Next.
+func (f *Feed) Token() Token {
+	f.fs.mu.RLock()
+	defer f.fs.mu.RUnlock()
+	return Token{Stream: f.stream, Seq: f.pos}
+}
+
+// Close removes the feed; a Next in progress returns ErrClosed.
+func (f *Feed) Close() {
+	fs := f.fs
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if f.closed {
+		return
+	}
+	f.closed = true
+	fs.idx.remove(f)
+	delete(fs.feeds, f)
+	fs.wakeLocked(f)
+}
+
+// Next returns the next batch: one or more whole transactions with changes
+// matching the filter, read from the window or, when the feed is behind
+// it, from the stream. With nothing to return it waits until a matching
+// transaction arrives or ctx ends; then it returns an empty batch with the
+// current token, UpToDate, and ctx's error. A feed behind the window may
+// return up to a few seconds after ctx's deadline, with what it read from
+// the stream (cancelling ctx stops it at once). A *RefetchError
+// (ErrMustRefetch) ends the feed: every later Next returns it again.
+func (f *Feed) Next(ctx context.Context) (Batch, error) {
+	fs := f.fs
+	for {
+		fs.mu.RLock()
+		if f.closed || fs.closed {
+			fs.mu.RUnlock()
+			return Batch{}, ErrClosed
+		}
+		if f.failed != nil {
+			err := f.failed
+			fs.mu.RUnlock()
+			return Batch{}, err
+		}
+		if f.stream != fs.streamID {
+			fs.mu.RUnlock()
+			return Batch{}, f.fail(&RefetchError{Reason: ReasonStream, Detail: fmt.Sprintf("stream %q was recreated", fs.cfg.Stream)})
+		}
+		pos, head, have, from := f.pos, fs.head, fs.haveHead, fs.windowFrom
+		txs, ch := fs.txs, fs.headCh
+		fs.mu.RUnlock()
+
+		switch {
+		case !have || (pos > head && pos >= from):
+			// The consumer is starting over or behind this token: wait for it.
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return Batch{Token: f.token(pos)}, ctx.Err()
+			}
+		case pos < from:
+			out, err := f.catchUp(ctx, pos)
+			if len(out) > 0 {
+				// f.pos is past out: return it whatever ended the read.
+				return Batch{Changes: out, Token: f.token(f.pos)}, nil
+			}
+			if err != nil {
+				if errors.Is(err, ErrMustRefetch) {
+					return Batch{}, f.fail(err)
+				}
+				return Batch{Token: f.token(f.pos)}, err
+			}
+			if ctx.Err() != nil { // progress made, nothing matched: the caller's time is up
+				return Batch{Token: f.token(f.pos)}, ctx.Err()
+			}
+			continue
+		}
+		out, next, err := f.scan(txs, pos, head)
+		if len(out) > 0 || err == nil {
+			f.advance(pos, next)
+		}
+		if len(out) > 0 {
+			return Batch{Changes: out, Token: f.token(next), UpToDate: next == head}, nil
+		}
+		if err != nil {
+			return Batch{}, f.fail(err)
+		}
+		if next != head {
+			continue
+		}
+		// Nothing new: park until the consumer finds a match or ctx ends.
+		fs.mu.Lock()
+		if f.closed || fs.closed || f.pos != fs.head || !fs.haveHead || f.stream != fs.streamID {
+			fs.mu.Unlock()
+			continue
+		}
+		f.waiting = true
+		f.wake = make(chan struct{})
+		fs.waiting[f] = struct{}{}
+		wake := f.wake
+		fs.mu.Unlock()
+		select {
+		case <-wake:
+			continue
+		case <-ctx.Done():
+		}
+		fs.mu.Lock()
+		if f.waiting {
+			// Not woken: nothing up to head matched.
+			f.waiting = false
+			delete(fs.waiting, f)
+			if fs.haveHead && f.stream == fs.streamID && fs.head > f.pos {
+				f.pos = fs.head
+			}
+			tok := Token{Stream: f.stream, Seq: f.pos}
+			fs.mu.Unlock()
+			return Batch{Token: tok, UpToDate: true}, ctx.Err()
+		}
+		fs.mu.Unlock()
+		// Woken as ctx ended: loop once more to deliver what woke it; with
+		// ctx done, every wait above returns at once.
+	}
+}
+
+func (f *Feed) token(seq uint64) Token { return Token{Stream: f.stream, Seq: seq} }
+
+func (f *Feed) fail(err error) error {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if f.failed == nil {
+		f.failed = err
+	}
+	return f.failed
+}
+
+func (f *Feed) advance(from, to uint64) {
+	f.fs.mu.Lock()
+	if f.pos == from {
+		f.pos = to
+	}
+	f.fs.mu.Unlock()
+}
+
+// scan matches the window's transactions after pos, up to head. It
+// returns the changes of whole transactions up to a transaction boundary
+// next, stopping at MaxBatch or before a transaction that breaks the feed
+// (err, returned only when no change comes before it).
+func (f *Feed) scan(txs []*txn, pos, head uint64) (out []Change, next uint64, err error) {
+	i := sort.Search(len(txs), func(i int) bool { return txs[i].last > pos })
+	next = pos
+	mark := 0
+	for ; i < len(txs); i++ {
+		t := txs[i]
+		if e := t.breaks(f.filter); e != nil {
+			out = out[:mark]
+			if len(out) > 0 {
+				return out, next, nil
+			}
+			return nil, next, e
+		}
+		out = f.appendMatches(out, t)
+		if t.stableAt != 0 {
+			mark, next = len(out), t.stableAt
+			if len(out) >= f.fs.cfg.MaxBatch {
+				return out, next, nil
+			}
+		}
+	}
+	return out[:mark], head, nil
+}
+
+func (f *Feed) appendMatches(out []Change, t *txn) []Change {
+	for _, c := range t.changes {
+		k, ok := f.filter.match(c)
+		if !ok {
+			continue
+		}
+		b, made := c.serialise(f.filter.proj, k)
+		if made {
+			f.fs.serialisations.Add(1)
+		}
+		ch := Change{Seq: c.seq, ID: c.id, Op: c.op, Table: c.table, JSON: b, Received: c.recv}
+		switch k {
+		case kindIn:
+			ch.Op, ch.Moved = cdc.OpInsert, "in"
+		case kindOut:
+			ch.Op, ch.Moved = cdc.OpDelete, "out"
+		}
+		out = append(out, ch)
+	}
+	return out
+}
+
+// catchUp reads the stream after pos with a temporary ordered consumer
+// until the window can take over, MaxBatch changes are found or MaxScan
+// messages are read; it advances f.pos to the boundary reached, past the
+// changes it returns, even with an error.
+//
+// A read from the stream is slow to start (a consumer is created), so it
+// is not bound by ctx's deadline, only by its cancellation and by
+// catchUpBudget: a short poll on a busy server still makes progress.
+func (f *Feed) catchUp(parent context.Context, pos uint64) ([]Change, error) {
+	fs := f.fs
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), catchUpBudget)
+	defer cancel()
+	stopOnCancel := context.AfterFunc(parent, func() {
+		if errors.Is(parent.Err(), context.Canceled) {
+			cancel()
+		}
+	})
+	defer stopOnCancel()
+	select {
+	case fs.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-fs.sem }()
+	fs.catchUps.Add(1)
+	info, err := fs.stream.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("feeds: reading stream %q to resume at sequence %d: %w", fs.cfg.Stream, pos, err)
+	}
+	if streamID(info) != f.stream {
+		return nil, &RefetchError{Reason: ReasonStream, Detail: fmt.Sprintf("stream %q was recreated", fs.cfg.Stream)}
+	}
+	first := info.State.FirstSeq
+	if pos+1 < first {
+		return nil, &RefetchError{Reason: ReasonGone, Seq: pos + 1,
+			Detail: fmt.Sprintf("stream %q starts at sequence %d, the token needs %d", fs.cfg.Stream, first, pos+1)}
+	}
+	start, seed := pos+1, false
+	if pos >= 1 && pos >= first {
+		start, seed = pos, true // read the message at pos to learn its producer
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cons, err := fs.js.OrderedConsumer(cctx, fs.cfg.Stream, jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("feeds: creating a consumer on %q at sequence %d: %w", fs.cfg.Stream, start, err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(512))
+	if err != nil {
+		return nil, fmt.Errorf("feeds: reading %q from sequence %d: %w", fs.cfg.Stream, start, err)
+	}
+	defer it.Stop()
+	stop := context.AfterFunc(cctx, it.Stop)
+	defer stop()
+
+	asm := newAssembler()
+	var out, pend []Change
+	var brk *RefetchError
+	expect, scanned := start, 0
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				if len(out) == 0 && parent.Err() != nil {
+					return out, parent.Err()
+				}
+				return out, nil // the budget is spent: return the progress made
+			}
+			return out, fmt.Errorf("feeds: reading %q at sequence %d: %w", fs.cfg.Stream, expect, err)
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			return out, fmt.Errorf("feeds: reading metadata at sequence %d of %q: %w", expect, fs.cfg.Stream, err)
+		}
+		seq := meta.Sequence.Stream
+		if seq != expect {
+			if len(out) > 0 {
+				return out, nil
+			}
+			return nil, &RefetchError{Reason: ReasonGone, Seq: expect,
+				Detail: fmt.Sprintf("stream %q no longer holds sequence %d", fs.cfg.Stream, expect)}
+		}
+		expect++
+		c, derr := decode(seq, msg.Headers(), msg.Data())
+		if derr != nil {
+			fs.log.Warn("feeds: message not understood; it matches no feed", "stream", fs.cfg.Stream, "seq", seq, "err", derr)
+		}
+		if seed && seq == start {
+			asm.seed(c)
+			continue
+		}
+		scanned++
+		if t := asm.add(c); t != nil && !t.frag && brk == nil {
+			if brk = t.breaks(f.filter); brk == nil {
+				pend = f.appendMatches(pend, t)
+			}
+		}
+		if len(asm.open) > 0 {
+			continue
+		}
+		// A transaction boundary.
+		if brk != nil {
+			if len(out) > 0 {
+				return out, nil
+			}
+			return nil, brk
+		}
+		out = append(out, pend...)
+		pend = pend[:0]
+		f.advance(f.pos, seq)
+		fs.mu.RLock()
+		windowed := fs.haveHead && seq >= fs.windowFrom
+		fs.mu.RUnlock()
+		if windowed || len(out) >= fs.cfg.MaxBatch || scanned >= fs.cfg.MaxScan {
+			return out, nil
+		}
+	}
+}

@@ -1,0 +1,666 @@
+// Package feeds fans one JetStream change stream, as the bridge's
+// nats_jetstream sink writes it, out to many filtered feeds in one process.
+//
+// One ordered consumer per Feeds reads every message of the stream, whatever
+// the number of feeds. Each message is decoded once; whole transactions
+// are kept in an in-memory window; an inverted index (by table, then by
+// the value of an equality or array-membership condition) finds the feeds a
+// change may match, so feeds that do not match cost nothing. A feed reads
+// from a position, a Token, with Next: it gets whole matching transactions
+// and the token to resume after them, on this process or any other. A feed
+// behind the window is served from the stream itself by a temporary
+// ordered consumer. When the history a feed needs is gone (deleted by the
+// stream's limits, the stream recreated), the bridge published a resync, a
+// producer's epoch changed, or a table the feed reads was truncated, Next
+// returns a *RefetchError (errors.Is ErrMustRefetch): the client must
+// re-read its state and start again from Position. It never jumps silently.
+//
+// The payload must be the native JSON format (bridge/format); the headers
+// those of sinks/natsjs. The package imports the change model only, never
+// the bridge runtime.
+package feeds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bridgecdc/bridge/bridge/cdc"
+)
+
+// Config configures Feeds. Zero values take the defaults.
+type Config struct {
+	// Stream is the JetStream stream the bridge writes. Default "CDC".
+	Stream string
+	// WindowTxns bounds the in-memory window in transactions. Default 100000.
+	WindowTxns int
+	// WindowBytes bounds the in-memory window in (estimated) bytes.
+	// Default 64 MiB.
+	WindowBytes int64
+	// Prewarm is how many messages before the stream's end the consumer
+	// starts at, to fill the window. Default 1000.
+	Prewarm uint64
+	// MaxBatch is the number of changes after which Next returns at the next
+	// transaction boundary. Transactions are never split, so a batch can be
+	// larger. Default 1000.
+	MaxBatch int
+	// MaxScan bounds the messages one Next reads from the stream when the
+	// feed is behind the window; it then returns what it found (maybe
+	// nothing) with the token reached. Default 100000.
+	MaxScan int
+	// CatchUps bounds the temporary consumers reading for feeds behind the
+	// window at once. Default 4.
+	CatchUps int
+	// CheckInterval is how often the stream is checked for recreation.
+	// Default 2s.
+	CheckInterval time.Duration
+	// Logger receives warnings. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) defaults() {
+	if c.Stream == "" {
+		c.Stream = "CDC"
+	}
+	if c.WindowTxns <= 0 {
+		c.WindowTxns = 100_000
+	}
+	if c.WindowBytes <= 0 {
+		c.WindowBytes = 64 << 20
+	}
+	if c.Prewarm == 0 {
+		c.Prewarm = 1000
+	}
+	if c.MaxBatch <= 0 {
+		c.MaxBatch = 1000
+	}
+	if c.MaxScan <= 0 {
+		c.MaxScan = 100_000
+	}
+	if c.CatchUps <= 0 {
+		c.CatchUps = 4
+	}
+	if c.CheckInterval <= 0 {
+		c.CheckInterval = 2 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Token is a position in the stream: the stream's identity (its creation
+// time) and a stream sequence at a transaction boundary. Its text form,
+// "<stream id>.<sequence>", is what clients keep.
+type Token struct {
+	Stream string
+	Seq    uint64
+}
+
+// String returns the text form of t; "" for the zero Token.
+func (t Token) String() string {
+	if t.Stream == "" {
+		return ""
+	}
+	return t.Stream + "." + strconv.FormatUint(t.Seq, 10)
+}
+
+// IsZero reports whether t is the zero Token (meaning "from now").
+func (t Token) IsZero() bool { return t.Stream == "" }
+
+// ParseToken parses the text form of a Token; "" gives the zero Token.
+func ParseToken(s string) (Token, error) {
+	if s == "" {
+		return Token{}, nil
+	}
+	id, seq, ok := strings.Cut(s, ".")
+	n, err := strconv.ParseUint(seq, 10, 64)
+	if !ok || id == "" || err != nil {
+		return Token{}, fmt.Errorf("parsing token %q: want <stream id>.<sequence> as returned by a previous batch", s)
+	}
+	return Token{Stream: id, Seq: n}, nil
+}
+
+// ErrMustRefetch is matched (errors.Is) by every *RefetchError.
+var ErrMustRefetch = errors.New("feeds: must refetch")
+
+// ErrClosed is returned by Next after the feed or Feeds was closed.
+var ErrClosed = errors.New("feeds: closed")
+
+// Reasons of a RefetchError.
+const (
+	ReasonGone     = "gone"     // the history after the token is no longer in the stream
+	ReasonStream   = "stream"   // the stream was recreated (or the token is of another stream)
+	ReasonResync   = "resync"   // the bridge published a resync control message
+	ReasonEpoch    = "epoch"    // a producer's epoch changed without a resync message
+	ReasonTruncate = "truncate" // a table the feed reads was truncated
+)
+
+// RefetchError says the feed cannot continue from its token without a
+// gap: the client must re-read its state (a snapshot query after reading
+// Position) and register again.
+type RefetchError struct {
+	Reason string // one of the Reason constants
+	Detail string
+	// Seq is the stream sequence where continuity broke, when known.
+	Seq uint64
+}
+
+func (e *RefetchError) Error() string {
+	s := "feeds: must refetch (" + e.Reason + ")"
+	if e.Detail != "" {
+		s += ": " + e.Detail
+	}
+	return s
+}
+
+// Is makes errors.Is(err, ErrMustRefetch) true.
+func (e *RefetchError) Is(target error) bool { return target == ErrMustRefetch }
+
+// Stats are counters of a Feeds, for tests and metrics.
+type Stats struct {
+	Feeds, Waiting  int
+	Head            uint64 // Position's sequence
+	WindowFrom      uint64 // the window serves tokens at or after this
+	WindowTxns      int
+	Serialisations  int64 // change encodings made (one per change, projection and kind)
+	CatchUps        int64 // reads from the stream for feeds behind the window
+	Gaps, Recreates int64
+}
+
+// Feeds reads one stream and serves filtered feeds from it. Create it with
+// New; all methods are safe for concurrent use.
+type Feeds struct {
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	cfg    Config
+	log    *slog.Logger
+	sem    chan struct{}
+
+	mu         sync.RWMutex
+	streamID   string
+	gen        uint64 // bumped when the stream is recreated
+	haveHead   bool
+	head       uint64
+	windowFrom uint64
+	txs        []*txn // complete transactions up to head, ordered by last sequence
+	bytes      int64
+	lastSeq    uint64
+	asm        *assembler
+	pending    []*txn
+	idx        *index
+	feeds      map[*Feed]struct{}
+	waiting    map[*Feed]struct{}
+	projs      map[string]*projection
+	headCh     chan struct{} // closed and replaced when head changes
+	stamp      uint64
+	scratch    []*Feed // candidates of one change, reused
+	closed     bool
+	restart    context.CancelFunc
+
+	serialisations, catchUps, gaps, recreates atomic.Int64
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New opens the stream, starts the ordered consumer and returns once the
+// window holds the stream's end as it was at the call, so that Position is
+// current. ctx bounds the start only; Close stops the consumer.
+func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Feeds, error) {
+	cfg.defaults()
+	st, err := js.Stream(ctx, cfg.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("feeds: opening stream %q (is the bridge's nats_jetstream sink writing it?): %w", cfg.Stream, err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("feeds: reading stream %q: %w", cfg.Stream, err)
+	}
+	fs := &Feeds{
+		js: js, stream: st, cfg: cfg, log: cfg.Logger, sem: make(chan struct{}, cfg.CatchUps),
+		idx: newIndex(), feeds: map[*Feed]struct{}{}, waiting: map[*Feed]struct{}{},
+		projs: map[string]*projection{}, headCh: make(chan struct{}), done: make(chan struct{}),
+	}
+	fs.projs[""] = &projection{id: 0}
+	fs.resetLocked(streamID(info), info.State.FirstSeq, info.State.LastSeq)
+	target := info.State.LastSeq
+	bg, cancel := context.WithCancel(context.Background())
+	fs.cancel = cancel
+	go fs.run(bg)
+	for {
+		fs.mu.RLock()
+		ready := fs.haveHead && fs.lastSeq >= target
+		ch := fs.headCh
+		fs.mu.RUnlock()
+		if ready {
+			return fs, nil
+		}
+		select {
+		case <-ch:
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			fs.Close()
+			return nil, fmt.Errorf("feeds: reading stream %q up to sequence %d (no transaction boundary yet?): %w", cfg.Stream, target, ctx.Err())
+		}
+	}
+}
+
+func streamID(info *jetstream.StreamInfo) string {
+	return strconv.FormatInt(info.Created.UnixNano(), 36)
+}
+
+// resetLocked starts over on a stream whose identity is id, reading from
+// near its end. Positions before the restart are served from the stream.
+func (fs *Feeds) resetLocked(id string, first, last uint64) {
+	fs.streamID = id
+	fs.txs, fs.bytes, fs.pending = nil, 0, nil
+	fs.asm = newAssembler()
+	start := first
+	if last >= first && last-first+1 > fs.cfg.Prewarm {
+		start = last - fs.cfg.Prewarm + 1
+	}
+	if last < first || start <= 1 {
+		// An empty stream, or its very beginning: a transaction boundary.
+		if start == 0 || last < first {
+			start = last + 1
+		}
+		fs.haveHead, fs.head, fs.windowFrom = true, start-1, start-1
+	} else {
+		fs.haveHead = false
+	}
+	fs.lastSeq = start - 1
+	fs.signalLocked()
+}
+
+func (fs *Feeds) signalLocked() {
+	close(fs.headCh)
+	fs.headCh = make(chan struct{})
+}
+
+// run reads the stream until Close, recreating the consumer after errors.
+func (fs *Feeds) run(ctx context.Context) {
+	defer close(fs.done)
+	go fs.watch(ctx)
+	for ctx.Err() == nil {
+		cctx, cancel := context.WithCancel(ctx)
+		fs.mu.Lock()
+		fs.restart = cancel
+		start, gen := fs.lastSeq+1, fs.gen
+		fs.mu.Unlock()
+		err := fs.consume(cctx, start, gen)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			fs.log.Warn("feeds: stream consumer stopped; restarting", "stream", fs.cfg.Stream, "err", err)
+			select {
+			case <-time.After(250 * time.Millisecond):
+			case <-ctx.Done():
+			}
+		}
+	}
+}
+
+// consume reads from start with one ordered consumer until ctx ends.
+func (fs *Feeds) consume(ctx context.Context, start, gen uint64) error {
+	cons, err := fs.js.OrderedConsumer(ctx, fs.cfg.Stream, jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start,
+	})
+	if err != nil {
+		return fmt.Errorf("creating ordered consumer on %q at sequence %d: %w", fs.cfg.Stream, start, err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
+	if err != nil {
+		return fmt.Errorf("reading stream %q: %w", fs.cfg.Stream, err)
+	}
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	defer it.Stop()
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return ctx.Err()
+			}
+			return err
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			return fmt.Errorf("reading metadata of a message on %q: %w", fs.cfg.Stream, err)
+		}
+		c, derr := decode(meta.Sequence.Stream, msg.Headers(), msg.Data())
+		if derr != nil {
+			fs.log.Warn("feeds: message not understood; it matches no feed", "stream", fs.cfg.Stream, "seq", meta.Sequence.Stream, "err", derr)
+		}
+		c.recv = time.Now()
+		fs.ingest(c, gen)
+	}
+}
+
+// watch detects a recreated stream: a new creation time, or a last
+// sequence below what was read.
+func (fs *Feeds) watch(ctx context.Context) {
+	t := time.NewTicker(fs.cfg.CheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		// Sample what was read before asking: the consumer reads on meanwhile.
+		fs.mu.RLock()
+		read := fs.lastSeq
+		fs.mu.RUnlock()
+		ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		info, err := fs.stream.Info(ictx)
+		cancel()
+		if err != nil {
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				fs.log.Warn("feeds: stream not found", "stream", fs.cfg.Stream)
+			}
+			continue
+		}
+		fs.mu.Lock()
+		if id := streamID(info); id != fs.streamID || info.State.LastSeq < read {
+			fs.log.Warn("feeds: stream recreated; every feed must refetch", "stream", fs.cfg.Stream)
+			fs.recreates.Add(1)
+			fs.gen++
+			fs.resetLocked(id, 1, 0)
+			fs.lastSeq = 0
+			fs.wakeAllLocked()
+			if fs.restart != nil {
+				fs.restart()
+			}
+		}
+		fs.mu.Unlock()
+	}
+}
+
+// ingest adds one message, read in order, to the window.
+func (fs *Feeds) ingest(c *change, gen uint64) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if gen != fs.gen || fs.closed {
+		return
+	}
+	if c.seq != fs.lastSeq+1 {
+		// The server moved the consumer past deleted messages: start over
+		// at a boundary; feeds behind it find the history gone.
+		fs.log.Warn("feeds: stream sequence jumped (messages deleted by the stream's limits?)", "stream", fs.cfg.Stream, "from", fs.lastSeq+1, "to", c.seq)
+		fs.gaps.Add(1)
+		fs.txs, fs.bytes, fs.pending = nil, 0, nil
+		fs.asm = newAssembler()
+		fs.haveHead = false
+		fs.wakeAllLocked()
+	}
+	fs.lastSeq = c.seq
+	if t := fs.asm.add(c); t != nil && !t.frag {
+		fs.pending = append(fs.pending, t)
+	}
+	if len(fs.asm.open) > 0 {
+		return
+	}
+	// A transaction boundary: no transaction straddles c.seq.
+	if !fs.haveHead {
+		fs.haveHead, fs.head, fs.windowFrom, fs.pending = true, c.seq, c.seq, nil
+		fs.signalLocked()
+		return
+	}
+	prev := fs.head
+	fs.head = c.seq
+	if n := len(fs.pending); n > 0 {
+		fs.pending[n-1].stableAt = c.seq
+		for _, t := range fs.pending {
+			fs.txs = append(fs.txs, t)
+			fs.bytes += int64(t.size)
+			fs.dispatchLocked(t, prev)
+		}
+		clear(fs.pending)
+		fs.pending = fs.pending[:0]
+	}
+	fs.evictLocked()
+	fs.signalLocked()
+}
+
+// dispatchLocked wakes the waiting feeds t matches or breaks. t lies
+// after prev, the previous boundary; a waiting feed was woken by every
+// earlier transaction that concerned it, so nothing up to prev does: its
+// position moves to prev and its Next reads only the new transactions.
+func (fs *Feeds) dispatchLocked(t *txn, prev uint64) {
+	if len(fs.waiting) == 0 {
+		return
+	}
+	wake := func(f *Feed) {
+		if f.waiting && f.pos < prev && f.stream == fs.streamID {
+			f.pos = prev
+		}
+		fs.wakeLocked(f)
+	}
+	if t.brk != "" {
+		for f := range fs.waiting {
+			wake(f)
+		}
+		return
+	}
+	for _, tb := range t.truncs {
+		for f := range fs.waiting {
+			if f.filter.hasTable(tb) {
+				wake(f)
+			}
+		}
+	}
+	for _, c := range t.changes {
+		fs.stamp++
+		fs.scratch = fs.idx.candidates(c, fs.stamp, fs.scratch[:0])
+		for _, f := range fs.scratch {
+			if f.waiting {
+				if _, ok := f.filter.match(c); ok {
+					wake(f)
+				}
+			}
+		}
+	}
+	clear(fs.scratch)
+}
+
+func (fs *Feeds) wakeLocked(f *Feed) {
+	if f.waiting {
+		f.waiting = false
+		delete(fs.waiting, f)
+		close(f.wake)
+	}
+}
+
+func (fs *Feeds) wakeAllLocked() {
+	for f := range fs.waiting {
+		fs.wakeLocked(f)
+	}
+}
+
+func (fs *Feeds) evictLocked() {
+	n := 0
+	for n < len(fs.txs) && (len(fs.txs)-n > fs.cfg.WindowTxns || fs.bytes > fs.cfg.WindowBytes) {
+		fs.bytes -= int64(fs.txs[n].size)
+		fs.windowFrom = fs.txs[n].last
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	// Copy rather than reslice: readers may hold the old slice, and the
+	// evicted transactions must become garbage.
+	fs.txs = append(make([]*txn, 0, len(fs.txs)-n+len(fs.txs)/4), fs.txs[n:]...)
+}
+
+// Position returns the token of the stream's end as this process has read
+// it, at a transaction boundary. Read it before a snapshot query and
+// register from it: every change at or before it committed before the
+// query began; changes after it are delivered, some maybe already in the
+// snapshot (apply them as upserts by key).
+func (fs *Feeds) Position() Token {
+	fs.mu.RLock()
+	defer fs.mu.RUnlock()
+	return Token{Stream: fs.streamID, Seq: fs.head}
+}
+
+// Stats returns counters.
+func (fs *Feeds) Stats() Stats {
+	fs.mu.RLock()
+	defer fs.mu.RUnlock()
+	return Stats{
+		Feeds: len(fs.feeds), Waiting: len(fs.waiting), Head: fs.head, WindowFrom: fs.windowFrom, WindowTxns: len(fs.txs),
+		Serialisations: fs.serialisations.Load(), CatchUps: fs.catchUps.Load(), Gaps: fs.gaps.Load(), Recreates: fs.recreates.Load(),
+	}
+}
+
+// Ready reports whether the consumer is at a transaction boundary and the
+// Feeds is not closed.
+func (fs *Feeds) Ready() bool {
+	fs.mu.RLock()
+	defer fs.mu.RUnlock()
+	return fs.haveHead && !fs.closed
+}
+
+// Close stops the consumer; every feed's Next returns ErrClosed.
+func (fs *Feeds) Close() {
+	fs.mu.Lock()
+	if fs.closed {
+		fs.mu.Unlock()
+		return
+	}
+	fs.closed = true
+	fs.wakeAllLocked()
+	fs.signalLocked()
+	fs.mu.Unlock()
+	fs.cancel()
+	<-fs.done
+}
+
+// Register opens a feed with filter f, reading after from (the zero Token
+// means Position). A token of another stream (the stream was recreated)
+// gives a *RefetchError.
+func (fs *Feeds) Register(f Filter, from Token) (*Feed, error) {
+	cf, err := compile(f)
+	if err != nil {
+		return nil, err
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.closed {
+		return nil, ErrClosed
+	}
+	if from.IsZero() {
+		from = Token{Stream: fs.streamID, Seq: fs.head}
+	}
+	if from.Stream != fs.streamID {
+		return nil, &RefetchError{Reason: ReasonStream, Detail: fmt.Sprintf("token of stream %s, stream %q is now %s", from.Stream, fs.cfg.Stream, fs.streamID)}
+	}
+	key := projKey(f.Columns)
+	p := fs.projs[key]
+	if p == nil {
+		p = &projection{id: int32(len(fs.projs)), cols: map[string]struct{}{}}
+		for _, c := range f.Columns {
+			p.cols[c] = struct{}{}
+		}
+		fs.projs[key] = p
+	}
+	cf.proj = p
+	feed := &Feed{fs: fs, filter: cf, stream: from.Stream, pos: from.Seq}
+	fs.idx.add(feed)
+	fs.feeds[feed] = struct{}{}
+	return feed, nil
+}
+
+// txn is one whole transaction of one producer.
+type txn struct {
+	first, last uint64
+	changes     []*change
+	brk         string   // ReasonResync or ReasonEpoch: every feed must refetch
+	truncs      []string // tables truncated: their feeds must refetch
+	frag        bool     // began before the reader did: never delivered
+	stableAt    uint64   // a transaction boundary right after this transaction, or 0
+	size        int
+}
+
+// breaks reports whether t forces f to refetch, and why.
+func (t *txn) breaks(f *compiled) *RefetchError {
+	if t.brk != "" {
+		return &RefetchError{Reason: t.brk, Seq: t.first, Detail: "at stream sequence " + strconv.FormatUint(t.first, 10)}
+	}
+	for _, tb := range t.truncs {
+		if f.hasTable(tb) {
+			return &RefetchError{Reason: ReasonTruncate, Seq: t.first, Detail: tb + " truncated at stream sequence " + strconv.FormatUint(t.first, 10)}
+		}
+	}
+	return nil
+}
+
+type txKey struct {
+	producer string
+	lsn      cdc.LSN
+}
+
+// assembler groups messages into transactions (consecutive per producer,
+// ordinals 0..size-1, possibly interleaved with other producers') and
+// notices epoch changes.
+type assembler struct {
+	open      map[txKey]*txn
+	producers map[string]string // "<bridge>.<source>" → producer
+}
+
+func newAssembler() *assembler {
+	return &assembler{open: map[txKey]*txn{}, producers: map[string]string{}}
+}
+
+func sourceOf(producer string) string {
+	if i := strings.LastIndexByte(producer, '.'); i > 0 {
+		return producer[:i]
+	}
+	return producer
+}
+
+// seed records c's producer as its source's current one, without c.
+func (a *assembler) seed(c *change) {
+	if c.producer != "" {
+		a.producers[sourceOf(c.producer)] = c.producer
+	}
+}
+
+// add adds c; it returns the transaction c completes, or nil.
+func (a *assembler) add(c *change) *txn {
+	if c.producer == "" { // not the bridge's: a transaction of its own
+		return &txn{first: c.seq, last: c.seq, size: c.size}
+	}
+	k := txKey{c.producer, c.lsn}
+	t := a.open[k]
+	if t == nil {
+		t = &txn{first: c.seq, frag: c.ord != 0}
+		a.open[k] = t
+	}
+	t.changes = append(t.changes, c)
+	t.last = c.seq
+	t.size += c.size
+	src := sourceOf(c.producer)
+	if prev, ok := a.producers[src]; ok && prev != c.producer && t.brk == "" {
+		t.brk = ReasonEpoch
+	}
+	a.producers[src] = c.producer
+	switch {
+	case c.op == cdc.OpControl && c.control != nil && c.control.Kind == cdc.ControlResync:
+		t.brk = ReasonResync
+	case c.op == cdc.OpTruncate && c.table != "":
+		t.truncs = append(t.truncs, c.table)
+	}
+	if c.ord+1 >= c.n {
+		delete(a.open, k)
+		return t
+	}
+	return nil
+}

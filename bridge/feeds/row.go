@@ -1,0 +1,300 @@
+package feeds
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/bridgecdc/bridge/bridge/cdc"
+)
+
+// Headers the natsjs sink sets on every message (sinks/natsjs); repeated
+// here because the library never imports a sink.
+const (
+	headerMsgID  = "Nats-Msg-Id"
+	headerCommit = "Bridge-Commit-Lsn"
+	headerSeq    = "Bridge-Seq"
+	headerTxSize = "Bridge-Tx-Size"
+	headerTable  = "Bridge-Table"
+	headerOp     = "Bridge-Op"
+)
+
+// row is a decoded JSON object of column values, in the order of the
+// payload. vals are normalised (see normalize); raws are the value bytes
+// as the payload had them, reused when serialising.
+type row struct {
+	names []string
+	vals  []any
+	raws  []json.RawMessage
+}
+
+func (r *row) get(col string) (any, bool) {
+	if r == nil {
+		return nil, false
+	}
+	for i, n := range r.names {
+		if n == col {
+			return r.vals[i], true
+		}
+	}
+	return nil, false
+}
+
+// change is one message of the stream, decoded once.
+type change struct {
+	seq      uint64 // stream sequence
+	id       string // Nats-Msg-Id
+	producer string
+	lsn      cdc.LSN
+	ord, n   uint32 // ordinal in the transaction, transaction size
+	op       cdc.Op
+	table    string // "schema.table"
+	commit   string // commit LSN, Postgres form
+
+	key, before, after *row
+	// old is the old row as far as it is known: before, else the key (an
+	// update without a before image did not change its key).
+	old     *row
+	control *cdc.Control // for op control
+	size    int          // bytes held, roughly
+	recv    time.Time    // when the consumer read it
+
+	mu  sync.Mutex
+	ser []serialised
+}
+
+type serialised struct {
+	proj int32
+	kind kind
+	b    []byte
+}
+
+// bridgeMsg reports whether the message carries the bridge's headers.
+func bridgeMsg(h nats.Header) bool { return h.Get(headerOp) != "" && h.Get(headerMsgID) != "" }
+
+// decode turns a stream message into a change. Messages that are not the
+// bridge's (no Bridge-Op header) become single-message transactions that
+// match nothing; so do payloads that are not the native JSON format.
+func decode(seq uint64, h nats.Header, data []byte) (*change, error) {
+	c := &change{seq: seq, n: 1, size: 200 + len(data)*2}
+	if !bridgeMsg(h) {
+		return c, nil
+	}
+	c.id = h.Get(headerMsgID)
+	prod, pos, err := cdc.ParseID(c.id)
+	if err != nil {
+		return c, err
+	}
+	c.producer, c.lsn, c.ord = prod, pos.LSN, pos.Seq
+	if v := h.Get(headerTxSize); v != "" {
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil || n == 0 {
+			return c, fmt.Errorf("message %d (%s): bad %s %q", seq, c.id, headerTxSize, v)
+		}
+		c.n = uint32(n)
+	}
+	c.op = cdc.Op(h.Get(headerOp))
+	c.table = h.Get(headerTable)
+	c.commit = h.Get(headerCommit)
+	switch c.op {
+	case cdc.OpControl:
+		var ctl cdc.Control
+		if err := json.Unmarshal(data, &ctl); err != nil {
+			return c, fmt.Errorf("message %d (%s): decoding control payload: %w", seq, c.id, err)
+		}
+		c.control = &ctl
+		return c, nil
+	case cdc.OpInsert, cdc.OpUpdate, cdc.OpDelete, cdc.OpRead:
+	default:
+		return c, nil
+	}
+	var p struct {
+		Key    json.RawMessage `json:"key"`
+		Before json.RawMessage `json:"before"`
+		After  json.RawMessage `json:"after"`
+	}
+	if err := json.Unmarshal(data, &p); err != nil {
+		return c, fmt.Errorf("message %d (%s): decoding payload as native JSON: %w", seq, c.id, err)
+	}
+	if c.key, err = parseRow(p.Key); err == nil {
+		if c.before, err = parseRow(p.Before); err == nil {
+			c.after, err = parseRow(p.After)
+		}
+	}
+	if err != nil {
+		return c, fmt.Errorf("message %d (%s): decoding payload as native JSON: %w", seq, c.id, err)
+	}
+	c.old = c.before
+	if c.old == nil {
+		c.old = c.key
+	}
+	return c, nil
+}
+
+// parseRow splits a JSON object into names, raw values and values; null
+// or empty gives nil.
+func parseRow(b []byte) (*row, error) {
+	b = trimSpace(b)
+	if len(b) == 0 || string(b) == "null" {
+		return nil, nil
+	}
+	if b[0] != '{' {
+		return nil, errors.New("row is not an object")
+	}
+	r := &row{}
+	i := skipSpace(b, 1)
+	if i < len(b) && b[i] == '}' {
+		return r, nil
+	}
+	for i < len(b) {
+		if b[i] != '"' {
+			return nil, fmt.Errorf("want a column name at byte %d", i)
+		}
+		j, err := skipString(b, i)
+		if err != nil {
+			return nil, err
+		}
+		name, err := unquote(b[i:j])
+		if err != nil {
+			return nil, err
+		}
+		i = skipSpace(b, j)
+		if i >= len(b) || b[i] != ':' {
+			return nil, fmt.Errorf("want ':' at byte %d", i)
+		}
+		i = skipSpace(b, i+1)
+		j, err = skipValue(b, i)
+		if err != nil {
+			return nil, err
+		}
+		raw := json.RawMessage(b[i:j])
+		v, err := parseValue(raw)
+		if err != nil {
+			return nil, fmt.Errorf("column %q: %w", name, err)
+		}
+		r.names = append(r.names, name)
+		r.raws = append(r.raws, raw)
+		r.vals = append(r.vals, v)
+		i = skipSpace(b, j)
+		if i < len(b) && b[i] == ',' {
+			i = skipSpace(b, i+1)
+			continue
+		}
+		if i < len(b) && b[i] == '}' {
+			return r, nil
+		}
+		return nil, fmt.Errorf("want ',' or '}' at byte %d", i)
+	}
+	return nil, errors.New("unterminated object")
+}
+
+// parseValue normalises one JSON value; objects stay their raw text.
+func parseValue(raw []byte) (any, error) {
+	switch raw[0] {
+	case '"':
+		return unquote(raw)
+	case 'n':
+		return nil, nil
+	case 't':
+		return true, nil
+	case 'f':
+		return false, nil
+	case '{':
+		return string(raw), nil
+	case '[':
+		var v []any
+		if err := decodeNumbers(raw, &v); err != nil {
+			return nil, err
+		}
+		return normalize(v), nil
+	}
+	return normalize(json.Number(raw)), nil
+}
+
+func unquote(b []byte) (string, error) {
+	s := b[1 : len(b)-1]
+	if !strings.ContainsRune(string(s), '\\') {
+		return string(s), nil
+	}
+	var out string
+	if err := json.Unmarshal(b, &out); err != nil {
+		return "", err
+	}
+	return out, nil
+}
+
+func trimSpace(b []byte) []byte {
+	i := skipSpace(b, 0)
+	j := len(b)
+	for j > i && isSpace(b[j-1]) {
+		j--
+	}
+	return b[i:j]
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && isSpace(b[i]) {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the string starting at b[i] == '"'.
+func skipString(b []byte, i int) (int, error) {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1, nil
+		}
+	}
+	return 0, errors.New("unterminated string")
+}
+
+// skipValue returns the index after the JSON value starting at b[i].
+func skipValue(b []byte, i int) (int, error) {
+	if i >= len(b) {
+		return 0, errors.New("missing value")
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case '"':
+				k, err := skipString(b, j)
+				if err != nil {
+					return 0, err
+				}
+				j = k - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return j + 1, nil
+				}
+			}
+		}
+		return 0, errors.New("unterminated value")
+	}
+	j := i
+	for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && !isSpace(b[j]) {
+		j++
+	}
+	if j == i {
+		return 0, fmt.Errorf("missing value at byte %d", i)
+	}
+	return j, nil
+}

@@ -1,0 +1,484 @@
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/bridge/feeds"
+	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/sinks"
+)
+
+// ServeConfig configures the feeds HTTP server of `bridge serve`. Zero
+// values take the defaults.
+type ServeConfig struct {
+	// Listen is the HTTP address. Default "127.0.0.1:8090".
+	Listen string
+	// Where is a condition ANDed with every request's filter, also on
+	// replayed history; nil adds none.
+	Where *feeds.Cond
+	// Tables, when set, are the only tables a request may read; a request
+	// naming none reads all of them.
+	Tables []string
+	// MaxConns bounds the feed requests (long-polls and SSE streams) in
+	// progress; beyond it: 503 with Retry-After. Default 10000.
+	MaxConns int
+	// MaxPerClient bounds them per client (ClientHeader's value, else the
+	// remote IP); beyond it: 429 with Retry-After. Default 100.
+	MaxPerClient int
+	// ClientHeader names the request header identifying a client (for
+	// example one an authenticating proxy sets); "" uses the remote IP.
+	ClientHeader string
+	// Hold is the default and largest long-poll wait. Default 20s.
+	Hold time.Duration
+	// KeepAlive is the interval of SSE keep-alive comments. Default 15s.
+	KeepAlive time.Duration
+	// WriteTimeout bounds each SSE write; a client that does not take an
+	// event within it is disconnected (it resumes with Last-Event-ID).
+	// Default 10s.
+	WriteTimeout time.Duration
+	// MaxLag is how many stream messages an SSE client may fall behind the
+	// head after a write before it is disconnected with reason "slow".
+	// Default 100000.
+	MaxLag uint64
+}
+
+func (c *ServeConfig) defaults() {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:8090"
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = 10000
+	}
+	if c.MaxPerClient <= 0 {
+		c.MaxPerClient = 100
+	}
+	if c.Hold <= 0 {
+		c.Hold = 20 * time.Second
+	}
+	if c.KeepAlive <= 0 {
+		c.KeepAlive = 15 * time.Second
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
+	if c.MaxLag == 0 {
+		c.MaxLag = 100_000
+	}
+}
+
+// FeedServer serves feeds over HTTP: long-poll and server-sent events on
+// GET /v1/feed, the current position on GET /v1/position, and /livez and
+// /readyz. docs/feeds.md documents the wire.
+type FeedServer struct {
+	fs  *feeds.Feeds
+	cfg ServeConfig
+	log *slog.Logger
+
+	mu        sync.Mutex
+	conns     int
+	perClient map[string]int
+}
+
+// NewFeedServer serves fs with cfg.
+func NewFeedServer(fs *feeds.Feeds, cfg ServeConfig, log *slog.Logger) *FeedServer {
+	cfg.defaults()
+	if log == nil {
+		log = slog.Default()
+	}
+	return &FeedServer{fs: fs, cfg: cfg, log: log, perClient: map[string]int{}}
+}
+
+// Handler returns the HTTP handler.
+func (s *FeedServer) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/feed", s.feed)
+	mux.HandleFunc("GET /v1/position", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"token": s.fs.Position().String()})
+	})
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !s.fs.Ready() {
+			http.Error(w, "not ready: the stream consumer is not at a transaction boundary", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// apiError is the body of every error response.
+type apiError struct {
+	Error    string `json:"error"` // bad-request, must-refetch, too-many-requests, overloaded
+	Reason   string `json:"reason,omitempty"`
+	Detail   string `json:"detail,omitempty"`
+	Position string `json:"position,omitempty"` // for must-refetch: where to start again after refetching
+}
+
+// admit counts a feed request in; the returned func counts it out.
+func (s *FeedServer) admit(w http.ResponseWriter, r *http.Request) (func(), bool) {
+	client := ""
+	if s.cfg.ClientHeader != "" {
+		client = r.Header.Get(s.cfg.ClientHeader)
+	}
+	if client == "" {
+		client, _, _ = net.SplitHostPort(r.RemoteAddr)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	retry := strconv.Itoa(1 + rand.IntN(3))
+	if s.conns >= s.cfg.MaxConns {
+		w.Header().Set("Retry-After", retry)
+		writeJSON(w, http.StatusServiceUnavailable, apiError{Error: "overloaded", Detail: fmt.Sprintf("%d feed requests in progress, the server's limit", s.conns)})
+		return nil, false
+	}
+	if s.perClient[client] >= s.cfg.MaxPerClient {
+		w.Header().Set("Retry-After", retry)
+		writeJSON(w, http.StatusTooManyRequests, apiError{Error: "too-many-requests", Detail: fmt.Sprintf("%d feed requests in progress for this client, the limit", s.perClient[client])})
+		return nil, false
+	}
+	s.conns++
+	s.perClient[client]++
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.conns--
+		if s.perClient[client]--; s.perClient[client] <= 0 {
+			delete(s.perClient, client)
+		}
+	}, true
+}
+
+// parseRequest reads the filter and position of a feed request.
+func (s *FeedServer) parseRequest(r *http.Request) (feeds.Filter, feeds.Token, error) {
+	q := r.URL.Query()
+	var f feeds.Filter
+	if v := q.Get("tables"); v != "" {
+		f.Tables = strings.Split(v, ",")
+	}
+	if len(s.cfg.Tables) > 0 {
+		if len(f.Tables) == 0 {
+			f.Tables = s.cfg.Tables
+		}
+		for _, t := range f.Tables {
+			if !contains(s.cfg.Tables, t) {
+				return f, feeds.Token{}, fmt.Errorf("tables: %q is not served here (served: %s)", t, strings.Join(s.cfg.Tables, ","))
+			}
+		}
+	}
+	if v := q.Get("ops"); v != "" {
+		for _, op := range strings.Split(v, ",") {
+			f.Ops = append(f.Ops, cdc.Op(op))
+		}
+	}
+	if v := q.Get("columns"); v != "" {
+		f.Columns = strings.Split(v, ",")
+	}
+	var conds []feeds.Cond
+	if v := q.Get("where"); v != "" {
+		c, err := feeds.ParseCond([]byte(v))
+		if err != nil {
+			return f, feeds.Token{}, err
+		}
+		conds = append(conds, c)
+	}
+	if s.cfg.Where != nil {
+		conds = append(conds, *s.cfg.Where)
+	}
+	switch len(conds) {
+	case 1:
+		f.Where = &conds[0]
+	case 2:
+		f.Where = feeds.And(conds...).Ptr()
+	}
+	tok := q.Get("token")
+	if v := r.Header.Get("Last-Event-ID"); v != "" {
+		tok = v
+	} else if v := q.Get("last_event_id"); v != "" {
+		tok = v
+	}
+	if tok == "now" {
+		tok = ""
+	}
+	t, err := feeds.ParseToken(tok)
+	if err != nil {
+		return f, feeds.Token{}, fmt.Errorf("token: %w", err)
+	}
+	return f, t, nil
+}
+
+func contains(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *FeedServer) feed(w http.ResponseWriter, r *http.Request) {
+	filter, tok, err := s.parseRequest(r)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, apiError{Error: "bad-request", Detail: err.Error()})
+		return
+	}
+	done, ok := s.admit(w, r)
+	if !ok {
+		return
+	}
+	defer done()
+	f, err := s.fs.Register(filter, tok)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	defer f.Close()
+	if r.URL.Query().Get("sse") != "" || strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+		s.sse(w, r, f)
+		return
+	}
+	hold := s.cfg.Hold
+	if v := r.URL.Query().Get("timeout"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			writeJSON(w, http.StatusBadRequest, apiError{Error: "bad-request", Detail: fmt.Sprintf("timeout: want a duration such as 20s, got %q", v)})
+			return
+		}
+		hold = min(d, hold)
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), hold)
+	defer cancel()
+	b, err := f.Next(ctx)
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		if r.Context().Err() != nil {
+			return // the client went away
+		}
+		s.fail(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Bridge-Token", b.Token.String())
+	_, _ = w.Write(appendBatch(nil, b))
+}
+
+// appendBatch writes {"token":..,"up_to_date":..,"changes":[..]} reusing
+// each change's shared encoding.
+func appendBatch(dst []byte, b feeds.Batch) []byte {
+	dst = append(dst, `{"token":"`...)
+	dst = append(dst, b.Token.String()...)
+	dst = append(dst, `","up_to_date":`...)
+	dst = strconv.AppendBool(dst, b.UpToDate)
+	dst = append(dst, `,"changes":[`...)
+	for i, c := range b.Changes {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, c.JSON...)
+	}
+	return append(dst, "]}\n"...)
+}
+
+// fail answers a feed error: 409 for must-refetch, 503 otherwise.
+func (s *FeedServer) fail(w http.ResponseWriter, err error) {
+	var re *feeds.RefetchError
+	if errors.As(err, &re) {
+		writeJSON(w, http.StatusConflict, refetchBody(re, s.fs.Position()))
+		return
+	}
+	w.Header().Set("Retry-After", "1")
+	writeJSON(w, http.StatusServiceUnavailable, apiError{Error: "overloaded", Detail: err.Error()})
+}
+
+func refetchBody(re *feeds.RefetchError, pos feeds.Token) apiError {
+	return apiError{Error: "must-refetch", Reason: re.Reason, Detail: re.Detail, Position: pos.String()}
+}
+
+// sse streams batches as server-sent events: "changes" events whose id is
+// the token after them, "up-to-date" when caught up, "must-refetch" and
+// "error" (reason "slow") before closing, and keep-alive comments.
+func (s *FeedServer) sse(w http.ResponseWriter, r *http.Request, f *feeds.Feed) {
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	write := func(b []byte) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+		if _, err := w.Write(b); err != nil {
+			return false
+		}
+		if err := rc.Flush(); err != nil {
+			return false
+		}
+		return true
+	}
+	if !write([]byte(": feed\nretry: 1000\n\n")) {
+		return
+	}
+	upToDateSent := false
+	var buf []byte
+	for {
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.KeepAlive)
+		b, err := f.Next(ctx)
+		cancel()
+		if r.Context().Err() != nil {
+			return
+		}
+		var re *feeds.RefetchError
+		switch {
+		case errors.As(err, &re):
+			body, _ := json.Marshal(refetchBody(re, s.fs.Position()))
+			write(fmt.Appendf(nil, "event: must-refetch\ndata: %s\n\n", body))
+			return
+		case err != nil && !errors.Is(err, context.DeadlineExceeded):
+			body, _ := json.Marshal(apiError{Error: "overloaded", Detail: err.Error()})
+			write(fmt.Appendf(nil, "event: error\ndata: %s\n\n", body))
+			return
+		}
+		buf = buf[:0]
+		if len(b.Changes) > 0 {
+			buf = append(buf, "id: "...)
+			buf = append(buf, b.Token.String()...)
+			buf = append(buf, "\nevent: changes\ndata: "...)
+			buf = appendBatch(buf, b) // ends with a newline
+			buf = append(buf, '\n')
+			upToDateSent = false
+		}
+		if b.UpToDate && !upToDateSent {
+			buf = fmt.Appendf(buf, "id: %s\nevent: up-to-date\ndata: {\"token\":%q}\n\n", b.Token, b.Token)
+			upToDateSent = true
+		}
+		if len(buf) == 0 {
+			buf = append(buf, ": keep-alive\n\n"...)
+		}
+		if !write(buf) {
+			s.log.Info("feeds: SSE client disconnected: too slow to take an event", "remote", r.RemoteAddr, "timeout", s.cfg.WriteTimeout)
+			return
+		}
+		if pos := s.fs.Position(); len(b.Changes) > 0 && pos.Seq > b.Token.Seq+s.cfg.MaxLag {
+			body, _ := json.Marshal(apiError{Error: "slow", Reason: "slow",
+				Detail: fmt.Sprintf("%d messages behind the stream; reconnect with Last-Event-ID", pos.Seq-b.Token.Seq)})
+			write(fmt.Appendf(nil, "event: error\ndata: %s\n\n", body))
+			s.log.Info("feeds: SSE client disconnected: too far behind", "remote", r.RemoteAddr, "behind", pos.Seq-b.Token.Seq)
+			return
+		}
+	}
+}
+
+// serveCommand is `bridge serve`: the feeds HTTP server over the stream
+// the bridge writes, with the NATS connection of bridge.yaml.
+func serveCommand(load func(...Option) (*config.Config, *App, error), printErrs func(error), stderr io.Writer) *cobra.Command {
+	var sc ServeConfig
+	var stream, where, tables string
+	var windowTxns int
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve filtered feeds of the change stream over HTTP (long-poll and SSE)",
+		Long: `Serve filtered feeds of a JetStream change stream over HTTP: GET /v1/feed
+(long-poll, or server-sent events with Accept: text/event-stream or sse=1),
+GET /v1/position, /livez and /readyz. Reads the stream with one consumer,
+whatever the number of clients; needs no replication slot. NATS comes from
+bridge.yaml's nats section. See docs/feeds.md.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if where != "" {
+				c, err := feeds.ParseCond([]byte(where))
+				if err != nil {
+					return usageError{fmt.Errorf("--where: %w", err)}
+				}
+				sc.Where = &c
+			}
+			if tables != "" {
+				sc.Tables = strings.Split(tables, ",")
+			}
+			cfg, _, err := load()
+			if err != nil {
+				printErrs(err)
+				return err
+			}
+			log := NewLogger(cfg.Log, stderr)
+			url, stop, err := statusNATS(cfg)
+			if stop != nil {
+				defer stop()
+			}
+			if err != nil {
+				return fmt.Errorf("finding NATS for serve: %w", err)
+			}
+			ne := sinks.NATSEnv{URL: url, Creds: cfg.NATS.Creds, User: cfg.NATS.User, Password: cfg.NATS.Password, Token: cfg.NATS.Token}
+			opts := append([]nats.Option{nats.Name("bridge " + cfg.Name + " serve"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}, AuthOptions(ne)...)
+			nc, err := nats.Connect(url, opts...)
+			if err != nil {
+				return fmt.Errorf("connecting to NATS at %s: %w", config.Redact(url), err)
+			}
+			defer nc.Close()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				return fmt.Errorf("opening JetStream: %w", err)
+			}
+			ctx, cancel := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer cancel()
+			startCtx, startCancel := context.WithTimeout(ctx, time.Minute)
+			fs, err := feeds.New(startCtx, js, feeds.Config{Stream: stream, WindowTxns: windowTxns, Logger: log})
+			startCancel()
+			if err != nil {
+				return err
+			}
+			defer fs.Close()
+			srv := &http.Server{Addr: sc.Listen, Handler: NewFeedServer(fs, sc, log).Handler(), ReadHeaderTimeout: 10 * time.Second}
+			ln, err := net.Listen("tcp", srv.Addr)
+			if err != nil {
+				return fmt.Errorf("listening on %s (--listen): %w", srv.Addr, err)
+			}
+			log.Info("serving feeds", "listen", ln.Addr().String(), "stream", stream, "position", fs.Position().String())
+			errc := make(chan error, 1)
+			go func() { errc <- srv.Serve(ln) }()
+			select {
+			case err := <-errc:
+				return err
+			case <-ctx.Done():
+			}
+			sctx, scancel := context.WithTimeout(context.Background(), cfg.Shutdown.Timeout)
+			defer scancel()
+			fs.Close() // ends every Next, so long-polls and streams return
+			return srv.Shutdown(sctx)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&sc.Listen, "listen", "127.0.0.1:8090", "HTTP address to listen on")
+	fl.StringVar(&stream, "stream", "CDC", "JetStream stream the bridge writes")
+	fl.StringVar(&where, "where", "", `condition ANDed with every request's, JSON (e.g. {"eq":["tenant_id",42]})`)
+	fl.StringVar(&tables, "tables", "", "comma-separated schema.table names requests may read (default all)")
+	fl.IntVar(&sc.MaxConns, "max-conns", 10000, "feed requests in progress before 503")
+	fl.IntVar(&sc.MaxPerClient, "max-per-client", 100, "feed requests in progress per client before 429")
+	fl.StringVar(&sc.ClientHeader, "client-header", "", "request header naming the client for --max-per-client (default the remote IP)")
+	fl.DurationVar(&sc.Hold, "hold", 20*time.Second, "long-poll wait (default and maximum)")
+	fl.DurationVar(&sc.WriteTimeout, "write-timeout", 10*time.Second, "SSE write deadline before a slow client is disconnected")
+	fl.IntVar(&windowTxns, "window-txns", 100000, "transactions kept in memory for resumes")
+	return cmd
+}
