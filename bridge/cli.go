@@ -265,7 +265,7 @@ re-read their state. Refuses while a bridge streams from the source's slot.`,
 	resync.Flags().StringVar(&resyncReason, "reason", "", "text added to the message's reason")
 	root.AddCommand(run, validate, status, plugins, ver, resync)
 	root.AddCommand(newSnapshotCommand(load, printErrs, stdout)) // snapshot_cli.go
-	root.AddCommand(serveCommand(load, printErrs, stderr)) // feeds over HTTP: serve.go
+	root.AddCommand(serveCommand(load, printErrs, stderr))       // feeds over HTTP: serve.go
 	return root
 }
 
