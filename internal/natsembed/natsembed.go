@@ -102,8 +102,11 @@ func (s *Server) NATS() *server.Server { return s.ns }
 // Shutdown stops the server, closing client connections and flushing
 // JetStream. It returns ctx's error if the server has not finished by ctx's
 // deadline; the shutdown then carries on in the background. Safe to call
-// more than once.
+// more than once, and on a nil *Server.
 func (s *Server) Shutdown(ctx context.Context) error {
+	if s == nil || s.ns == nil {
+		return nil
+	}
 	done := make(chan struct{})
 	go func() {
 		s.ns.Shutdown()

@@ -41,6 +41,47 @@ func TestFence(t *testing.T) {
 	}
 }
 
+// TestFenceLateDuplicate: changes another instance stored after this
+// sink's chain was synced (a killed or paused bridge whose publishes the
+// server applied late) come back to this sink's first publish as
+// duplicates, because the server checks duplicates before the expected
+// sequence. That is no replay of its own: the Write stops with ErrFenced
+// instead of publishing the rest unfenced, and stores nothing; after the
+// next Delivered it continues, every change stored once.
+func TestFenceLateDuplicate(t *testing.T) {
+	for _, atomic := range []bool{false, true} {
+		name := map[bool]string{false: "per_message", true: "atomic"}[atomic]
+		t.Run(name, func(t *testing.T) {
+			srv := natsembed.StartT(t, natsembed.Options{})
+			opts := map[string]any{"atomic_transactions": atomic}
+			all := txs(producer, 0x1000, 9, 3)
+			zombie := connected(t, srv, opts)
+			require.NoError(t, zombie.Write(t.Context(), all[:9]))
+
+			owner := connected(t, srv, opts)
+			held, err := owner.Delivered(t.Context(), producer, "")
+			require.NoError(t, err)
+			require.Len(t, held, 9)
+			// The zombie's next publishes land after the owner read the tail.
+			require.NoError(t, zombie.Write(t.Context(), all[9:18]))
+
+			err = owner.Write(t.Context(), all[9:27])
+			require.ErrorIs(t, err, ErrFenced)
+			require.Equal(t, ids(all[:18]), storedIDs(t, srv.URL(), "CDC"), "nothing stored past the late duplicates")
+
+			got, err := owner.Delivered(t.Context(), producer, "")
+			require.NoError(t, err)
+			require.Len(t, got, 18)
+			require.NoError(t, owner.Write(t.Context(), all[18:27]))
+			require.Equal(t, ids(all), storedIDs(t, srv.URL(), "CDC"))
+
+			// A replay of its own is still a replay: the same batch again.
+			require.NoError(t, owner.Write(t.Context(), all[18:27]))
+			require.Equal(t, ids(all), storedIDs(t, srv.URL(), "CDC"))
+		})
+	}
+}
+
 // TestFenceSharedStream: two producers in one stream refuse each other's
 // chains until Delivered sees the other writer; then the fence is off for
 // good and both publish.

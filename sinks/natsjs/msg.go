@@ -31,6 +31,9 @@ func (s *Sink) recycle(m *nats.Msg) {
 
 // appendID appends c.ID() to dst without allocating.
 func appendID(dst []byte, c *cdc.Change) []byte {
+	if c.MsgID != "" { // a snapshot read's own identity
+		return append(dst, c.MsgID...)
+	}
 	const digits = "0123456789ABCDEF"
 	dst = append(dst, c.Producer...)
 	dst = append(dst, ':')

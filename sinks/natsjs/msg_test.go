@@ -49,3 +49,15 @@ func TestToMsgRecycledHeaders(t *testing.T) {
 		s.recycle(m)
 	}
 }
+
+// TestToMsgSnapshotID: a change with its own identity (a snapshot read)
+// is published under it, not under its position.
+func TestToMsgSnapshotID(t *testing.T) {
+	s := &Sink{run: "r1", log: slog.New(slog.DiscardHandler)}
+	c := cdc.Change{Producer: "b.src.ep", CommitLSN: 0x15AECF8, Seq: 2, TxSize: 3, Schema: "public", Table: "t", Op: cdc.OpRead,
+		MsgID: "b.src.ep.snap-abc:00000000015AECF8:7", Subject: "cdc.t"}
+	m := s.toMsg(&c)
+	assert.Equal(t, "b.src.ep.snap-abc:00000000015AECF8:7", m.Header.Get("Nats-Msg-Id"))
+	assert.Equal(t, "0/15AECF8", m.Header.Get(HeaderCommitLSN))
+	assert.Equal(t, "2", m.Header.Get(HeaderSeq))
+}

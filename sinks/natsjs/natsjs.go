@@ -365,6 +365,7 @@ func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
 			return w.err.Err()
 		}
 	}
+	synced := exp // the stream's last sequence where the chain stands
 	refreshed := false
 	stop := len(batch) // first index not published
 	var stopErr error  // why, when stopped before a failure of its own
@@ -424,10 +425,22 @@ func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
 			w.resolve()
 		}
 		if w.dups > 0 || len(w.redo) > 0 {
+			wasFenced := fenced
 			fenced, atomic = false, false // a replay: see fence.go
 			s.log.Debug("the Write starts with changes the stream holds already: publishing it message by message, unfenced", "stream", s.cfg.Stream, "first", batch[0].ID())
 			w.replayRedo(js, pubOpts)
 			fails = s.asyncFails.Load() // the first publish's refusal is handled
+			if wasFenced && w.dupMax > synced && end+1 < len(batch) && w.err.Failed == nil {
+				// Stored after the point the chain starts from: not a
+				// replay of ours but another writer's (a killed or paused
+				// instance whose publishes the server applied late; the
+				// server checks duplicates before the expected sequence).
+				// Publishing the rest unfenced could store what that
+				// writer stored beyond the duplicate window: stop, so the
+				// next run reads the stream's tail again.
+				w.err.Fail(end+1, fmt.Errorf("not publishing %s: the stream stored %s at sequence %d, after sequence %d where this sink's chain stands, so another instance is publishing: %w",
+					batch[end+1].ID(), batch[0].ID(), w.dupMax, synced, ErrFenced))
+			}
 		}
 	}
 	w.firstEnd = -1
@@ -548,6 +561,9 @@ publish:
 		first = idx[0]
 	}
 	for i := stop; i < len(batch); i++ {
+		if _, failed := w.err.Failed[i]; failed {
+			continue // its own reason stands
+		}
 		id := batch[i].ID()
 		switch {
 		case stopErr != nil:
@@ -602,8 +618,11 @@ type write struct {
 	redo  []int             // commit indexes of atomic batches to republish
 	seqs  []uint64          // stream sequence of each acked change
 	dups  int
-	fresh uint64 // highest sequence of a change stored (not a duplicate) by this Write
-	next  int    // next index to resolve
+	// dupMax is the highest stream sequence of the stored originals of
+	// changes acked as duplicates.
+	dupMax uint64
+	fresh  uint64 // highest sequence of a change stored (not a duplicate) by this Write
+	next   int    // next index to resolve
 	// firstEnd is the last index of the Write's first publish while that
 	// publish is awaited alone (fence.go), else -1.
 	firstEnd int
@@ -660,6 +679,7 @@ func (w *write) resolve() {
 	}
 	if ack.Duplicate {
 		w.dups++
+		w.dupMax = max(w.dupMax, ack.Sequence) // the sequence of the stored original
 	} else {
 		w.fresh = max(w.fresh, ack.Sequence)
 	}
@@ -959,6 +979,9 @@ func (s *Sink) Delivered(ctx context.Context, producer, cursor string) (map[cdc.
 				out[pos] = struct{}{}
 				ours = true
 			}
+		}
+		if !ours && strings.HasPrefix(msg.Headers().Get(jetstream.MsgIDHeader), producer+".snap-") {
+			ours = true // a snapshot read of this producer (its own ids: cdc.Change.MsgID)
 		}
 		if !ours {
 			s.fence.foundOther(s, msg.Headers().Get(jetstream.MsgIDHeader), msg.Subject())
