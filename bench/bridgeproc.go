@@ -13,7 +13,8 @@ import (
 // BridgeConfig is what a run's bridge.yaml varies.
 type BridgeConfig struct {
 	Name    string // bridge name (checkpoint key, producer id)
-	Slot    string // pre-created pgoutput slot
+	Slot    string // pre-created slot of Plugin
+	Plugin  string // source type: pgoutput (default) or wal2json
 	Stream  string // JetStream stream, created by the bridge
 	Subject string // subject prefix bound to the stream
 	DSN     string
@@ -26,13 +27,17 @@ type BridgeConfig struct {
 // checkpoint every 1s, duplicate_window 2m); any key can still be changed with
 // the BRIDGE_* variables, which the bridge process inherits.
 func (c BridgeConfig) Write(dir string) (string, error) {
+	plugin := c.Plugin
+	if plugin == "" {
+		plugin = "pgoutput"
+	}
 	y := fmt.Sprintf(`name: %s
 data_dir: %s
 nats:
   url: %s
 sources:
   app:
-    type: pgoutput
+    type: %s
     config:
       dsn: %q
       slot: %s
@@ -55,7 +60,7 @@ http:
 log:
   level: info
   format: json
-`, c.Name, c.DataDir, c.NATSURL, c.DSN, c.Slot, Publication, c.Stream, c.Subject, c.Subject)
+`, c.Name, c.DataDir, c.NATSURL, plugin, c.DSN, c.Slot, Publication, c.Stream, c.Subject, c.Subject)
 	p := filepath.Join(dir, c.Name+".yaml")
 	return p, os.WriteFile(p, []byte(y), 0o644)
 }

@@ -172,6 +172,7 @@ type Decode struct {
 // Backlog is the bridge over one backlog.
 type Backlog struct {
 	Workload     string         `json:"workload"`
+	Plugin       string         `json:"plugin"` // the bridge's source: pgoutput or wal2json
 	Changes      int            `json:"changes"`
 	Wall         time.Duration  `json:"wall_ns"`         // process start → the stream holds all
 	FirstStored  time.Duration  `json:"first_stored_ns"` // process start → first message stored
@@ -183,7 +184,7 @@ type Backlog struct {
 	PeakRSS      int64          `json:"bridge_peak_rss_bytes"`
 	Verified     bench.Verified `json:"verified"`
 	StoredAfter  uint64         `json:"stored_after_stop"`
-	VsDecode     float64        `json:"ratio_to_pgoutput_decode"`
+	VsDecode     float64        `json:"ratio_to_decode"` // to pg_recvlogical with the same plugin
 	VsJetStream  float64        `json:"ratio_to_jetstream_ingest"`       // the best nats bench mode
 	VsJSAsync    float64        `json:"ratio_to_jetstream_async_ingest"` // the best async mode (what the sink uses)
 	Cores        float64        `json:"cores"`                           // bridge + walsender + nats-server CPU / wall
@@ -314,13 +315,20 @@ func run(ctx context.Context, o options) (err error) {
 
 func (r *runner) workload(ctx context.Context, w string, decode, backlog, w2j bool) error {
 	o := r.o
-	slots := map[string]string{"pgoutput": "bench_" + w + "_pgoutput", "wal2json": "bench_" + w + "_wal2json", "bridge": "bench_" + w + "_bridge", "sql": "bench_" + w + "_sql"}
+	slots := map[string]string{"pgoutput": "bench_" + w + "_pgoutput", "wal2json": "bench_" + w + "_wal2json", "bridge": "bench_" + w + "_bridge",
+		"bridge_w2j": "bench_" + w + "_bridge_w2j", "sql": "bench_" + w + "_sql"}
 	// Every consumer gets a slot of its own, made before the load, so each
 	// reads the same backlog. For the js phase alone the bridge still runs
 	// the single backlog to learn the message size.
 	runBridge := backlog || (w == "single" && r.sample == nil && o.jsSize == 0 && o.has("js"))
 	if runBridge {
 		if err := r.pg.CreateSlot(ctx, slots["bridge"], "pgoutput"); err != nil {
+			return err
+		}
+	}
+	w2jBridge := backlog && w2j // the bridge with its wal2json source too
+	if w2jBridge {
+		if err := r.pg.CreateSlot(ctx, slots["bridge_w2j"], "wal2json"); err != nil {
 			return err
 		}
 	}
@@ -379,21 +387,33 @@ func (r *runner) workload(ctx context.Context, w string, decode, backlog, w2j bo
 		_ = r.pg.DropSlot(ctx, slots["sql"])
 	}
 	if runBridge {
-		b, err := r.bridgeBacklog(ctx, w, slots["bridge"], load.Changes)
+		b, err := r.bridgeBacklog(ctx, w, "pgoutput", slots["bridge"], load.Changes)
 		if err != nil {
 			return err
 		}
 		r.res.Backlogs = append(r.res.Backlogs, b)
 		_ = r.pg.DropSlot(ctx, slots["bridge"])
 	}
+	if w2jBridge {
+		b, err := r.bridgeBacklog(ctx, w, "wal2json", slots["bridge_w2j"], load.Changes)
+		if err != nil {
+			return err
+		}
+		r.res.Backlogs = append(r.res.Backlogs, b)
+		_ = r.pg.DropSlot(ctx, slots["bridge_w2j"])
+	}
 	return nil
 }
 
-func (r *runner) bridgeBacklog(ctx context.Context, w, slot string, n int) (Backlog, error) {
-	b := Backlog{Workload: w, Changes: n}
-	stream := "BENCH_" + strings.ToUpper(w)
-	cfg := bench.BridgeConfig{Name: "bench_" + w, Slot: slot, Stream: stream, Subject: "bench." + w,
-		DSN: r.pg.Server.DSN(""), NATSURL: r.ns.URL(), DataDir: filepath.Join(r.work, "data_"+w)}
+func (r *runner) bridgeBacklog(ctx context.Context, w, plugin, slot string, n int) (Backlog, error) {
+	b := Backlog{Workload: w, Plugin: plugin, Changes: n}
+	name := w
+	if plugin != "pgoutput" {
+		name = w + "_" + plugin
+	}
+	stream := "BENCH_" + strings.ToUpper(name)
+	cfg := bench.BridgeConfig{Name: "bench_" + name, Slot: slot, Plugin: plugin, Stream: stream, Subject: "bench." + name,
+		DSN: r.pg.Server.DSN(""), NATSURL: r.ns.URL(), DataDir: filepath.Join(r.work, "data_"+name)}
 	path, err := cfg.Write(r.work)
 	if err != nil {
 		return b, err
@@ -403,8 +423,8 @@ func (r *runner) bridgeBacklog(ctx context.Context, w, slot string, n int) (Back
 	if r.o.profile != "" {
 		bin = r.o.profBin
 		_ = os.MkdirAll(r.o.profile, 0o755)
-		b.CPUProfile = filepath.Join(r.o.profile, "cpu-"+w+".pprof")
-		b.AllocProfile = filepath.Join(r.o.profile, "allocs-"+w+".pprof")
+		b.CPUProfile = filepath.Join(r.o.profile, "cpu-"+name+".pprof")
+		b.AllocProfile = filepath.Join(r.o.profile, "allocs-"+name+".pprof")
 		_ = os.Remove(b.CPUProfile)
 		env = append(env, "BENCH_CPUPROFILE="+b.CPUProfile, "BENCH_MEMPROFILE="+b.AllocProfile)
 	}
@@ -414,7 +434,7 @@ func (r *runner) bridgeBacklog(ctx context.Context, w, slot string, n int) (Back
 	if err != nil {
 		return b, err
 	}
-	logf("bridge: backlog %s, %d changes", w, n)
+	logf("bridge (%s): backlog %s, %d changes", plugin, w, n)
 	p, err := bench.StartBridge(bin, path, filepath.Join(r.work, "bridge-"+w+".log"), env...)
 	if err != nil {
 		return b, err
@@ -631,7 +651,7 @@ func (r *runner) ratios() {
 	for i := range r.res.Backlogs {
 		b := &r.res.Backlogs[i]
 		for _, d := range r.res.Decodes[b.Workload] {
-			if d.Plugin == "pgoutput" {
+			if d.Plugin == b.Plugin {
 				b.VsDecode = b.Rate / d.Rate
 			}
 		}
@@ -752,7 +772,7 @@ func report(w io.Writer, res *Results, o options) {
 				if b.Workload != wl {
 					continue
 				}
-				fmt.Fprintf(tw, "%s\tbridge\t%d\t%.2f\t%.0f\t%.2f\t%.2f\t%.2f\t%s\t%s\t%s\t\t%.2f\t%s\t%.2f\t\n", wl, b.Changes, b.Wall.Seconds(), b.Rate, b.VsDecode, b.VsJSAsync, b.VsJetStream,
+				fmt.Fprintf(tw, "%s\tbridge %s\t%d\t%.2f\t%.0f\t%.2f\t%.2f\t%.2f\t%s\t%s\t%s\t\t%.2f\t%s\t%.2f\t\n", wl, b.Plugin, b.Changes, b.Wall.Seconds(), b.Rate, b.VsDecode, b.VsJSAsync, b.VsJetStream,
 					us(b.Bridge, b.Changes), us(b.Walsender, b.Changes), us(b.NATSServer, b.Changes), b.Cores, mib(b.PeakRSS), b.Other)
 			}
 		}
@@ -763,8 +783,8 @@ func report(w io.Writer, res *Results, o options) {
 		if !b.Verified.OK(b.Changes) || b.StoredAfter != uint64(b.Changes) {
 			ok = "FAILED"
 		}
-		fmt.Fprintf(w, "bridge %s: first message stored %.2fs after start, then %.0f changes/s; mean payload %.0f B + headers %.0f B; read back: %d msgs, %d dup, %d out of order: %s\n",
-			b.Workload, b.FirstStored.Seconds(), b.SteadyRate, b.Verified.PayloadBytes, b.Verified.HeaderBytes, b.Verified.Msgs, b.Verified.Duplicates, b.Verified.OutOfOrder, ok)
+		fmt.Fprintf(w, "bridge %s %s: first message stored %.2fs after start, then %.0f changes/s; mean payload %.0f B + headers %.0f B; read back: %d msgs, %d dup, %d out of order: %s\n",
+			b.Plugin, b.Workload, b.FirstStored.Seconds(), b.SteadyRate, b.Verified.PayloadBytes, b.Verified.HeaderBytes, b.Verified.Msgs, b.Verified.Duplicates, b.Verified.OutOfOrder, ok)
 		if b.CPUProfile != "" {
 			fmt.Fprintf(w, "  profiles: %s %s\n", b.CPUProfile, b.AllocProfile)
 		}
@@ -800,7 +820,7 @@ func report(w io.Writer, res *Results, o options) {
 		fmt.Fprintf(w, "pg_recvlogical pgoutput following the same live load (%d changes): walsender %s µs/chg, pg_recvlogical %s µs/chg, writer backend %s µs/chg\n",
 			d.Changes, us(d.Walsender, d.Changes), us(d.RecvLogical, d.Changes), us(d.Writer, d.Changes))
 	}
-	fmt.Fprintf(w, "\nvs decode: the bridge's rate over pg_recvlogical pgoutput's on the same backlog; vs JS: over nats bench js pub's best async\nmode (what the sink does) and best mode overall. cores: CPU of bridge + walsender + nats-server per second of wall\ntime; with 2 cores, 2 / (sum of the three µs/chg) is the rate this machine can reach at those costs.\nother cores: CPU the machine spent during a measurement beyond the processes it accounts for (and the\nbenchmark's own polling); above ~0.2 something else shared the cores and the row is suspect.\n")
+	fmt.Fprintf(w, "\nvs decode: the bridge's rate over pg_recvlogical's with the same plugin on the same backlog; vs JS: over nats bench js pub's best async\nmode (what the sink does) and best mode overall. cores: CPU of bridge + walsender + nats-server per second of wall\ntime; with 2 cores, 2 / (sum of the three µs/chg) is the rate this machine can reach at those costs.\nother cores: CPU the machine spent during a measurement beyond the processes it accounts for (and the\nbenchmark's own polling); above ~0.2 something else shared the cores and the row is suspect.\n")
 	for _, f := range res.Failures {
 		fmt.Fprintf(w, "FAILED: %s\n", f)
 	}
