@@ -184,7 +184,7 @@ type Backlog struct {
 	PeakRSS      int64          `json:"bridge_peak_rss_bytes"`
 	Verified     bench.Verified `json:"verified"`
 	StoredAfter  uint64         `json:"stored_after_stop"`
-	VsDecode     float64        `json:"ratio_to_decode"` // to pg_recvlogical with the same plugin
+	VsDecode     float64        `json:"ratio_to_decode"`                 // to pg_recvlogical with the same plugin
 	VsJetStream  float64        `json:"ratio_to_jetstream_ingest"`       // the best nats bench mode
 	VsJSAsync    float64        `json:"ratio_to_jetstream_async_ingest"` // the best async mode (what the sink uses)
 	Cores        float64        `json:"cores"`                           // bridge + walsender + nats-server CPU / wall
