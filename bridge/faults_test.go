@@ -525,7 +525,13 @@ func TestFaultStreamDeleted(t *testing.T) {
 	cut := maxID(t, e)
 	require.NoError(t, js.DeleteStream(t.Context(), "CDC_sdel"))
 	t.Logf("deleted the stream after row id %d", cut)
-	time.Sleep(3 * time.Second)
+	deleted := time.Now()
+	require.Eventually(t, func() bool {
+		s, err := js.Stream(t.Context(), "CDC_sdel")
+		return err == nil && s.CachedInfo().State.Msgs > 0
+	}, time.Minute, 20*time.Millisecond, "the sink never recreated the stream")
+	t.Logf("stream recreated and written %s after the deletion", time.Since(deleted).Round(time.Millisecond))
+	time.Sleep(2 * time.Second)
 	w.halt()
 	want := w.truth(t, e, cut)
 	r2 := settle(t, e, "CDC_sdel", want, 2*time.Minute)
@@ -605,6 +611,52 @@ func TestFaultNATSStoreFull(t *testing.T) {
 	time.Sleep(time.Second)
 	w.halt()
 	check(t, e, w, "CDC_full")
+}
+
+// TestFaultNATSServerStoreFull runs nats-server with a small cap on
+// JetStream's file storage, so that the server itself runs out of room as
+// on a full disk: stream writes and checkpoint writes are refused with
+// "insufficient resources". The bridge must keep running, acknowledge
+// nothing it could not store, and, once the server restarts with room (the
+// disk grown), deliver every change exactly once.
+func TestFaultNATSServerStoreFull(t *testing.T) {
+	e := newEnv(t)
+	e.stopNATS()
+	e.nsOpts.MaxFileStore = 1 << 20
+	e.startNATS()
+	w := newSeqWorkload(t, e)
+	r := e.start(faultConfig(e, "disk", e.pg.DSN(""), e.natsURL(), ""))
+	waitReady(t, r)
+	w.start(2, time.Millisecond)
+	js := natsJS(t, e)
+	// Wait until the server's store is full and writes keep coming.
+	var stuck uint64
+	require.Eventually(t, func() bool {
+		s, err := js.Stream(t.Context(), "CDC_disk")
+		if err != nil {
+			return false
+		}
+		n := s.CachedInfo().State.Msgs
+		full := n > 0 && n == stuck && s.CachedInfo().State.Bytes > 512<<10
+		stuck = n
+		return full
+	}, 2*time.Minute, time.Second, "the stream never stopped growing under a 1 MiB store cap")
+	var committed int
+	require.NoError(t, e.pg.Conn(t, "").QueryRow(t.Context(), `SELECT count(*) FROM fw`).Scan(&committed))
+	require.Greater(t, committed, int(stuck), "writes went on while the store was full")
+	time.Sleep(2 * time.Second)
+	select {
+	case err := <-r.done:
+		t.Fatalf("the bridge stopped on a full store: %v", err)
+	default:
+	}
+	t.Logf("store full at %d messages, %d rows committed; restarting nats-server with room", stuck, committed)
+	e.stopNATS()
+	e.nsOpts.MaxFileStore = 0
+	e.startNATS()
+	time.Sleep(time.Second)
+	w.halt()
+	check(t, e, w, "CDC_disk")
 }
 
 // TestFaultSoak runs every fault in turn for several minutes; TEST_LONG=1.

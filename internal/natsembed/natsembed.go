@@ -33,6 +33,10 @@ type Options struct {
 	// MaxPayload is the largest message the server accepts, in bytes;
 	// 0 keeps the server's default (1 MiB).
 	MaxPayload int32
+	// MaxFileStore caps JetStream's file storage, in bytes, as a full disk
+	// would (the server refuses writes with "insufficient resources");
+	// 0 keeps the server's default (a share of the disk).
+	MaxFileStore int64
 	// Logf receives the server's log lines; nil keeps the server silent.
 	Logf func(format string, args ...any)
 }
@@ -62,6 +66,9 @@ func Start(o Options) (*Server, error) {
 		NoSigs:     true,
 		NoLog:      o.Logf == nil,
 		MaxPayload: o.MaxPayload,
+	}
+	if o.MaxFileStore > 0 {
+		so.JetStreamMaxStore = o.MaxFileStore
 	}
 	if o.SyncAlways {
 		so.SyncAlways = true
