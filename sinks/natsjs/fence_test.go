@@ -1,10 +1,13 @@
 package natsjs
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/internal/natsembed"
 )
 
@@ -110,4 +113,40 @@ func TestFenceSharedStream(t *testing.T) {
 	msgs := stored(t, srv.URL(), "CDC")
 	require.Equal(t, "0", msgs[0].Header.Get("Nats-Expected-Last-Sequence"), "the first message expected an empty stream")
 	require.Empty(t, msgs[len(msgs)-1].Header.Get("Nats-Expected-Last-Sequence"))
+}
+
+// TestConnectDropsAbandonedAcks: a Write that failed with publishes still
+// waiting for their acks (a server that stopped answering) leaves them to
+// the client until ack_timeout. Connect, which the pipeline calls before
+// the next run, gives them up at once, so the next run's publishes do not
+// wait behind them; after Delivered the stream holds every change once.
+func TestConnectDropsAbandonedAcks(t *testing.T) {
+	srv := natsembed.StartT(t, natsembed.Options{})
+	p := newProxy(t, srv.NATS().Addr().String())
+	s := connected(t, srv, map[string]any{"url": p.URL(), "atomic_transactions": false, "ack_timeout": "5m"})
+	all := txs(producer, 0x1000, 10, 10)
+	require.NoError(t, s.Write(t.Context(), all[:20]))
+
+	p.freeze()
+	wctx, wcancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer wcancel()
+	require.Error(t, s.Write(wctx, all[20:60]))
+	require.Positive(t, s.js.PublishAsyncPending())
+	cctx, ccancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer ccancel()
+	_ = s.Connect(cctx) // the frozen server cannot answer the stream check
+	require.Zero(t, s.js.PublishAsyncPending(), "the abandoned Write's acks are given up")
+
+	p.thaw()
+	require.NoError(t, s.Connect(t.Context()))
+	held, err := s.Delivered(t.Context(), producer, "")
+	require.NoError(t, err)
+	var rest []cdc.Change
+	for _, c := range all[20:] {
+		if _, ok := held[c.Pos()]; !ok {
+			rest = append(rest, c)
+		}
+	}
+	require.NoError(t, s.Write(t.Context(), rest))
+	require.Equal(t, ids(all), storedIDs(t, srv.URL(), "CDC"))
 }

@@ -161,7 +161,8 @@ func (s *Sink) Run() string { return s.run }
 // otherwise. It is idempotent and cheap to call again; after a Write
 // failed with sinks.ErrNotConnected it waits, within ctx, for the client's
 // own reconnection, then checks the stream again (a server restarted with
-// an empty store gets its stream back). ctx bounds dialling and the
+// an empty store gets its stream back). Publishes of an earlier Write
+// still waiting for their acks are given up. ctx bounds dialling and the
 // JetStream round trips.
 func (s *Sink) Connect(ctx context.Context) error {
 	s.mu.Lock()
@@ -187,6 +188,16 @@ func (s *Sink) Connect(ctx context.Context) error {
 		s.mu.Unlock()
 	} else if err := natsconn.WaitConnected(ctx, nc); err != nil {
 		return fmt.Errorf("connecting to %s: %w: %w", redact(s.cfg.URL), sinks.ErrNotConnected, err)
+	}
+	if n := js.PublishAsyncPending(); n > 0 {
+		// Acks of a Write that failed (the pipeline ends the run and
+		// connects again): the caller has given those publishes up, and
+		// waiting for them (up to ack_timeout, forever silent when their
+		// stream was deleted) would only hold the publish window. What
+		// they stored, the next Delivered reads; the fence refuses what
+		// they store later.
+		s.log.Debug("dropping the acks of an abandoned Write", "stream", s.cfg.Stream, "pending", n)
+		js.CleanupPublisher()
 	}
 	return s.ensureStream(ctx, nc, js)
 }
