@@ -54,24 +54,26 @@ func (p *proc) term(t *testing.T) {
 // TestKill9MidStream kills the bridge process with SIGKILL at random moments
 // while four writers commit about 50k changes, restarting it each time, with
 // a 1 s duplicate window so JetStream's dedupe alone cannot hide a replay.
-// It runs with transactions published message by message and as atomic
-// batches.
+// It runs with transactions published message by message, as atomic
+// batches, and as fast-ingest batches (fast_batch, whose acks cover runs of
+// messages; it needs expect_last_sequence off).
 func TestKill9MidStream(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		atomic bool
-	}{{"per_message", false}, {"atomic", true}} {
-		t.Run(tc.name, func(t *testing.T) { kill9MidStream(t, tc.atomic) })
+		name    string
+		options []string
+		changes int
+	}{
+		{"per_message", nil, 50000},
+		// Small transactions as atomic batches go at a few hundred per
+		// second (docs/operations.md#atomic-transactions).
+		{"atomic", []string{"atomic_transactions: true"}, 20000},
+		{"fast_batch", []string{"fast_batch: true", "expect_last_sequence: false"}, 30000},
+	} {
+		t.Run(tc.name, func(t *testing.T) { kill9MidStream(t, tc.options, tc.changes) })
 	}
 }
 
-func kill9MidStream(t *testing.T, atomic bool) {
-	changes := 50000
-	if atomic {
-		// Small transactions as atomic batches go at a few hundred per
-		// second (docs/operations.md#atomic-transactions).
-		changes = 20000
-	}
+func kill9MidStream(t *testing.T, options []string, changes int) {
 	if testing.Short() {
 		changes = 10000
 	}
@@ -79,8 +81,8 @@ func kill9MidStream(t *testing.T, atomic bool) {
 	e := newEnv(t)
 	w := newWorkload(t, e)
 	cfg := e.config("kill", "")
-	if atomic {
-		setSinkOption(t, cfg, "atomic_transactions: true")
+	for _, o := range options {
+		setSinkOption(t, cfg, o)
 	}
 
 	p := startProc(t, bin, cfg)
