@@ -80,7 +80,7 @@ func BenchmarkRoute(b *testing.B) {
 				cs := benchChanges(b, n, 4096)
 				matches := 0
 				var stamp uint64
-				var scratch []*Feed
+				var scratch []*group
 				b.ReportAllocs()
 				b.ResetTimer()
 				cpu0 := cpuTime()
@@ -88,9 +88,9 @@ func BenchmarkRoute(b *testing.B) {
 					c := cs[i%len(cs)]
 					stamp++
 					scratch = fs.idx.candidates(c, stamp, scratch[:0])
-					for _, f := range scratch {
-						if _, ok := f.filter.match(c); ok {
-							matches++
+					for _, g := range scratch {
+						if g.filter.matches(c) {
+							matches += len(g.feeds)
 						}
 					}
 				}
@@ -146,8 +146,7 @@ func BenchmarkIdleFeedMemory(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			f.waiting, f.wake = true, make(chan struct{})
-			fs.waiting[f] = struct{}{}
+			fs.parkLocked(f)
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&m1)

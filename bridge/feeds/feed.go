@@ -56,9 +56,9 @@ type Feed struct {
 	stream string
 	pos    uint64 // a transaction boundary: everything up to it is delivered
 
-	entries []ientry // index entries, under fs.mu
-	stamp   uint64   // index visit mark, under fs.mu
-	waiting bool     // parked in Next; under fs.mu
+	group   *group // the feeds sharing its filter, under fs.mu
+	gi      int    // position in group.feeds, under fs.mu
+	waiting bool   // parked in Next; under fs.mu (see parkLocked)
 	wake    chan struct{}
 	closed  bool
 	failed  error // a must-refetch, returned again by every Next
@@ -160,9 +160,7 @@ func (f *Feed) Next(ctx context.Context) (Batch, error) {
 			fs.mu.Unlock()
 			continue
 		}
-		f.waiting = true
-		f.wake = make(chan struct{})
-		fs.waiting[f] = struct{}{}
+		fs.parkLocked(f)
 		wake := f.wake
 		fs.mu.Unlock()
 		select {
@@ -173,8 +171,7 @@ func (f *Feed) Next(ctx context.Context) (Batch, error) {
 		fs.mu.Lock()
 		if f.waiting {
 			// Not woken: nothing up to head matched.
-			f.waiting = false
-			delete(fs.waiting, f)
+			fs.unparkLocked(f)
 			if fs.haveHead && f.stream == fs.streamID && fs.head > f.pos {
 				f.pos = fs.head
 			}

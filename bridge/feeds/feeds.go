@@ -201,7 +201,7 @@ type Feeds struct {
 	projs      map[string]*projection
 	headCh     chan struct{} // closed and replaced when head changes
 	stamp      uint64
-	scratch    []*Feed // candidates of one change, reused
+	scratch    []*group // candidates of one change, reused
 	closed     bool
 	restart    context.CancelFunc
 
@@ -459,9 +459,12 @@ func (fs *Feeds) dispatchLocked(t *txn, prev uint64) {
 	for _, c := range t.changes {
 		fs.stamp++
 		fs.scratch = fs.idx.candidates(c, fs.stamp, fs.scratch[:0])
-		for _, f := range fs.scratch {
-			if f.waiting {
-				if _, ok := f.filter.match(c); ok {
+		for _, g := range fs.scratch {
+			if g.nwait == 0 || !g.filter.matches(c) {
+				continue
+			}
+			for _, f := range g.feeds { // waking leaves g.feeds as it is
+				if f.waiting {
 					wake(f)
 				}
 			}
@@ -472,9 +475,27 @@ func (fs *Feeds) dispatchLocked(t *txn, prev uint64) {
 
 func (fs *Feeds) wakeLocked(f *Feed) {
 	if f.waiting {
-		f.waiting = false
-		delete(fs.waiting, f)
+		fs.unparkLocked(f)
 		close(f.wake)
+	}
+}
+
+// parkLocked marks f as waiting in Next for a matching transaction.
+func (fs *Feeds) parkLocked(f *Feed) {
+	f.waiting = true
+	f.wake = make(chan struct{})
+	fs.waiting[f] = struct{}{}
+	if f.group != nil {
+		f.group.nwait++
+	}
+}
+
+// unparkLocked undoes parkLocked; f.wake is left to the caller.
+func (fs *Feeds) unparkLocked(f *Feed) {
+	f.waiting = false
+	delete(fs.waiting, f)
+	if f.group != nil {
+		f.group.nwait--
 	}
 }
 

@@ -1,144 +1,315 @@
 package feeds
 
-// index is the inverted index from changes to the feeds they may match:
-// by table ("" holds feeds of every table), then by the value of one
-// equality (eq, in) or array-membership (contains) condition the feed's
-// filter requires; feeds with no such condition are residual and are
-// tested on every change of their table. A candidate is then tested with
-// its whole filter. The cost per change grows with the candidates, not
-// with the number of feeds.
+import (
+	"encoding/json"
+	"math"
+	"slices"
+	"sort"
+)
+
+// group is the feeds sharing one filter (tables, operations and condition;
+// their projections may differ). The index holds groups, so a change is
+// tested once per distinct filter however many feeds share it, as a
+// thousand browser tabs following one tenant do.
+type group struct {
+	key     string    // canonical filter, the index's groups key
+	filter  *compiled // the first feed's; only tables, ops and where are read
+	feeds   []*Feed   // Feed.gi is the position here
+	nwait   int       // feeds of the group parked in Next
+	stamp   uint64    // visit mark of candidates
+	entries []ientry  // where the group is in the index, to remove it
+}
+
+// index is the inverted index from changes to the groups of feeds they
+// may match: by table ("" holds filters of every table), then by one of:
+//
+//   - the value of an equality (eq, in) condition the filter requires,
+//   - one element of an array-membership (contains) condition,
+//   - the bound of a numeric range (lt, lte, gt, gte) condition, sorted,
+//     so a value finds the bounds it passes by binary search,
+//
+// or, with an or of such conditions, every one of them. A filter with none
+// (ne, null, not, ...) is residual and tested on every change of its table.
+// A candidate is then tested with its whole filter. The cost per change
+// grows with the candidates, which are the matching filters plus the
+// residual ones, not with the number of feeds.
 type index struct {
 	tables map[string]*tindex
+	groups map[string]*group
 }
 
 type tindex struct {
-	eqCols []string
-	eq     map[string]map[any][]*Feed
-	ctCols []string
-	ct     map[string]map[any][]*Feed
-	res    []*Feed
+	eq  []colIndex[vindex] // equality, by column
+	ct  []colIndex[vindex] // membership, by column
+	rg  []colIndex[rindex] // ranges, by column
+	res []*group
 }
 
-// ientry records where a feed is in the index, to remove it.
+// colIndex is one column's index; a table has a few, so a slice scanned
+// by name beats a map.
+type colIndex[T any] struct {
+	col string
+	ix  *T
+}
+
+func find[T any](l []colIndex[T], col string) *T {
+	for _, c := range l {
+		if c.col == col {
+			return c.ix
+		}
+	}
+	return nil
+}
+
+func drop[T any](l []colIndex[T], col string) []colIndex[T] {
+	return slices.DeleteFunc(l, func(c colIndex[T]) bool { return c.col == col })
+}
+
+func (ti *tindex) empty() bool {
+	return len(ti.eq) == 0 && len(ti.ct) == 0 && len(ti.rg) == 0 && len(ti.res) == 0
+}
+
+// ientry records one place of a group in the index.
 type ientry struct {
 	table string
-	mode  byte // 'e' equality, 'c' contains, 'r' residual
-	col   string
-	keys  []any
+	pick
 }
 
-func newIndex() *index { return &index{tables: map[string]*tindex{}} }
+// pick is one index entry a filter's condition allows: mode 'e' (any of
+// keys equals the column), 'c' (the array column holds keys[0]), 'l' (the
+// column is above bound x), 'u' (below x), 'r' residual.
+type pick struct {
+	mode byte
+	col  string
+	keys []any
+	x    float64
+}
 
-// plan chooses how to index a filter's condition.
-func plan(w *Cond) (mode byte, col string, keys []any) {
+func newIndex() *index { return &index{tables: map[string]*tindex{}, groups: map[string]*group{}} }
+
+// groupKey is the canonical form of a filter's matching part.
+func groupKey(f *compiled) string {
+	tables := slices.Clone(f.tables)
+	sort.Strings(tables)
+	b, err := json.Marshal(struct {
+		T []string `json:"t,omitempty"`
+		O opMask   `json:"o"`
+		W *Cond    `json:"w,omitempty"`
+	}{tables, f.ops, f.where})
+	if err != nil { // a validated condition always marshals; keep the filter apart
+		return "\x00" + err.Error()
+	}
+	return string(b)
+}
+
+// plan chooses the index entries of a condition; nil means residual.
+func plan(w *Cond) []pick {
 	if w == nil {
-		return 'r', "", nil
+		return nil
 	}
 	switch w.Kind {
 	case KindEq, KindIn:
+		keys := make([]any, 0, len(w.Vals))
 		for _, v := range w.Vals {
-			if _, ok := hashable(v); !ok || v == nil {
-				return 'r', "", nil
+			if _, ok := v.([]any); ok {
+				return nil
+			}
+			if v != nil { // null equals nothing
+				keys = append(keys, v)
 			}
 		}
-		return 'e', w.Col, w.Vals
+		return []pick{{mode: 'e', col: w.Col, keys: keys}}
 	case KindContains:
-		if _, ok := hashable(w.Vals[0]); ok && w.Vals[0] != nil {
-			return 'c', w.Col, w.Vals[:1]
+		for _, v := range w.Vals {
+			if _, ok := v.([]any); !ok && v != nil {
+				return []pick{{mode: 'c', col: w.Col, keys: []any{v}}}
+			}
 		}
+	case KindGt, KindGte, KindLt, KindLte:
+		x, ok := number(w.Vals[0])
+		if !ok || math.IsNaN(x) {
+			return nil
+		}
+		mode := byte('l')
+		if w.Kind == KindLt || w.Kind == KindLte {
+			mode = 'u'
+		}
+		return []pick{{mode: mode, col: w.Col, x: x}}
 	case KindAnd:
+		var best []pick
 		for i := range w.Subs {
-			if m, c, k := plan(&w.Subs[i]); m == 'e' {
-				return m, c, k
+			if p := plan(&w.Subs[i]); p != nil && better(p, best) {
+				best = p
 			}
 		}
+		return best
+	case KindOr:
+		var all []pick
 		for i := range w.Subs {
-			if m, c, k := plan(&w.Subs[i]); m == 'c' {
-				return m, c, k
+			p := plan(&w.Subs[i])
+			if p == nil {
+				return nil
 			}
+			all = append(all, p...)
 		}
+		return all
 	}
-	return 'r', "", nil
+	return nil
 }
 
+// better prefers equality to membership to ranges (fewer candidates are
+// expected), then fewer entries.
+func better(p, q []pick) bool {
+	if q == nil {
+		return true
+	}
+	if a, b := score(p), score(q); a != b {
+		return a > b
+	}
+	return len(p) < len(q)
+}
+
+func score(ps []pick) int {
+	s := 3
+	for _, p := range ps {
+		switch p.mode {
+		case 'c':
+			s = min(s, 2)
+		case 'l', 'u':
+			s = min(s, 1)
+		}
+	}
+	return s
+}
+
+// add puts f in the group of its filter, making the group (and its index
+// entries) when f is the first.
 func (x *index) add(f *Feed) {
-	mode, col, keys := plan(f.filter.where)
+	key := groupKey(f.filter)
+	g := x.groups[key]
+	if g == nil {
+		g = &group{key: key, filter: f.filter}
+		x.groups[key] = g
+		x.addGroup(g)
+	}
+	f.group, f.gi = g, len(g.feeds)
+	g.feeds = append(g.feeds, f)
+	if f.waiting {
+		g.nwait++
+	}
+}
+
+func (x *index) addGroup(g *group) {
+	picks := plan(g.filter.where)
+	if picks == nil {
+		picks = []pick{{mode: 'r'}}
+	}
 	tables := []string{""}
-	if f.filter.tables != nil {
-		tables = f.filter.tables
+	if g.filter.tables != nil {
+		tables = g.filter.tables
 	}
 	for _, t := range tables {
 		ti := x.tables[t]
 		if ti == nil {
-			ti = &tindex{eq: map[string]map[any][]*Feed{}, ct: map[string]map[any][]*Feed{}}
+			ti = &tindex{}
 			x.tables[t] = ti
 		}
-		switch mode {
-		case 'e':
-			ti.eqCols = addCol(ti.eqCols, ti.eq, col)
-			for _, k := range keys {
-				ti.eq[col][k] = append(ti.eq[col][k], f)
+		for _, p := range picks {
+			switch p.mode {
+			case 'e', 'c':
+				l := &ti.eq
+				if p.mode == 'c' {
+					l = &ti.ct
+				}
+				vi := find(*l, p.col)
+				if vi == nil {
+					vi = &vindex{}
+					*l = append(*l, colIndex[vindex]{p.col, vi})
+				}
+				for _, k := range p.keys {
+					vi.add(k, g)
+				}
+			case 'l', 'u':
+				ri := find(ti.rg, p.col)
+				if ri == nil {
+					ri = &rindex{}
+					ti.rg = append(ti.rg, colIndex[rindex]{p.col, ri})
+				}
+				ri.add(p.mode, p.x, g)
+			default:
+				ti.res = append(ti.res, g)
 			}
-		case 'c':
-			ti.ctCols = addCol(ti.ctCols, ti.ct, col)
-			ti.ct[col][keys[0]] = append(ti.ct[col][keys[0]], f)
-		default:
-			ti.res = append(ti.res, f)
+			g.entries = append(g.entries, ientry{table: t, pick: p})
 		}
-		f.entries = append(f.entries, ientry{table: t, mode: mode, col: col, keys: keys})
 	}
 }
 
-func addCol(cols []string, m map[string]map[any][]*Feed, col string) []string {
-	if _, ok := m[col]; !ok {
-		m[col] = map[any][]*Feed{}
-		cols = append(cols, col)
-	}
-	return cols
-}
-
+// remove takes f out of its group, and the group out of the index when f
+// was its last feed.
 func (x *index) remove(f *Feed) {
-	for _, e := range f.entries {
+	g := f.group
+	if g == nil {
+		return
+	}
+	if f.waiting {
+		g.nwait--
+	}
+	last := len(g.feeds) - 1
+	g.feeds[f.gi] = g.feeds[last]
+	g.feeds[f.gi].gi = f.gi
+	g.feeds[last] = nil
+	g.feeds = g.feeds[:last]
+	f.group = nil
+	if len(g.feeds) > 0 {
+		return
+	}
+	delete(x.groups, g.key)
+	for _, e := range g.entries {
 		ti := x.tables[e.table]
 		if ti == nil {
 			continue
 		}
 		switch e.mode {
 		case 'e', 'c':
-			m, cols := ti.eq, &ti.eqCols
+			l := &ti.eq
 			if e.mode == 'c' {
-				m, cols = ti.ct, &ti.ctCols
+				l = &ti.ct
 			}
-			for _, k := range e.keys {
-				l := without(m[e.col][k], f)
-				if len(l) == 0 {
-					delete(m[e.col], k)
-				} else {
-					m[e.col][k] = l
+			if vi := find(*l, e.col); vi != nil {
+				for _, k := range e.keys {
+					vi.del(k, g)
+				}
+				if vi.n == 0 {
+					*l = drop(*l, e.col)
 				}
 			}
-			if len(m[e.col]) == 0 {
-				delete(m, e.col)
-				for i, c := range *cols {
-					if c == e.col {
-						*cols = append((*cols)[:i], (*cols)[i+1:]...)
-						break
-					}
+		case 'l', 'u':
+			if ri := find(ti.rg, e.col); ri != nil {
+				ri.del(e.mode, e.x, g)
+				if len(ri.lo)+len(ri.hi) == 0 {
+					ti.rg = drop(ti.rg, e.col)
 				}
 			}
 		default:
-			ti.res = without(ti.res, f)
+			ti.res = without(ti.res, g)
 		}
-		if len(ti.eq) == 0 && len(ti.ct) == 0 && len(ti.res) == 0 {
+		if ti.empty() {
 			delete(x.tables, e.table)
 		}
 	}
-	f.entries = nil
+	g.entries = nil
 }
 
-func without(l []*Feed, f *Feed) []*Feed {
-	for i, g := range l {
-		if g == f {
+func deleteString(l []string, s string) []string {
+	if i := slices.Index(l, s); i >= 0 {
+		return slices.Delete(l, i, i+1)
+	}
+	return l
+}
+
+func without(l []*group, g *group) []*group {
+	for i, h := range l {
+		if h == g {
 			l[i] = l[len(l)-1]
 			l[len(l)-1] = nil
 			return l[:len(l)-1]
@@ -147,9 +318,192 @@ func without(l []*Feed, f *Feed) []*Feed {
 	return l
 }
 
-// candidates appends to dst each feed c may match, once; stamp, unique
-// per call, marks feeds already visited. Not safe for concurrent use.
-func (x *index) candidates(c *change, stamp uint64, dst []*Feed) []*Feed {
+// vindex maps a column's values to groups, with typed maps for integers
+// and strings (the common keys) so lookups hash no interface. Values are
+// normalised (see normalize): an integral number is always an int64, so a
+// value has one map it can be in.
+type vindex struct {
+	ints  map[int64]glist
+	strs  map[string]glist
+	other map[any]glist // float64, bool
+	n     int           // keys held
+}
+
+// glist is the groups of one key. Most keys have one, held inline so that
+// a lookup reaches it without loading a slice.
+type glist struct {
+	one  *group
+	more []*group
+}
+
+func (l glist) visit(dst []*group, stamp uint64) []*group {
+	if l.one != nil {
+		dst = visitOne(dst, l.one, stamp)
+	}
+	return visit(dst, l.more, stamp)
+}
+
+func (v *vindex) list(k any) glist {
+	switch x := k.(type) {
+	case int64:
+		return v.ints[x]
+	case string:
+		return v.strs[x]
+	case nil, []any:
+		return glist{}
+	}
+	return v.other[k]
+}
+
+func (v *vindex) add(k any, g *group) {
+	switch x := k.(type) {
+	case int64:
+		v.ints = addKey(v, v.ints, x, g)
+	case string:
+		v.strs = addKey(v, v.strs, x, g)
+	default:
+		v.other = addKey(v, v.other, k, g)
+	}
+}
+
+func (v *vindex) del(k any, g *group) {
+	switch x := k.(type) {
+	case int64:
+		delKey(v, v.ints, x, g)
+	case string:
+		delKey(v, v.strs, x, g)
+	default:
+		delKey(v, v.other, k, g)
+	}
+}
+
+func addKey[K comparable](v *vindex, m map[K]glist, k K, g *group) map[K]glist {
+	if m == nil {
+		m = map[K]glist{}
+	}
+	l, ok := m[k]
+	if !ok {
+		v.n++
+	}
+	if l.one == nil {
+		l.one = g
+	} else {
+		l.more = append(l.more, g)
+	}
+	m[k] = l
+	return m
+}
+
+func delKey[K comparable](v *vindex, m map[K]glist, k K, g *group) {
+	l, ok := m[k]
+	if !ok {
+		return
+	}
+	if l.one == g {
+		l.one = nil
+		if n := len(l.more); n > 0 {
+			l.one, l.more[n-1] = l.more[n-1], nil
+			l.more = l.more[:n-1]
+		}
+	} else {
+		l.more = without(l.more, g)
+	}
+	if l.one == nil {
+		delete(m, k)
+		v.n--
+		return
+	}
+	m[k] = l
+}
+
+// rindex holds a column's numeric range conditions sorted by bound: lower
+// bounds (gt, gte) and upper bounds (lt, lte). A value passes the lower
+// bounds at or below it, a prefix, and the upper bounds at or above it, a
+// suffix, found by binary search, so the cost is the conditions a value
+// passes, not all of them. Strictness is left to the filter's own test: the
+// index returns a superset (float64 conversion keeps order, so an int64
+// beyond 2^53 still finds its bounds).
+type rindex struct {
+	lo, hi []bound
+}
+
+type bound struct {
+	x float64
+	g *group
+}
+
+func (ri *rindex) side(mode byte) *[]bound {
+	if mode == 'l' {
+		return &ri.lo
+	}
+	return &ri.hi
+}
+
+func (ri *rindex) add(mode byte, x float64, g *group) {
+	s := ri.side(mode)
+	i := sort.Search(len(*s), func(i int) bool { return (*s)[i].x > x })
+	*s = slices.Insert(*s, i, bound{x: x, g: g})
+}
+
+func (ri *rindex) del(mode byte, x float64, g *group) {
+	s := ri.side(mode)
+	for i := sort.Search(len(*s), func(i int) bool { return (*s)[i].x >= x }); i < len(*s) && (*s)[i].x == x; i++ {
+		if (*s)[i].g == g {
+			*s = slices.Delete(*s, i, i+1)
+			return
+		}
+	}
+}
+
+// visit appends the groups whose bounds v may pass.
+func (ri *rindex) visit(dst []*group, v any, stamp uint64) []*group {
+	x, ok := number(v)
+	if !ok {
+		if x, ok = numString(v); !ok {
+			return dst
+		}
+	}
+	if math.IsNaN(x) { // compares equal to every bound: a candidate of all
+		for _, b := range ri.lo {
+			dst = visitOne(dst, b.g, stamp)
+		}
+		for _, b := range ri.hi {
+			dst = visitOne(dst, b.g, stamp)
+		}
+		return dst
+	}
+	lo := ri.lo
+	for i, n := 0, sort.Search(len(lo), func(i int) bool { return lo[i].x > x }); i < n; i++ {
+		dst = visitOne(dst, lo[i].g, stamp)
+	}
+	hi := ri.hi
+	for i := sort.Search(len(hi), func(i int) bool { return hi[i].x >= x }); i < len(hi); i++ {
+		dst = visitOne(dst, hi[i].g, stamp)
+	}
+	return dst
+}
+
+func visitOne(dst []*group, g *group, stamp uint64) []*group {
+	if g.stamp != stamp {
+		g.stamp = stamp
+		dst = append(dst, g)
+	}
+	return dst
+}
+
+func visit(dst, l []*group, stamp uint64) []*group {
+	for _, g := range l {
+		if g.stamp != stamp {
+			g.stamp = stamp
+			dst = append(dst, g)
+		}
+	}
+	return dst
+}
+
+// candidates appends to dst each group c may match, once; stamp, unique
+// per call, marks groups already visited. Not safe for concurrent use.
+func (x *index) candidates(c *change, stamp uint64, dst []*group) []*group {
 	if c.table == "" {
 		return dst
 	}
@@ -162,44 +516,68 @@ func (x *index) candidates(c *change, stamp uint64, dst []*Feed) []*Feed {
 	return dst
 }
 
-func visit(dst, l []*Feed, stamp uint64) []*Feed {
-	for _, f := range l {
-		if f.stamp != stamp {
-			f.stamp = stamp
-			dst = append(dst, f)
-		}
-	}
-	return dst
-}
-
-func (ti *tindex) candidates(c *change, stamp uint64, dst []*Feed) []*Feed {
+func (ti *tindex) candidates(c *change, stamp uint64, dst []*group) []*group {
 	old := c.old
 	if c.op != "update" && c.op != "delete" {
 		old = nil
 	}
-	for _, col := range ti.eqCols {
-		m := ti.eq[col]
-		var seen any
-		for _, r := range [2]*row{c.after, old} {
-			if v, ok := r.get(col); ok && v != nil {
-				if k, ok := hashable(v); ok && k != seen { // an unchanged value is looked up once
-					dst = visit(dst, m[k], stamp)
-					seen = k
-				}
+	for _, e := range ti.eq {
+		a, aok := c.after.get(e.col)
+		if aok {
+			dst = e.ix.list(a).visit(dst, stamp)
+		}
+		if b, ok := old.get(e.col); ok && (!aok || !sameKey(a, b)) { // an unchanged value is looked up once
+			dst = e.ix.list(b).visit(dst, stamp)
+		}
+	}
+	for _, e := range ti.ct {
+		a, _ := c.after.get(e.col)
+		arr, _ := a.([]any)
+		for _, v := range arr {
+			dst = e.ix.list(v).visit(dst, stamp)
+		}
+		b, _ := old.get(e.col)
+		if brr, _ := b.([]any); !sameArray(arr, brr) {
+			for _, v := range brr {
+				dst = e.ix.list(v).visit(dst, stamp)
 			}
 		}
 	}
-	for _, col := range ti.ctCols {
-		m := ti.ct[col]
-		for _, r := range [2]*row{c.after, old} {
-			v, _ := r.get(col)
-			arr, _ := v.([]any)
-			for _, e := range arr {
-				if k, ok := hashable(e); ok {
-					dst = visit(dst, m[k], stamp)
-				}
-			}
+	for _, e := range ti.rg {
+		a, aok := c.after.get(e.col)
+		if aok {
+			dst = e.ix.visit(dst, a, stamp)
+		}
+		if b, ok := old.get(e.col); ok && (!aok || !sameKey(a, b)) {
+			dst = e.ix.visit(dst, b, stamp)
 		}
 	}
 	return visit(dst, ti.res, stamp)
+}
+
+// sameArray reports whether two arrays hold the same scalars in order.
+func sameArray(a, b []any) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !sameKey(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameKey reports whether two normalised values are the same scalar, to
+// skip a second lookup; false for arrays.
+func sameKey(a, b any) bool {
+	switch x := a.(type) {
+	case int64:
+		y, ok := b.(int64)
+		return ok && x == y
+	case string:
+		y, ok := b.(string)
+		return ok && x == y
+	}
+	return false
 }

@@ -54,6 +54,7 @@ type compiled struct {
 	tables []string // nil: every table
 	ops    opMask
 	where  *Cond
+	prog   *node // where compiled
 	proj   *projection
 }
 
@@ -86,6 +87,8 @@ func compile(f Filter) (*compiled, error) {
 			return nil, err
 		}
 		c.where = &w
+		n := compileCond(&w)
+		c.prog = &n
 	}
 	return c, nil
 }
@@ -130,12 +133,12 @@ func (f *compiled) match(c *change) (kind, bool) {
 	}
 	switch c.op {
 	case cdc.OpInsert, cdc.OpRead:
-		return kindAsIs, f.where.eval(c.after) == yes
+		return kindAsIs, f.prog.eval(c.after) == yes
 	case cdc.OpDelete:
-		return kindAsIs, f.where.eval(c.old) == yes
+		return kindAsIs, f.prog.eval(c.old) == yes
 	case cdc.OpUpdate:
-		a := f.where.eval(c.after)
-		b := f.where.eval(c.old)
+		a := f.prog.eval(c.after)
+		b := f.prog.eval(c.old)
 		switch {
 		case a == yes && b == no:
 			return kindIn, true
@@ -146,6 +149,28 @@ func (f *compiled) match(c *change) (kind, bool) {
 		}
 	}
 	return 0, false
+}
+
+// matches reports whether c reaches a feed with filter f in any kind, for
+// a candidate of the index (whose table is known to match): match's rules
+// reduce to "the image the operation is judged on matches", and for an
+// update "either image matches".
+func (f *compiled) matches(c *change) bool {
+	if f.ops&opBit(c.op) == 0 {
+		return false
+	}
+	if f.where == nil {
+		return true
+	}
+	switch c.op {
+	case cdc.OpInsert, cdc.OpRead:
+		return f.prog.eval(c.after) == yes
+	case cdc.OpDelete:
+		return f.prog.eval(c.old) == yes
+	case cdc.OpUpdate:
+		return f.prog.eval(c.after) == yes || f.prog.eval(c.old) == yes
+	}
+	return false
 }
 
 // serialise returns the JSON of c for projection p delivered as k, made
