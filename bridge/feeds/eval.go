@@ -10,12 +10,18 @@ type node struct {
 	col  string
 	i    int64  // val when vk is vkInt
 	s    string // val when vk is vkStr
-	val  any
-	ints []int64  // in: every value an integer
-	strs []string // in: every value a string
-	vals []any    // in, contains; ranges: vals[0]
 	subs []node
-	leaf *Cond // for the kinds evaluated by Cond.test
+	val  any
+	in   *inSet // in
+	leaf *Cond  // for the kinds evaluated by Cond.test
+}
+
+// inSet is the values of an in condition, typed when they all are
+// integers or all strings.
+type inSet struct {
+	strs []string
+	ints []int64
+	vals []any
 }
 
 type opcode uint8
@@ -38,8 +44,24 @@ const (
 	vkStr
 )
 
-// compileCond builds the node of a validated condition.
+// compileCond builds the node of a validated condition. The nodes below
+// it sit in one allocation, in the order evaluation visits them.
 func compileCond(c *Cond) node {
+	n, _ := build(c, make([]node, countNodes(c)-1))
+	return n
+}
+
+func countNodes(c *Cond) int {
+	n := 1
+	for i := range c.Subs {
+		n += countNodes(&c.Subs[i])
+	}
+	return n
+}
+
+// build compiles c, taking the nodes of its operands from slab; it returns
+// what is left of slab.
+func build(c *Cond, slab []node) (node, []node) {
 	n := node{col: c.Col}
 	switch c.Kind {
 	case KindEq, KindNe:
@@ -55,25 +77,26 @@ func compileCond(c *Cond) node {
 			n.vk, n.s = vkStr, x
 		}
 	case KindIn:
-		n.op, n.vals = opIn, c.Vals
+		set := &inSet{vals: c.Vals}
+		n.op, n.in = opIn, set
 		allInts, allStrs := true, true
 		for _, v := range c.Vals {
 			switch x := v.(type) {
 			case int64:
-				n.ints = append(n.ints, x)
+				set.ints = append(set.ints, x)
 				allStrs = false
 			case string:
-				n.strs = append(n.strs, x)
+				set.strs = append(set.strs, x)
 				allInts = false
 			default:
 				allInts, allStrs = false, false
 			}
 		}
 		if !allInts {
-			n.ints = nil
+			set.ints = nil
 		}
 		if !allStrs {
-			n.strs = nil
+			set.strs = nil
 		}
 	case KindAnd, KindOr, KindNot:
 		switch c.Kind {
@@ -84,14 +107,15 @@ func compileCond(c *Cond) node {
 		default:
 			n.op = opNot
 		}
-		n.subs = make([]node, len(c.Subs))
+		k := len(c.Subs)
+		n.subs, slab = slab[:k:k], slab[k:]
 		for i := range c.Subs {
-			n.subs[i] = compileCond(&c.Subs[i])
+			n.subs[i], slab = build(&c.Subs[i], slab)
 		}
 	default:
 		n.op, n.leaf = opLeaf, c
 	}
-	return n
+	return n, slab
 }
 
 // eval is Cond.eval over the compiled form.
@@ -141,10 +165,11 @@ func (n *node) eval(r *row) tri {
 		if v == nil {
 			return no
 		}
+		set := n.in
 		switch x := v.(type) {
 		case int64:
-			if n.ints != nil {
-				for _, y := range n.ints {
+			if set.ints != nil {
+				for _, y := range set.ints {
 					if x == y {
 						return yes
 					}
@@ -152,8 +177,8 @@ func (n *node) eval(r *row) tri {
 				return no
 			}
 		case string:
-			if n.strs != nil {
-				for _, y := range n.strs {
+			if set.strs != nil {
+				for _, y := range set.strs {
 					if x == y {
 						return yes
 					}
@@ -161,7 +186,7 @@ func (n *node) eval(r *row) tri {
 				return no
 			}
 		}
-		for _, y := range n.vals {
+		for _, y := range set.vals {
 			if equal(v, y) {
 				return yes
 			}

@@ -322,6 +322,7 @@ func (fs *Feeds) consume(ctx context.Context, start, gen uint64) error {
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
 	defer it.Stop()
+	nm := names{}
 	for {
 		msg, err := it.Next()
 		if err != nil {
@@ -334,7 +335,7 @@ func (fs *Feeds) consume(ctx context.Context, start, gen uint64) error {
 		if err != nil {
 			return fmt.Errorf("reading metadata of a message on %q: %w", fs.cfg.Stream, err)
 		}
-		c, derr := decode(meta.Sequence.Stream, msg.Headers(), msg.Data())
+		c, derr := decode(meta.Sequence.Stream, msg.Headers(), msg.Data(), nm)
 		if derr != nil {
 			fs.log.Warn("feeds: message not understood; it matches no feed", "stream", fs.cfg.Stream, "seq", meta.Sequence.Stream, "err", derr)
 		}
@@ -460,7 +461,7 @@ func (fs *Feeds) dispatchLocked(t *txn, prev uint64) {
 		fs.stamp++
 		fs.scratch = fs.idx.candidates(c, fs.stamp, fs.scratch[:0])
 		for _, g := range fs.scratch {
-			if g.nwait == 0 || !g.filter.matches(c) {
+			if g.nwait == 0 || !g.matches(c) {
 				continue
 			}
 			for _, f := range g.feeds { // waking leaves g.feeds as it is

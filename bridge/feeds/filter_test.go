@@ -24,7 +24,7 @@ func decoded(t testing.TB, c cdc.Change, seq uint64) *change {
 		h.Set(headerTable, c.Schema+"."+c.Table)
 	}
 	h.Set(headerOp, string(c.Op))
-	d, err := decode(seq, h, c.Payload)
+	d, err := decode(seq, h, c.Payload, nil)
 	require.NoError(t, err)
 	return d
 }
@@ -198,7 +198,7 @@ func TestParseCondErrors(t *testing.T) {
 }
 
 func TestParseRow(t *testing.T) {
-	r, err := parseRow([]byte(` {"a" : 1, "b":"x\"y", "c":[1,"z",[2]], "d":{"k":[1,{"x":"}"}]}, "e":null, "f":true, "g":1.5e3} `))
+	r, err := parseRow([]byte(` {"a" : 1, "b":"x\"y", "c":[1,"z",[2]], "d":{"k":[1,{"x":"}"}]}, "e":null, "f":true, "g":1.5e3} `), nil)
 	require.NoError(t, err)
 	require.Equal(t, []string{"a", "b", "c", "d", "e", "f", "g"}, r.names)
 	require.Equal(t, int64(1), r.vals[0])
@@ -208,6 +208,6 @@ func TestParseRow(t *testing.T) {
 	require.Nil(t, r.vals[4])
 	require.Equal(t, true, r.vals[5])
 	require.Equal(t, int64(1500), r.vals[6])
-	_, err = parseRow([]byte(`{"a":`))
+	_, err = parseRow([]byte(`{"a":`), nil)
 	require.Error(t, err)
 }

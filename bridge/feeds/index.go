@@ -2,6 +2,8 @@ package feeds
 
 import (
 	"encoding/json"
+
+	"github.com/bridgecdc/bridge/bridge/cdc"
 	"math"
 	"slices"
 	"sort"
@@ -12,11 +14,14 @@ import (
 // tested once per distinct filter however many feeds share it, as a
 // thousand browser tabs following one tenant do.
 type group struct {
+	ops     opMask
+	stamp   uint64    // visit mark of candidates
+	all     bool      // no condition
+	root    node      // the condition, compiled
 	key     string    // canonical filter, the index's groups key
 	filter  *compiled // the first feed's; only tables, ops and where are read
 	feeds   []*Feed   // Feed.gi is the position here
 	nwait   int       // feeds of the group parked in Next
-	stamp   uint64    // visit mark of candidates
 	entries []ientry  // where the group is in the index, to remove it
 }
 
@@ -100,6 +105,26 @@ func groupKey(f *compiled) string {
 		return "\x00" + err.Error()
 	}
 	return string(b)
+}
+
+// matches is compiled.matches with the group's own copy of the condition,
+// reached without another load.
+func (g *group) matches(c *change) bool {
+	if g.ops&opBit(c.op) == 0 {
+		return false
+	}
+	if g.all {
+		return true
+	}
+	switch c.op {
+	case cdc.OpInsert, cdc.OpRead:
+		return g.root.eval(c.after) == yes
+	case cdc.OpDelete:
+		return g.root.eval(c.old) == yes
+	case cdc.OpUpdate:
+		return g.root.eval(c.after) == yes || g.root.eval(c.old) == yes
+	}
+	return false
 }
 
 // plan chooses the index entries of a condition; nil means residual.
@@ -188,9 +213,18 @@ func (x *index) add(f *Feed) {
 	key := groupKey(f.filter)
 	g := x.groups[key]
 	if g == nil {
-		g = &group{key: key, filter: f.filter}
+		g = &group{key: key, filter: f.filter, ops: f.filter.ops, all: f.filter.where == nil}
+		if !g.all {
+			g.root = compileCond(f.filter.where)
+		}
 		x.groups[key] = g
 		x.addGroup(g)
+	}
+	if g.filter != f.filter { // share the group's condition; the feed's copy becomes garbage
+		f.filter.tables, f.filter.where = g.filter.tables, g.filter.where
+	}
+	if !g.all {
+		f.filter.prog = &g.root
 	}
 	f.group, f.gi = g, len(g.feeds)
 	g.feeds = append(g.feeds, f)

@@ -54,7 +54,7 @@ type compiled struct {
 	tables []string // nil: every table
 	ops    opMask
 	where  *Cond
-	prog   *node // where compiled
+	prog   *node // where compiled; shared with the feed's group once registered
 	proj   *projection
 }
 

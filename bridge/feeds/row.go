@@ -81,7 +81,7 @@ func bridgeMsg(h nats.Header) bool { return h.Get(headerOp) != "" && h.Get(heade
 // decode turns a stream message into a change. Messages that are not the
 // bridge's (no Bridge-Op header) become single-message transactions that
 // match nothing; so do payloads that are not the native JSON format.
-func decode(seq uint64, h nats.Header, data []byte) (*change, error) {
+func decode(seq uint64, h nats.Header, data []byte, nm names) (*change, error) {
 	c := &change{seq: seq, n: 1, size: 200 + len(data)*2}
 	if !bridgeMsg(h) {
 		return c, nil
@@ -114,17 +114,12 @@ func decode(seq uint64, h nats.Header, data []byte) (*change, error) {
 	default:
 		return c, nil
 	}
-	var p struct {
-		Key    json.RawMessage `json:"key"`
-		Before json.RawMessage `json:"before"`
-		After  json.RawMessage `json:"after"`
-	}
-	if err := json.Unmarshal(data, &p); err != nil {
-		return c, fmt.Errorf("message %d (%s): decoding payload as native JSON: %w", seq, c.id, err)
-	}
-	if c.key, err = parseRow(p.Key); err == nil {
-		if c.before, err = parseRow(p.Before); err == nil {
-			c.after, err = parseRow(p.After)
+	key, before, after, err := rowFields(data)
+	if err == nil {
+		if c.key, err = parseRow(key, nm); err == nil {
+			if c.before, err = parseRow(before, nm); err == nil {
+				c.after, err = parseRow(after, nm)
+			}
 		}
 	}
 	if err != nil {
@@ -137,9 +132,76 @@ func decode(seq uint64, h nats.Header, data []byte) (*change, error) {
 	return c, nil
 }
 
+// rowFields returns the raw values of the payload's top-level "key",
+// "before" and "after" members, skipping the others without decoding them.
+func rowFields(b []byte) (key, before, after []byte, err error) {
+	b = trimSpace(b)
+	if len(b) == 0 || b[0] != '{' {
+		return nil, nil, nil, errors.New("payload is not an object")
+	}
+	i := skipSpace(b, 1)
+	if i < len(b) && b[i] == '}' {
+		return nil, nil, nil, nil
+	}
+	for i < len(b) {
+		if b[i] != '"' {
+			return nil, nil, nil, fmt.Errorf("want a member name at byte %d", i)
+		}
+		j, err := skipString(b, i)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		name := b[i+1 : j-1]
+		i = skipSpace(b, j)
+		if i >= len(b) || b[i] != ':' {
+			return nil, nil, nil, fmt.Errorf("want ':' at byte %d", i)
+		}
+		i = skipSpace(b, i+1)
+		j, err = skipValue(b, i)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("member %q: %w", name, err)
+		}
+		switch string(name) {
+		case "key":
+			key = b[i:j]
+		case "before":
+			before = b[i:j]
+		case "after":
+			after = b[i:j]
+		}
+		i = skipSpace(b, j)
+		if i < len(b) && b[i] == ',' {
+			i = skipSpace(b, i+1)
+			continue
+		}
+		if i < len(b) && b[i] == '}' && skipSpace(b, i+1) == len(b) {
+			return key, before, after, nil
+		}
+		return nil, nil, nil, fmt.Errorf("want ',' or '}' at byte %d", i)
+	}
+	return nil, nil, nil, errors.New("unterminated object")
+}
+
+// names interns column names for the consumer, which decodes the same few
+// names in every message; nil interns nothing. Not safe for concurrent use.
+type names map[string]string
+
+// name unquotes the JSON string b, interned.
+func (nm names) name(b []byte) (string, error) {
+	s := b[1 : len(b)-1]
+	if n, ok := nm[string(s)]; ok {
+		return n, nil
+	}
+	n, err := unquote(b)
+	if err == nil && nm != nil && len(nm) < 4096 && n == string(s) {
+		nm[n] = n
+	}
+	return n, err
+}
+
 // parseRow splits a JSON object into names, raw values and values; null
 // or empty gives nil.
-func parseRow(b []byte) (*row, error) {
+func parseRow(b []byte, nm names) (*row, error) {
 	b = trimSpace(b)
 	if len(b) == 0 || string(b) == "null" {
 		return nil, nil
@@ -147,7 +209,7 @@ func parseRow(b []byte) (*row, error) {
 	if b[0] != '{' {
 		return nil, errors.New("row is not an object")
 	}
-	r := &row{}
+	r := &row{names: make([]string, 0, 8), vals: make([]any, 0, 8), raws: make([]json.RawMessage, 0, 8)}
 	i := skipSpace(b, 1)
 	if i < len(b) && b[i] == '}' {
 		return r, nil
@@ -160,7 +222,7 @@ func parseRow(b []byte) (*row, error) {
 		if err != nil {
 			return nil, err
 		}
-		name, err := unquote(b[i:j])
+		name, err := nm.name(b[i:j])
 		if err != nil {
 			return nil, err
 		}
@@ -199,22 +261,124 @@ func parseValue(raw []byte) (any, error) {
 	switch raw[0] {
 	case '"':
 		return unquote(raw)
-	case 'n':
-		return nil, nil
-	case 't':
-		return true, nil
-	case 'f':
-		return false, nil
+	case 'n', 't', 'f':
+		switch string(raw) {
+		case "null":
+			return nil, nil
+		case "true":
+			return true, nil
+		case "false":
+			return false, nil
+		}
 	case '{':
 		return string(raw), nil
 	case '[':
-		var v []any
-		if err := decodeNumbers(raw, &v); err != nil {
+		a, err := parseArray(raw)
+		if err != nil {
 			return nil, err
 		}
-		return normalize(v), nil
+		return a, nil
+	default:
+		if n, ok := smallInt(raw); ok {
+			return n, nil
+		}
+		if validNumber(raw) {
+			return normalize(json.Number(raw)), nil
+		}
 	}
-	return normalize(json.Number(raw)), nil
+	return nil, fmt.Errorf("invalid value %.20q", raw)
+}
+
+// smallInt parses an integer of up to 18 digits without allocating.
+func smallInt(b []byte) (int64, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 18 || (b[0] == '0' && len(b) > 1) {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
+}
+
+// parseArray normalises a JSON array: its elements as parseValue makes
+// them.
+func parseArray(b []byte) ([]any, error) {
+	out := []any{}
+	i := skipSpace(b, 1)
+	if i < len(b) && b[i] == ']' {
+		return out, nil
+	}
+	for i < len(b) {
+		j, err := skipValue(b, i)
+		if err != nil {
+			return nil, err
+		}
+		v, err := parseValue(b[i:j])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+		i = skipSpace(b, j)
+		if i < len(b) && b[i] == ',' {
+			i = skipSpace(b, i+1)
+			continue
+		}
+		if i < len(b) && b[i] == ']' {
+			return out, nil
+		}
+		return nil, fmt.Errorf("want ',' or ']' at byte %d", i)
+	}
+	return nil, errors.New("unterminated array")
+}
+
+// validNumber reports whether b is a JSON number.
+func validNumber(b []byte) bool {
+	i := 0
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	d := i
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
+	}
+	if i == d {
+		return false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		d = i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == d {
+			return false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		d = i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == d {
+			return false
+		}
+	}
+	return i == len(b)
 }
 
 func unquote(b []byte) (string, error) {
