@@ -7,13 +7,13 @@ package feeds
 type node struct {
 	op   opcode
 	vk   valKind // of val, for eq and ne
+	subs []node
 	col  string
 	i    int64  // val when vk is vkInt
 	s    string // val when vk is vkStr
-	subs []node
-	val  any
 	in   *inSet // in
-	leaf *Cond  // for the kinds evaluated by Cond.test
+	val  any
+	leaf *Cond // for the kinds evaluated by Cond.test
 }
 
 // inSet is the values of an in condition, typed when they all are
@@ -45,9 +45,15 @@ const (
 )
 
 // compileCond builds the node of a validated condition. The nodes below
-// it sit in one allocation, in the order evaluation visits them.
-func compileCond(c *Cond) node {
-	n, _ := build(c, make([]node, countNodes(c)-1))
+// it sit in one allocation, in the order evaluation visits them: inl when
+// it is large enough (a group passes its own array, so that a small
+// condition is in the group's memory), else a new one.
+func compileCond(c *Cond, inl []node) node {
+	k := countNodes(c) - 1
+	if k > len(inl) {
+		inl = make([]node, k)
+	}
+	n, _ := build(c, inl[:k])
 	return n
 }
 

@@ -18,6 +18,7 @@ type group struct {
 	stamp   uint64    // visit mark of candidates
 	all     bool      // no condition
 	root    node      // the condition, compiled
+	inl     [2]node   // the nodes below root when they are two or fewer
 	key     string    // canonical filter, the index's groups key
 	filter  *compiled // the first feed's; only tables, ops and where are read
 	feeds   []*Feed   // Feed.gi is the position here
@@ -215,7 +216,7 @@ func (x *index) add(f *Feed) {
 	if g == nil {
 		g = &group{key: key, filter: f.filter, ops: f.filter.ops, all: f.filter.where == nil}
 		if !g.all {
-			g.root = compileCond(f.filter.where)
+			g.root = compileCond(f.filter.where, g.inl[:])
 		}
 		x.groups[key] = g
 		x.addGroup(g)

@@ -131,7 +131,7 @@ func TestNodeAgreesWithCond(t *testing.T) {
 	for i := range 20_000 {
 		c := propCond(r, 3)
 		require.NoError(t, c.validate("where"))
-		n := compileCond(&c)
+		n := compileCond(&c, nil)
 		rw := propRow(t, r)
 		if got, want := n.eval(rw), c.eval(rw); got != want {
 			t.Fatalf("case %d: %s on %v: compiled %d, reference %d", i, mustJSON(t, c), rw.vals, got, want)

@@ -87,7 +87,7 @@ func compile(f Filter) (*compiled, error) {
 			return nil, err
 		}
 		c.where = &w
-		n := compileCond(&w)
+		n := compileCond(&w, nil)
 		c.prog = &n
 	}
 	return c, nil
