@@ -384,3 +384,67 @@ func TestEpochChangeWithoutResync(t *testing.T) {
 	require.ErrorAs(t, err, &re)
 	require.Equal(t, ReasonEpoch, re.Reason)
 }
+
+// TestSharedFilterWakesEachWaiter: feeds with one filter share a group;
+// a matching change wakes every one of them parked in Next, a feed that
+// was not waiting gets the change on its next call, and closing a parked
+// feed leaves the others waiting and woken as before.
+func TestSharedFilterWakesEachWaiter(t *testing.T) {
+	e := newEnv(t, nil)
+	fs := e.feeds(Config{})
+	filter := Filter{Tables: []string{"public.orders"}, Where: And(Eq("tenant", 5), In("status", "open")).Ptr()}
+	var parked []*Feed
+	for range 5 {
+		f, err := fs.Register(filter, Token{})
+		require.NoError(t, err)
+		parked = append(parked, f)
+	}
+	idle, err := fs.Register(filter, Token{})
+	require.NoError(t, err)
+	require.Same(t, parked[0].group, idle.group)
+
+	type res struct {
+		i   int
+		b   Batch
+		err error
+	}
+	out := make(chan res, len(parked))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	closedCtx, closeOne := context.WithCancel(t.Context())
+	for i, f := range parked {
+		c := ctx
+		if i == 0 {
+			c = closedCtx
+		}
+		go func() { b, err := f.Next(c); out <- res{i, b, err} }()
+	}
+	require.Eventually(t, func() bool { return fs.Stats().Waiting == len(parked) }, 10*time.Second, 5*time.Millisecond)
+	closeOne()
+	r := <-out
+	require.Equal(t, 0, r.i)
+	require.Empty(t, r.b.Changes)
+	parked[0].Close()
+	fs.mu.RLock()
+	require.Equal(t, len(parked)-1, idle.group.nwait, "waiting count of the group after one left")
+	fs.mu.RUnlock()
+
+	e.write(
+		e.gen.tx(ins(order{ID: 1, Tenant: 5, Status: "paid"})), // no match: nobody wakes for it
+		e.gen.tx(ins(order{ID: 2, Tenant: 5, Status: "open"})),
+	)
+	for range len(parked) - 1 {
+		select {
+		case r := <-out:
+			require.NoError(t, r.err)
+			require.Equal(t, []uint64{2}, seqs(r.b.Changes), "feed %d", r.i)
+		case <-time.After(20 * time.Second):
+			t.Fatal("a parked feed of the group was not woken")
+		}
+	}
+	got, _ := collect(t, idle, 1, 20*time.Second)
+	require.Equal(t, []uint64{2}, seqs(got))
+	fs.mu.RLock()
+	require.Zero(t, idle.group.nwait)
+	fs.mu.RUnlock()
+}
