@@ -46,6 +46,7 @@ func benchFilter(i, n int) Filter {
 func benchChanges(b *testing.B, n, count int) []*change {
 	g := newGen("b.src.e1")
 	r := rand.New(rand.NewPCG(1, 1))
+	nm := newNames() // as the consumer decodes
 	out := make([]*change, count)
 	for i := range out {
 		space := max(n/2, 1)
@@ -53,7 +54,7 @@ func benchChanges(b *testing.B, n, count int) []*change {
 			Tags: []string{"t" + strconv.Itoa(r.IntN(space))}, Amount: 10}
 		o2 := o
 		o2.Status = statuses[r.IntN(4)]
-		out[i] = decoded(b, g.tx(upd(o, o2))[0], uint64(i+1))
+		out[i] = decodedWith(b, g.tx(upd(o, o2))[0], uint64(i+1), nm)
 	}
 	return out
 }
@@ -138,7 +139,7 @@ func BenchmarkRouteAfterDecode(b *testing.B) {
 				h.Set(headerOp, "update")
 				msgs[i] = msg{h, c.Payload}
 			}
-			nm := names{}
+			nm := newNames()
 			const round = 64
 			batch := make([]*change, round)
 			var stamp uint64
@@ -196,7 +197,7 @@ func BenchmarkDecode(b *testing.B) {
 	h.Set(headerOp, "update")
 	b.ReportAllocs()
 	b.SetBytes(int64(len(c.Payload)))
-	nm := names{}
+	nm := newNames()
 	cpu0 := cpuTime()
 	for range b.N {
 		if _, err := decode(1, h, c.Payload, nm); err != nil {

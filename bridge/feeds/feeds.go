@@ -322,7 +322,7 @@ func (fs *Feeds) consume(ctx context.Context, start, gen uint64) error {
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
 	defer it.Stop()
-	nm := names{}
+	nm := newNames()
 	for {
 		msg, err := it.Next()
 		if err != nil {

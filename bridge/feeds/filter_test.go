@@ -15,6 +15,12 @@ import (
 // the stream, with the headers the natsjs sink sets.
 func decoded(t testing.TB, c cdc.Change, seq uint64) *change {
 	t.Helper()
+	return decodedWith(t, c, seq, nil)
+}
+
+// decodedWith is decoded with the consumer's names table.
+func decodedWith(t testing.TB, c cdc.Change, seq uint64, nm *names) *change {
+	t.Helper()
 	h := nats.Header{}
 	h.Set(headerMsgID, c.ID())
 	h.Set(headerCommit, c.CommitLSN.String())
@@ -24,7 +30,7 @@ func decoded(t testing.TB, c cdc.Change, seq uint64) *change {
 		h.Set(headerTable, c.Schema+"."+c.Table)
 	}
 	h.Set(headerOp, string(c.Op))
-	d, err := decode(seq, h, c.Payload, nil)
+	d, err := decode(seq, h, c.Payload, nm)
 	require.NoError(t, err)
 	return d
 }
@@ -198,7 +204,7 @@ func TestParseCondErrors(t *testing.T) {
 }
 
 func TestParseRow(t *testing.T) {
-	r, err := parseRow([]byte(` {"a" : 1, "b":"x\"y", "c":[1,"z",[2]], "d":{"k":[1,{"x":"}"}]}, "e":null, "f":true, "g":1.5e3} `), nil)
+	r, err := parseRow([]byte(` {"a" : 1, "b":"x\"y", "c":[1,"z",[2]], "d":{"k":[1,{"x":"}"}]}, "e":null, "f":true, "g":1.5e3} `), nil, 1)
 	require.NoError(t, err)
 	require.Equal(t, []string{"a", "b", "c", "d", "e", "f", "g"}, r.names)
 	require.Equal(t, int64(1), r.vals[0])
@@ -208,6 +214,6 @@ func TestParseRow(t *testing.T) {
 	require.Nil(t, r.vals[4])
 	require.Equal(t, true, r.vals[5])
 	require.Equal(t, int64(1500), r.vals[6])
-	_, err = parseRow([]byte(`{"a":`), nil)
+	_, err = parseRow([]byte(`{"a":`), nil, 1)
 	require.Error(t, err)
 }

@@ -42,6 +42,13 @@ type group struct {
 type index struct {
 	tables map[string]*tindex
 	groups map[string]*group
+	all    *tindex // tables[""]: filters of every table
+
+	// The table of the last change and its index: a stream carries runs of
+	// one table's changes. Valid until tables changes.
+	lastTable string
+	lastTi    *tindex
+	lastOK    bool
 }
 
 type tindex struct {
@@ -52,10 +59,35 @@ type tindex struct {
 }
 
 // colIndex is one column's index; a table has a few, so a slice scanned
-// by name beats a map.
+// by name beats a map. It remembers where the column was in the last names
+// slice it read: rows decoded by the consumer share one names slice per
+// column layout (see names), so most rows find it without a scan. The
+// slice is held, so its memory cannot be reused by another while cached.
 type colIndex[T any] struct {
-	col string
-	ix  *T
+	col   string
+	ix    *T
+	names []string // the names slice pos refers to
+	pos   int      // col's position in names, or -1
+}
+
+// at is r.get(col), by way of the remembered position.
+func (e *colIndex[T]) at(r *row) (any, bool) {
+	if r == nil || len(r.names) == 0 {
+		return nil, false
+	}
+	if len(e.names) != len(r.names) || &e.names[0] != &r.names[0] {
+		e.names, e.pos = r.names, -1
+		for i, n := range r.names {
+			if len(n) == len(e.col) && n == e.col {
+				e.pos = i
+				break
+			}
+		}
+	}
+	if e.pos < 0 {
+		return nil, false
+	}
+	return r.vals[e.pos], true
 }
 
 func find[T any](l []colIndex[T], col string) *T {
@@ -248,6 +280,7 @@ func (x *index) addGroup(g *group) {
 		if ti == nil {
 			ti = &tindex{}
 			x.tables[t] = ti
+			x.tablesChanged()
 		}
 		for _, p := range picks {
 			switch p.mode {
@@ -259,7 +292,7 @@ func (x *index) addGroup(g *group) {
 				vi := find(*l, p.col)
 				if vi == nil {
 					vi = &vindex{}
-					*l = append(*l, colIndex[vindex]{p.col, vi})
+					*l = append(*l, colIndex[vindex]{col: p.col, ix: vi})
 				}
 				for _, k := range p.keys {
 					vi.add(k, g)
@@ -268,7 +301,7 @@ func (x *index) addGroup(g *group) {
 				ri := find(ti.rg, p.col)
 				if ri == nil {
 					ri = &rindex{}
-					ti.rg = append(ti.rg, colIndex[rindex]{p.col, ri})
+					ti.rg = append(ti.rg, colIndex[rindex]{col: p.col, ix: ri})
 				}
 				ri.add(p.mode, p.x, g)
 			default:
@@ -330,9 +363,15 @@ func (x *index) remove(f *Feed) {
 		}
 		if ti.empty() {
 			delete(x.tables, e.table)
+			x.tablesChanged()
 		}
 	}
 	g.entries = nil
+}
+
+func (x *index) tablesChanged() {
+	x.all = x.tables[""]
+	x.lastOK, x.lastTable, x.lastTi = false, "", nil
 }
 
 func deleteString(l []string, s string) []string {
@@ -537,16 +576,22 @@ func visit(dst, l []*group, stamp uint64) []*group {
 }
 
 // candidates appends to dst each group c may match, once; stamp, unique
-// per call, marks groups already visited. Not safe for concurrent use.
+// per call, marks groups already visited. Not safe for concurrent use (it
+// also remembers the last table).
 func (x *index) candidates(c *change, stamp uint64, dst []*group) []*group {
 	if c.table == "" {
 		return dst
 	}
-	if ti := x.tables[c.table]; ti != nil {
+	ti := x.lastTi
+	if !x.lastOK || c.table != x.lastTable {
+		ti = x.tables[c.table]
+		x.lastTable, x.lastTi, x.lastOK = c.table, ti, true
+	}
+	if ti != nil {
 		dst = ti.candidates(c, stamp, dst)
 	}
-	if ti := x.tables[""]; ti != nil {
-		dst = ti.candidates(c, stamp, dst)
+	if x.all != nil {
+		dst = x.all.candidates(c, stamp, dst)
 	}
 	return dst
 }
@@ -556,34 +601,37 @@ func (ti *tindex) candidates(c *change, stamp uint64, dst []*group) []*group {
 	if c.op != "update" && c.op != "delete" {
 		old = nil
 	}
-	for _, e := range ti.eq {
-		a, aok := c.after.get(e.col)
+	for i := range ti.eq {
+		e := &ti.eq[i]
+		a, aok := e.at(c.after)
 		if aok {
 			dst = e.ix.list(a).visit(dst, stamp)
 		}
-		if b, ok := old.get(e.col); ok && (!aok || !sameKey(a, b)) { // an unchanged value is looked up once
+		if b, ok := e.at(old); ok && (!aok || !sameKey(a, b)) { // an unchanged value is looked up once
 			dst = e.ix.list(b).visit(dst, stamp)
 		}
 	}
-	for _, e := range ti.ct {
-		a, _ := c.after.get(e.col)
+	for i := range ti.ct {
+		e := &ti.ct[i]
+		a, _ := e.at(c.after)
 		arr, _ := a.([]any)
 		for _, v := range arr {
 			dst = e.ix.list(v).visit(dst, stamp)
 		}
-		b, _ := old.get(e.col)
+		b, _ := e.at(old)
 		if brr, _ := b.([]any); !sameArray(arr, brr) {
 			for _, v := range brr {
 				dst = e.ix.list(v).visit(dst, stamp)
 			}
 		}
 	}
-	for _, e := range ti.rg {
-		a, aok := c.after.get(e.col)
+	for i := range ti.rg {
+		e := &ti.rg[i]
+		a, aok := e.at(c.after)
 		if aok {
 			dst = e.ix.visit(dst, a, stamp)
 		}
-		if b, ok := old.get(e.col); ok && (!aok || !sameKey(a, b)) {
+		if b, ok := e.at(old); ok && (!aok || !sameKey(a, b)) {
 			dst = e.ix.visit(dst, b, stamp)
 		}
 	}

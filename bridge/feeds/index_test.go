@@ -3,6 +3,7 @@ package feeds
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -81,9 +82,10 @@ func propCond(r *rand.Rand, d int) Cond {
 	return Not(propCond(r, d-1))
 }
 
-// propRow is a random row as the consumer decodes it, some columns
-// missing (a before image with only the key carries fewer).
-func propRow(t testing.TB, r *rand.Rand) *row {
+// propRow is a random row as the consumer decodes it (with nm, its names
+// table, or none), some columns missing (a before image with only the key
+// carries fewer), so that consecutive rows share or change their layout.
+func propRow(t testing.TB, r *rand.Rand, nm *names) *row {
 	var parts []string
 	for _, col := range propCols {
 		if r.IntN(6) == 0 {
@@ -101,7 +103,7 @@ func propRow(t testing.TB, r *rand.Rand) *row {
 		}
 		parts = append(parts, fmt.Sprintf("%q:%s", col, jsonOf(t, v)))
 	}
-	rw, err := parseRow([]byte("{"+strings.Join(parts, ",")+"}"), nil)
+	rw, err := parseRow([]byte("{"+strings.Join(parts, ",")+"}"), nm, 1)
 	require.NoError(t, err)
 	return rw
 }
@@ -132,7 +134,7 @@ func TestNodeAgreesWithCond(t *testing.T) {
 		c := propCond(r, 3)
 		require.NoError(t, c.validate("where"))
 		n := compileCond(&c, nil)
-		rw := propRow(t, r)
+		rw := propRow(t, r, nil)
 		if got, want := n.eval(rw), c.eval(rw); got != want {
 			t.Fatalf("case %d: %s on %v: compiled %d, reference %d", i, mustJSON(t, c), rw.vals, got, want)
 		}
@@ -183,11 +185,12 @@ func TestIndexFindsEveryMatch(t *testing.T) {
 	require.Less(t, len(fs.idx.groups), len(all), "feeds with the same filter share a group")
 	var stamp uint64
 	var scratch []*group
+	nm := newNames() // rows share names slices, as the consumer's do
 	totalCands, totalMatch := 0, 0
 	ops := []cdc.Op{cdc.OpInsert, cdc.OpUpdate, cdc.OpDelete, cdc.OpRead}
 	for i := range 3000 {
-		c := &change{op: ops[r.IntN(len(ops))], table: tables[r.IntN(2)], after: propRow(t, r)}
-		c.old = propRow(t, r)
+		c := &change{op: ops[r.IntN(len(ops))], table: tables[r.IntN(2)], after: propRow(t, r, nm)}
+		c.old = propRow(t, r, nm)
 		switch c.op {
 		case cdc.OpInsert, cdc.OpRead:
 			c.old = nil
@@ -277,7 +280,7 @@ func TestRangeIndex(t *testing.T) {
 	}
 	var stamp uint64
 	for _, v := range []string{"4", "5", "6", "-2.5", "-3", "7.25", "7.2", `"5.5"`, `"abc"`, "9007199254740993", "null", "true"} {
-		rw, err := parseRow([]byte(`{"x":`+v+`}`), nil)
+		rw, err := parseRow([]byte(`{"x":`+v+`}`), nil, 1)
 		require.NoError(t, err)
 		c := &change{op: cdc.OpInsert, table: "public.t", after: rw}
 		stamp++
@@ -291,5 +294,68 @@ func TestRangeIndex(t *testing.T) {
 				t.Fatalf("x=%s: %s matches but is no candidate", v, mustJSON(t, conds[i]))
 			}
 		}
+	}
+}
+
+// TestIndexSeesNewTables: the index remembers the last change's table;
+// registering the first feed of that table, or closing its last one, must
+// not leave a stale answer.
+func TestIndexSeesNewTables(t *testing.T) {
+	fs := bareFeeds()
+	rw, err := parseRow([]byte(`{"id":1}`), nil, 1)
+	require.NoError(t, err)
+	c := &change{op: cdc.OpInsert, table: "public.x", after: rw}
+	var stamp uint64
+	route := func() []*group { stamp++; return fs.idx.candidates(c, stamp, nil) }
+	require.Empty(t, route())
+	f, err := fs.Register(Filter{Tables: []string{"public.x"}, Where: Eq("id", 1).Ptr()}, Token{})
+	require.NoError(t, err)
+	require.Equal(t, []*group{f.group}, route())
+	all, err := fs.Register(Filter{Where: Eq("id", 1).Ptr()}, Token{})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []*group{f.group, all.group}, route())
+	f.Close()
+	require.Equal(t, []*group{all.group}, route())
+	all.Close()
+	require.Empty(t, route())
+}
+
+// TestNamesShared: rows decoded with the consumer's names table share one
+// names slice while their columns are the same, get their own when they
+// differ, and read the right values either way.
+func TestNamesShared(t *testing.T) {
+	nm := newNames()
+	parse := func(s string) *row {
+		r, err := parseRow([]byte(s), nm, 1)
+		require.NoError(t, err)
+		return r
+	}
+	a := parse(`{"id":1,"tenant":2,"status":"x"}`)
+	b := parse(`{"id":3,"tenant":4,"status":"y"}`)
+	require.Same(t, &a.names[0], &b.names[0], "same columns: one names slice")
+	c := parse(`{"id":5,"tenant":6}`)
+	require.Equal(t, []string{"id", "tenant"}, c.names)
+	require.NotSame(t, &a.names[0], &c.names[0])
+	d := parse(`{"id":7,"status":"z","tenant":8}`)
+	require.Equal(t, []string{"id", "status", "tenant"}, d.names)
+	e := parse(`{"id":7,"status":"z","tenant":8,"extra":true}`)
+	require.Equal(t, []string{"id", "status", "tenant", "extra"}, e.names)
+	require.Equal(t, []string{"id", "tenant", "status"}, a.names, "a shared slice is never written")
+	k, err := parseRow([]byte(`{"id":9}`), nm, 0)
+	require.NoError(t, err)
+	f := parse(`{"id":7,"status":"z","tenant":8,"extra":false}`)
+	require.Same(t, &e.names[0], &f.names[0], "a key between two images does not break their sharing")
+	require.Equal(t, []string{"id"}, k.names)
+
+	// The index's remembered positions follow the layouts.
+	fs := bareFeeds()
+	feed, err := fs.Register(Filter{Where: Eq("tenant", 8).Ptr()}, Token{})
+	require.NoError(t, err)
+	var stamp uint64
+	for i, rw := range []*row{a, b, c, d, e, f, a, d} {
+		stamp++
+		got := fs.idx.candidates(&change{op: cdc.OpInsert, table: "public.t", after: rw}, stamp, nil)
+		want := rw.vals[slices.Index(rw.names, "tenant")] == int64(8)
+		require.Equal(t, want, len(got) == 1 && got[0] == feed.group, "row %d %v", i, rw.vals)
 	}
 }

@@ -39,7 +39,9 @@ func (r *row) get(col string) (any, bool) {
 		return nil, false
 	}
 	for i, n := range r.names {
-		if n == col {
+		// Length and first byte inline, before the call comparing bytes:
+		// names of one length mostly differ at once.
+		if len(n) == len(col) && (len(n) == 0 || n[0] == col[0]) && n == col {
 			return r.vals[i], true
 		}
 	}
@@ -81,7 +83,7 @@ func bridgeMsg(h nats.Header) bool { return h.Get(headerOp) != "" && h.Get(heade
 // decode turns a stream message into a change. Messages that are not the
 // bridge's (no Bridge-Op header) become single-message transactions that
 // match nothing; so do payloads that are not the native JSON format.
-func decode(seq uint64, h nats.Header, data []byte, nm names) (*change, error) {
+func decode(seq uint64, h nats.Header, data []byte, nm *names) (*change, error) {
 	c := &change{seq: seq, n: 1, size: 200 + len(data)*2}
 	if !bridgeMsg(h) {
 		return c, nil
@@ -116,9 +118,9 @@ func decode(seq uint64, h nats.Header, data []byte, nm names) (*change, error) {
 	}
 	key, before, after, err := rowFields(data)
 	if err == nil {
-		if c.key, err = parseRow(key, nm); err == nil {
-			if c.before, err = parseRow(before, nm); err == nil {
-				c.after, err = parseRow(after, nm)
+		if c.key, err = parseRow(key, nm, 0); err == nil {
+			if c.before, err = parseRow(before, nm, 1); err == nil {
+				c.after, err = parseRow(after, nm, 1)
 			}
 		}
 	}
@@ -183,25 +185,67 @@ func rowFields(b []byte) (key, before, after []byte, err error) {
 }
 
 // names interns column names for the consumer, which decodes the same few
-// names in every message; nil interns nothing. Not safe for concurrent use.
-type names map[string]string
+// names in every message, and shares one names slice between consecutive
+// keys, and between consecutive images (before, after), with the same
+// columns, so that a row costs no names allocation and the index can
+// remember where a column is (colIndex). nil interns nothing. Not safe for
+// concurrent use.
+type names struct {
+	m    map[string]string
+	last [2][]string // the names of the last key, and of the last image
+}
+
+func newNames() *names { return &names{m: map[string]string{}} }
 
 // name unquotes the JSON string b, interned.
-func (nm names) name(b []byte) (string, error) {
+func (nm *names) name(b []byte) (string, error) {
 	s := b[1 : len(b)-1]
-	if n, ok := nm[string(s)]; ok {
-		return n, nil
+	if nm != nil {
+		if n, ok := nm.m[string(s)]; ok {
+			return n, nil
+		}
 	}
 	n, err := unquote(b)
-	if err == nil && nm != nil && len(nm) < 4096 && n == string(s) {
-		nm[n] = n
+	if err == nil && nm != nil && len(nm.m) < 4096 && n == string(s) {
+		nm.m[n] = n
 	}
 	return n, err
 }
 
+// rowNames builds a row's names slice: while they are the last row's,
+// nothing is allocated and the last row's slice is returned.
+type rowNames struct {
+	last []string
+	own  []string
+	n    int
+}
+
+func (rn *rowNames) add(name string) {
+	if rn.own == nil && rn.n < len(rn.last) && rn.last[rn.n] == name {
+		rn.n++
+		return
+	}
+	if rn.own == nil {
+		rn.own = make([]string, rn.n, max(8, rn.n+1))
+		copy(rn.own, rn.last[:rn.n])
+	}
+	rn.own = append(rn.own, name)
+	rn.n++
+}
+
+func (rn *rowNames) done() []string {
+	if rn.own == nil && rn.n == len(rn.last) {
+		return rn.last
+	}
+	if rn.own == nil {
+		rn.own = append([]string(nil), rn.last[:rn.n]...)
+	}
+	return rn.own
+}
+
 // parseRow splits a JSON object into names, raw values and values; null
-// or empty gives nil.
-func parseRow(b []byte, nm names) (*row, error) {
+// or empty gives nil. slot is 0 for a key, 1 for an image (see names).
+func parseRow(b []byte, nm *names, slot int) (*row, error) {
 	b = trimSpace(b)
 	if len(b) == 0 || string(b) == "null" {
 		return nil, nil
@@ -209,10 +253,21 @@ func parseRow(b []byte, nm names) (*row, error) {
 	if b[0] != '{' {
 		return nil, errors.New("row is not an object")
 	}
-	r := &row{names: make([]string, 0, 8), vals: make([]any, 0, 8), raws: make([]json.RawMessage, 0, 8)}
+	r := &row{vals: make([]any, 0, 8), raws: make([]json.RawMessage, 0, 8)}
+	var rn rowNames
+	if nm != nil {
+		rn.last = nm.last[slot]
+	}
+	finish := func() *row {
+		r.names = rn.done()
+		if nm != nil {
+			nm.last[slot] = r.names
+		}
+		return r
+	}
 	i := skipSpace(b, 1)
 	if i < len(b) && b[i] == '}' {
-		return r, nil
+		return finish(), nil
 	}
 	for i < len(b) {
 		if b[i] != '"' {
@@ -240,7 +295,7 @@ func parseRow(b []byte, nm names) (*row, error) {
 		if err != nil {
 			return nil, fmt.Errorf("column %q: %w", name, err)
 		}
-		r.names = append(r.names, name)
+		rn.add(name)
 		r.raws = append(r.raws, raw)
 		r.vals = append(r.vals, v)
 		i = skipSpace(b, j)
@@ -249,7 +304,7 @@ func parseRow(b []byte, nm names) (*row, error) {
 			continue
 		}
 		if i < len(b) && b[i] == '}' {
-			return r, nil
+			return finish(), nil
 		}
 		return nil, fmt.Errorf("want ',' or '}' at byte %d", i)
 	}
