@@ -52,6 +52,16 @@ func defaults() map[string]any {
 		"telemetry.metrics.slot_poll_interval": 10 * time.Second,
 		"http.listen":                          "127.0.0.1:8080",
 		"http.max_checkpoint_age":              time.Minute,
+
+		"serve.listen":         "127.0.0.1:8090",
+		"serve.stream":         "CDC",
+		"serve.max_conns":      10000,
+		"serve.max_per_client": 100,
+		"serve.hold":           20 * time.Second,
+		"serve.keep_alive":     15 * time.Second,
+		"serve.write_timeout":  10 * time.Second,
+		"serve.max_lag":        100000,
+		"serve.window_txns":    100000,
 	}
 }
 
