@@ -228,7 +228,11 @@ func (l *loader) interpolate(path string, v any) any {
 	case map[any]any: // a mapping with non-string keys
 		m := make(map[string]any, len(x))
 		for k, e := range x {
-			m[fmt.Sprint(k)] = e
+			key := fmt.Sprint(k)
+			if k == nil {
+				key = "null" // as written: e.g. serve.where: {null: deleted_at}
+			}
+			m[key] = e
 		}
 		return l.interpolate(path, m)
 	case []any:

@@ -111,3 +111,14 @@ func TestServeValidation(t *testing.T) {
 		assert.Contains(t, problems(t, c.Validate()), "serve.max_conns: must be > 0, got 0")
 	})
 }
+
+// TestNonStringKeys checks that keys YAML reads as other scalars keep the
+// text written: serve.where's {null: column} must reach the bridge as
+// "null".
+func TestNonStringKeys(t *testing.T) {
+	cfg, err := loadYAML(t, withBase(t, "serve: {where: {not: {null: deleted_at}}}\nsources: {shop: {config: {dsn: x, slot: y, 1: one, true: yes}}}"))
+	require.NoError(t, err)
+	assert.Equal(t, map[string]any{"not": map[string]any{"null": "deleted_at"}}, cfg.Serve.Where)
+	assert.Equal(t, "one", cfg.Sources["shop"].Config["1"])
+	assert.Equal(t, "yes", cfg.Sources["shop"].Config["true"])
+}
