@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -391,38 +392,175 @@ func (s *FeedServer) sse(w http.ResponseWriter, r *http.Request, f *feeds.Feed) 
 	}
 }
 
+// serveWherePath is the YAML path of the server's condition.
+const serveWherePath = "serve.where"
+
+// serveWhere parses serve.where, a feeds condition in its JSON form written
+// as YAML; nil when empty. Errors are *config.FieldError at the offending
+// path, e.g. serve.where.and[1].eq.
+func serveWhere(m map[string]any) (*feeds.Cond, error) {
+	if len(m) == 0 {
+		return nil, nil
+	}
+	if err := checkJSONValues(serveWherePath, m); err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, &config.FieldError{Path: serveWherePath, Msg: err.Error()}
+	}
+	c, err := feeds.ParseCond(b)
+	if err != nil {
+		// ParseCond's errors start with the path from "where":
+		// "where.and[1].eq: want [...]". It returns no typed error.
+		msg := err.Error()
+		if p, rest, ok := strings.Cut(msg, ": "); ok && (p == "where" || strings.HasPrefix(p, "where.")) {
+			return nil, &config.FieldError{Path: "serve." + p, Msg: rest}
+		}
+		return nil, &config.FieldError{Path: serveWherePath, Msg: msg}
+	}
+	return &c, nil
+}
+
+// checkJSONValues reports the first value under path that has no JSON form
+// a condition can compare: a YAML timestamp, which would compare as Go's
+// time format rather than Postgres's text, or a non-finite number.
+func checkJSONValues(path string, v any) error {
+	switch x := v.(type) {
+	case map[string]any:
+		for _, k := range sortedKeys(x) {
+			if err := checkJSONValues(path+"."+k, x[k]); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for i, e := range x {
+			if err := checkJSONValues(fmt.Sprintf("%s[%d]", path, i), e); err != nil {
+				return err
+			}
+		}
+	case time.Time:
+		return &config.FieldError{Path: path, Msg: `a YAML timestamp: quote it to compare the text Postgres sends, e.g. "2024-01-31"`}
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return &config.FieldError{Path: path, Msg: fmt.Sprintf("%v has no JSON form; use a finite number", x)}
+		}
+	}
+	return nil
+}
+
+// validateServe checks serve.where, which the config package leaves to the
+// bridge: it needs the feeds condition syntax. Errors name their YAML path.
+func validateServe(cfg *config.Config) []error {
+	if _, err := serveWhere(cfg.Serve.Where); err != nil {
+		return []error{err}
+	}
+	return nil
+}
+
+// serveConfigs returns the feeds server's and the feeds library's
+// configurations from bridge.yaml's serve section.
+func serveConfigs(s config.Serve, log *slog.Logger) (ServeConfig, feeds.Config, error) {
+	where, err := serveWhere(s.Where)
+	if err != nil {
+		return ServeConfig{}, feeds.Config{}, err
+	}
+	sc := ServeConfig{
+		Listen: s.Listen, Where: where, Tables: s.Tables, MaxConns: s.MaxConns, MaxPerClient: s.MaxPerClient,
+		ClientHeader: s.ClientHeader, Hold: s.Hold, KeepAlive: s.KeepAlive, WriteTimeout: s.WriteTimeout, MaxLag: s.MaxLag,
+	}
+	return sc, feeds.Config{Stream: s.Stream, WindowTxns: s.WindowTxns, Logger: log}, nil
+}
+
+// serveOverrides returns the serve keys set by the flags given on cmd's
+// command line (cobra's Changed; a flag left out keeps the file's value),
+// for config.WithOverrides, and the flag that set each key. Flags are
+// named after their keys with dashes. --where is not among them: it
+// replaces serve.where after loading, where an override would merge with
+// the file's mapping.
+func serveOverrides(cmd *cobra.Command, v config.Serve, tables string) (map[string]any, map[string]string) {
+	var list []any // --tables "": every table
+	for _, t := range strings.Split(tables, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			list = append(list, t)
+		}
+	}
+	vals := map[string]any{
+		"listen": v.Listen, "stream": v.Stream, "tables": append([]any{}, list...),
+		"max-conns": v.MaxConns, "max-per-client": v.MaxPerClient, "client-header": v.ClientHeader,
+		"hold": v.Hold, "keep-alive": v.KeepAlive, "write-timeout": v.WriteTimeout,
+		"max-lag": v.MaxLag, "window-txns": v.WindowTxns,
+	}
+	over, flags := map[string]any{}, map[string]string{}
+	for name, val := range vals {
+		if cmd.Flags().Changed(name) {
+			key := "serve." + strings.ReplaceAll(name, "-", "_")
+			over[key], flags[key] = val, name
+		}
+	}
+	return over, flags
+}
+
+// blameFlags adds the flag's name to each configuration problem at a key
+// a flag set, so that a bad flag value is not sought in bridge.yaml.
+func blameFlags(err error, flags map[string]string) {
+	switch e := err.(type) {
+	case interface{ Unwrap() []error }: // config.Errors, errors.Join
+		for _, sub := range e.Unwrap() {
+			blameFlags(sub, flags)
+		}
+	case *config.FieldError:
+		for key, name := range flags {
+			if e.Path == key || strings.HasPrefix(e.Path, key+"[") {
+				e.Msg += " (set by flag --" + name + ")"
+				return
+			}
+		}
+	}
+}
+
 // serveCommand is `bridge serve`: the feeds HTTP server over the stream
-// the bridge writes, with the NATS connection of bridge.yaml.
-func serveCommand(load func(...Option) (*config.Config, *App, error), printErrs func(error), stderr io.Writer) *cobra.Command {
-	var sc ServeConfig
-	var stream, where, tables string
-	var windowTxns int
+// the bridge writes, configured by bridge.yaml's serve section and flags
+// that override it, with the NATS connection of bridge.yaml.
+func serveCommand(load func([]config.Option, ...Option) (*config.Config, *App, error), printErrs func(error), stderr io.Writer) *cobra.Command {
+	var fv config.Serve
+	var where, tables string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve filtered feeds of the change stream over HTTP (long-poll and SSE)",
 		Long: `Serve filtered feeds of a JetStream change stream over HTTP: GET /v1/feed
 (long-poll, or server-sent events with Accept: text/event-stream or sse=1),
-GET /v1/position, /livez and /readyz. Reads the stream with one consumer,
-whatever the number of clients; needs no replication slot. NATS comes from
-bridge.yaml's nats section. See docs/feeds.md.`,
+GET /v1/position, /livez, /readyz and Prometheus metrics on /metrics. Reads
+the stream with one consumer, whatever the number of clients; needs no
+replication slot. Configured by bridge.yaml's serve section; a flag given on
+the command line overrides its key. NATS comes from bridge.yaml's nats
+section. See docs/feeds.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var flagWhere *feeds.Cond
 			if where != "" {
 				c, err := feeds.ParseCond([]byte(where))
 				if err != nil {
 					return usageError{fmt.Errorf("--where: %w", err)}
 				}
-				sc.Where = &c
+				flagWhere = &c
 			}
-			if tables != "" {
-				sc.Tables = strings.Split(tables, ",")
-			}
-			cfg, _, err := load()
+			over, flags := serveOverrides(cmd, fv, tables)
+			cfg, _, err := load([]config.Option{config.WithOverrides(over)})
 			if err != nil {
+				blameFlags(err, flags)
 				printErrs(err)
 				return err
 			}
 			log := NewLogger(cfg.Log, stderr)
+			sc, fc, err := serveConfigs(cfg.Serve, log)
+			if err != nil {
+				printErrs(err)
+				return err
+			}
+			if cmd.Flags().Changed("where") {
+				sc.Where = flagWhere // --where "" serves without a condition
+			}
 			url, stop, err := statusNATS(cfg)
 			if stop != nil {
 				defer stop()
@@ -444,18 +582,18 @@ bridge.yaml's nats section. See docs/feeds.md.`,
 			ctx, cancel := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer cancel()
 			startCtx, startCancel := context.WithTimeout(ctx, time.Minute)
-			fs, err := feeds.New(startCtx, js, feeds.Config{Stream: stream, WindowTxns: windowTxns, Logger: log})
+			fs, err := feeds.New(startCtx, js, fc)
 			startCancel()
 			if err != nil {
-				return err
+				return fmt.Errorf("serve.stream: %w", err)
 			}
 			defer fs.Close()
 			srv := &http.Server{Addr: sc.Listen, Handler: NewFeedServer(fs, sc, log).Handler(), ReadHeaderTimeout: 10 * time.Second}
 			ln, err := net.Listen("tcp", srv.Addr)
 			if err != nil {
-				return fmt.Errorf("listening on %s (--listen): %w", srv.Addr, err)
+				return fmt.Errorf("serve.listen: listening on %s: %w (choose another address with serve.listen or --listen)", srv.Addr, err)
 			}
-			log.Info("serving feeds", "listen", ln.Addr().String(), "stream", stream, "position", fs.Position().String())
+			log.Info("serving feeds and /metrics", "listen", ln.Addr().String(), "stream", fc.Stream, "position", fs.Position().String())
 			errc := make(chan error, 1)
 			go func() { errc <- srv.Serve(ln) }()
 			select {
@@ -469,16 +607,20 @@ bridge.yaml's nats section. See docs/feeds.md.`,
 			return srv.Shutdown(sctx)
 		},
 	}
+	// Flags without defaults of their own: one given on the command line
+	// overrides its serve key; bridge.yaml and its defaults supply the rest.
 	fl := cmd.Flags()
-	fl.StringVar(&sc.Listen, "listen", "127.0.0.1:8090", "HTTP address to listen on")
-	fl.StringVar(&stream, "stream", "CDC", "JetStream stream the bridge writes")
-	fl.StringVar(&where, "where", "", `condition ANDed with every request's, JSON (e.g. {"eq":["tenant_id",42]})`)
-	fl.StringVar(&tables, "tables", "", "comma-separated schema.table names requests may read (default all)")
-	fl.IntVar(&sc.MaxConns, "max-conns", 10000, "feed requests in progress before 503")
-	fl.IntVar(&sc.MaxPerClient, "max-per-client", 100, "feed requests in progress per client before 429")
-	fl.StringVar(&sc.ClientHeader, "client-header", "", "request header naming the client for --max-per-client (default the remote IP)")
-	fl.DurationVar(&sc.Hold, "hold", 20*time.Second, "long-poll wait (default and maximum)")
-	fl.DurationVar(&sc.WriteTimeout, "write-timeout", 10*time.Second, "SSE write deadline before a slow client is disconnected")
-	fl.IntVar(&windowTxns, "window-txns", 100000, "transactions kept in memory for resumes")
+	fl.StringVar(&fv.Listen, "listen", "", "HTTP address to listen on; overrides serve.listen (default 127.0.0.1:8090)")
+	fl.StringVar(&fv.Stream, "stream", "", "JetStream stream the bridge writes; overrides serve.stream (default CDC)")
+	fl.StringVar(&where, "where", "", `condition ANDed with every request's, JSON (e.g. {"eq":["tenant_id",42]}); replaces serve.where, "" for none`)
+	fl.StringVar(&tables, "tables", "", `comma-separated schema.table names requests may read; overrides serve.tables, "" for all`)
+	fl.IntVar(&fv.MaxConns, "max-conns", 0, "feed requests in progress before 503; overrides serve.max_conns (default 10000)")
+	fl.IntVar(&fv.MaxPerClient, "max-per-client", 0, "feed requests in progress per client before 429; overrides serve.max_per_client (default 100)")
+	fl.StringVar(&fv.ClientHeader, "client-header", "", "request header naming the client for the per-client limit; overrides serve.client_header (default the remote IP)")
+	fl.DurationVar(&fv.Hold, "hold", 0, "long-poll wait (default and maximum); overrides serve.hold (default 20s)")
+	fl.DurationVar(&fv.KeepAlive, "keep-alive", 0, "interval of SSE keep-alive comments; overrides serve.keep_alive (default 15s)")
+	fl.DurationVar(&fv.WriteTimeout, "write-timeout", 0, "SSE write deadline before a slow client is disconnected; overrides serve.write_timeout (default 10s)")
+	fl.Uint64Var(&fv.MaxLag, "max-lag", 0, "stream messages an SSE client may fall behind before it is disconnected; overrides serve.max_lag (default 100000)")
+	fl.IntVar(&fv.WindowTxns, "window-txns", 0, "transactions kept in memory for resumes; overrides serve.window_txns (default 100000)")
 	return cmd
 }
