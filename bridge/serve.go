@@ -87,12 +87,14 @@ func (c *ServeConfig) defaults() {
 }
 
 // FeedServer serves feeds over HTTP: long-poll and server-sent events on
-// GET /v1/feed, the current position on GET /v1/position, and /livez and
-// /readyz. docs/feeds.md documents the wire.
+// GET /v1/feed, the current position on GET /v1/position, /livez, /readyz
+// and its Prometheus metrics on /metrics (serve_metrics.go). docs/feeds.md
+// documents the wire.
 type FeedServer struct {
 	fs  *feeds.Feeds
 	cfg ServeConfig
 	log *slog.Logger
+	met *feedMetrics
 
 	mu        sync.Mutex
 	conns     int
@@ -105,7 +107,16 @@ func NewFeedServer(fs *feeds.Feeds, cfg ServeConfig, log *slog.Logger) *FeedServ
 	if log == nil {
 		log = slog.Default()
 	}
-	return &FeedServer{fs: fs, cfg: cfg, log: log, perClient: map[string]int{}}
+	s := &FeedServer{fs: fs, cfg: cfg, log: log, perClient: map[string]int{}}
+	s.met = newFeedMetrics(s, fs)
+	return s
+}
+
+// inProgress returns the number of feed requests admitted and not finished.
+func (s *FeedServer) inProgress() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns
 }
 
 // Handler returns the HTTP handler.
@@ -115,6 +126,7 @@ func (s *FeedServer) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/position", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"token": s.fs.Position().String()})
 	})
+	mux.Handle("GET /metrics", s.met.handler())
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if !s.fs.Ready() {
@@ -142,7 +154,7 @@ type apiError struct {
 }
 
 // admit counts a feed request in; the returned func counts it out.
-func (s *FeedServer) admit(w http.ResponseWriter, r *http.Request) (func(), bool) {
+func (s *FeedServer) admit(w http.ResponseWriter, r *http.Request, mode string) (func(), bool) {
 	client := ""
 	if s.cfg.ClientHeader != "" {
 		client = r.Header.Get(s.cfg.ClientHeader)
@@ -154,11 +166,13 @@ func (s *FeedServer) admit(w http.ResponseWriter, r *http.Request) (func(), bool
 	defer s.mu.Unlock()
 	retry := strconv.Itoa(1 + rand.IntN(3))
 	if s.conns >= s.cfg.MaxConns {
+		s.met.request(mode, outcomeOverloaded)
 		w.Header().Set("Retry-After", retry)
 		writeJSON(w, http.StatusServiceUnavailable, apiError{Error: "overloaded", Detail: fmt.Sprintf("%d feed requests in progress, the server's limit", s.conns)})
 		return nil, false
 	}
 	if s.perClient[client] >= s.cfg.MaxPerClient {
+		s.met.request(mode, outcomeTooMany)
 		w.Header().Set("Retry-After", retry)
 		writeJSON(w, http.StatusTooManyRequests, apiError{Error: "too-many-requests", Detail: fmt.Sprintf("%d feed requests in progress for this client, the limit", s.perClient[client])})
 		return nil, false
@@ -243,23 +257,28 @@ func contains(l []string, s string) bool {
 }
 
 func (s *FeedServer) feed(w http.ResponseWriter, r *http.Request) {
+	mode := modeLongPoll
+	if r.URL.Query().Get("sse") != "" || strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+		mode = modeSSE
+	}
 	filter, tok, err := s.parseRequest(r)
 	if err != nil {
+		s.met.request(mode, outcomeBadRequest)
 		writeJSON(w, http.StatusBadRequest, apiError{Error: "bad-request", Detail: err.Error()})
 		return
 	}
-	done, ok := s.admit(w, r)
+	done, ok := s.admit(w, r, mode)
 	if !ok {
 		return
 	}
 	defer done()
 	f, err := s.fs.Register(filter, tok)
 	if err != nil {
-		s.fail(w, err)
+		s.fail(w, mode, err)
 		return
 	}
 	defer f.Close()
-	if r.URL.Query().Get("sse") != "" || strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+	if mode == modeSSE {
 		s.sse(w, r, f)
 		return
 	}
@@ -267,6 +286,7 @@ func (s *FeedServer) feed(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("timeout"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 {
+			s.met.request(mode, outcomeBadRequest)
 			writeJSON(w, http.StatusBadRequest, apiError{Error: "bad-request", Detail: fmt.Sprintf("timeout: want a duration such as 20s, got %q", v)})
 			return
 		}
@@ -277,15 +297,21 @@ func (s *FeedServer) feed(w http.ResponseWriter, r *http.Request) {
 	b, err := f.Next(ctx)
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		if r.Context().Err() != nil {
-			return // the client went away
+			s.met.request(mode, outcomeClientGone)
+			return
 		}
-		s.fail(w, err)
+		s.fail(w, mode, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Bridge-Token", b.Token.String())
-	_, _ = w.Write(appendBatch(nil, b))
+	if _, err := w.Write(appendBatch(nil, b)); err != nil {
+		s.met.request(mode, outcomeClientGone)
+		return
+	}
+	s.met.request(mode, outcomeOK)
+	s.met.deliver(mode, b, time.Now())
 }
 
 // appendBatch writes {"token":..,"up_to_date":..,"changes":[..]} reusing
@@ -306,12 +332,15 @@ func appendBatch(dst []byte, b feeds.Batch) []byte {
 }
 
 // fail answers a feed error: 409 for must-refetch, 503 otherwise.
-func (s *FeedServer) fail(w http.ResponseWriter, err error) {
+func (s *FeedServer) fail(w http.ResponseWriter, mode string, err error) {
 	var re *feeds.RefetchError
 	if errors.As(err, &re) {
+		s.met.request(mode, outcomeRefetch)
+		s.met.refetch(re)
 		writeJSON(w, http.StatusConflict, refetchBody(re, s.fs.Position()))
 		return
 	}
+	s.met.request(mode, outcomeOverloaded)
 	w.Header().Set("Retry-After", "1")
 	writeJSON(w, http.StatusServiceUnavailable, apiError{Error: "overloaded", Detail: err.Error()})
 }
@@ -329,17 +358,24 @@ func (s *FeedServer) sse(w http.ResponseWriter, r *http.Request, f *feeds.Feed) 
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	write := func(b []byte) bool {
+	s.met.request(modeSSE, outcomeOK)
+	write := func(b []byte) error {
 		_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 		if _, err := w.Write(b); err != nil {
-			return false
+			return err
 		}
-		if err := rc.Flush(); err != nil {
-			return false
-		}
-		return true
+		return rc.Flush()
 	}
-	if !write([]byte(": feed\nretry: 1000\n\n")) {
+	// lost ends the stream after a failed write.
+	lost := func(err error) {
+		reason := writeFailure(err)
+		s.met.disconnect(reason)
+		if reason == disconnectWriteTimeout {
+			s.log.Info("feeds: SSE client disconnected: too slow to take an event", "remote", r.RemoteAddr, "timeout", s.cfg.WriteTimeout)
+		}
+	}
+	if err := write([]byte(": feed\nretry: 1000\n\n")); err != nil {
+		lost(err)
 		return
 	}
 	upToDateSent := false
@@ -349,17 +385,21 @@ func (s *FeedServer) sse(w http.ResponseWriter, r *http.Request, f *feeds.Feed) 
 		b, err := f.Next(ctx)
 		cancel()
 		if r.Context().Err() != nil {
+			s.met.disconnect(disconnectClientGone)
 			return
 		}
 		var re *feeds.RefetchError
 		switch {
 		case errors.As(err, &re):
+			s.met.refetch(re)
+			s.met.disconnect(disconnectRefetch)
 			body, _ := json.Marshal(refetchBody(re, s.fs.Position()))
-			write(fmt.Appendf(nil, "event: must-refetch\ndata: %s\n\n", body))
+			_ = write(fmt.Appendf(nil, "event: must-refetch\ndata: %s\n\n", body))
 			return
 		case err != nil && !errors.Is(err, context.DeadlineExceeded):
+			s.met.disconnect(disconnectError)
 			body, _ := json.Marshal(apiError{Error: "overloaded", Detail: err.Error()})
-			write(fmt.Appendf(nil, "event: error\ndata: %s\n\n", body))
+			_ = write(fmt.Appendf(nil, "event: error\ndata: %s\n\n", body))
 			return
 		}
 		buf = buf[:0]
@@ -378,14 +418,16 @@ func (s *FeedServer) sse(w http.ResponseWriter, r *http.Request, f *feeds.Feed) 
 		if len(buf) == 0 {
 			buf = append(buf, ": keep-alive\n\n"...)
 		}
-		if !write(buf) {
-			s.log.Info("feeds: SSE client disconnected: too slow to take an event", "remote", r.RemoteAddr, "timeout", s.cfg.WriteTimeout)
+		if err := write(buf); err != nil {
+			lost(err)
 			return
 		}
+		s.met.deliver(modeSSE, b, time.Now())
 		if pos := s.fs.Position(); len(b.Changes) > 0 && pos.Seq > b.Token.Seq+s.cfg.MaxLag {
+			s.met.disconnect(disconnectSlow)
 			body, _ := json.Marshal(apiError{Error: "slow", Reason: "slow",
 				Detail: fmt.Sprintf("%d messages behind the stream; reconnect with Last-Event-ID", pos.Seq-b.Token.Seq)})
-			write(fmt.Appendf(nil, "event: error\ndata: %s\n\n", body))
+			_ = write(fmt.Appendf(nil, "event: error\ndata: %s\n\n", body))
 			s.log.Info("feeds: SSE client disconnected: too far behind", "remote", r.RemoteAddr, "behind", pos.Seq-b.Token.Seq)
 			return
 		}
