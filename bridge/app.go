@@ -93,6 +93,7 @@ func New(cfg *config.Config, opts ...Option) (*App, error) {
 		errs = append(errs, err)
 	}
 	errs = append(errs, validateTelemetry(cfg)...)
+	errs = append(errs, validateServe(cfg)...) // serve.where: serve.go
 	if len(errs) > 0 {
 		return nil, joinErrs(errs)
 	}

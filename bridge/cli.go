@@ -75,14 +75,15 @@ func NewCommand(stdout, stderr io.Writer, opts ...Option) *cobra.Command {
 	root.PersistentFlags().StringVarP(&cfgPath, "config", "c", "bridge.yaml", "path to bridge.yaml")
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "", "override log.level (debug, info, warn, error)")
 
-	// load reads bridge.yaml and builds the App; on failure the error lists
-	// every problem found, framework, plugin and route alike.
-	load := func(extra ...Option) (*config.Config, *App, error) {
+	// loadWith reads bridge.yaml with co layered over it and builds the App;
+	// on failure the error lists every problem found, framework, plugin and
+	// route alike. load is loadWith without extra config options.
+	loadWith := func(co []config.Option, extra ...Option) (*config.Config, *App, error) {
 		var lo []config.Option
 		if logLevel != "" {
 			lo = append(lo, config.WithOverrides(map[string]any{"log.level": logLevel}))
 		}
-		cfg, err := config.Load(cfgPath, lo...)
+		cfg, err := config.Load(cfgPath, append(lo, co...)...)
 		var ferrs config.Errors
 		if err != nil && (cfg == nil || !errors.As(err, &ferrs)) {
 			return nil, nil, err
@@ -93,6 +94,7 @@ func NewCommand(stdout, stderr io.Writer, opts ...Option) *cobra.Command {
 		}
 		return nil, nil, mergeErrs(err, aerr)
 	}
+	load := func(extra ...Option) (*config.Config, *App, error) { return loadWith(nil, extra...) }
 	printErrs := func(err error) {
 		fmt.Fprintf(stderr, "%s: invalid configuration:\n", cfgPath)
 		for _, line := range errorLines(err) {
@@ -265,7 +267,7 @@ re-read their state. Refuses while a bridge streams from the source's slot.`,
 	resync.Flags().StringVar(&resyncReason, "reason", "", "text added to the message's reason")
 	root.AddCommand(run, validate, status, plugins, ver, resync)
 	root.AddCommand(newSnapshotCommand(load, printErrs, stdout)) // snapshot_cli.go
-	root.AddCommand(serveCommand(load, printErrs, stderr))       // feeds over HTTP: serve.go
+	root.AddCommand(serveCommand(loadWith, printErrs, stderr))   // feeds over HTTP: serve.go
 	return root
 }
 

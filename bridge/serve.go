@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -86,12 +87,14 @@ func (c *ServeConfig) defaults() {
 }
 
 // FeedServer serves feeds over HTTP: long-poll and server-sent events on
-// GET /v1/feed, the current position on GET /v1/position, and /livez and
-// /readyz. docs/feeds.md documents the wire.
+// GET /v1/feed, the current position on GET /v1/position, /livez, /readyz
+// and its Prometheus metrics on /metrics (serve_metrics.go). docs/feeds.md
+// documents the wire.
 type FeedServer struct {
 	fs  *feeds.Feeds
 	cfg ServeConfig
 	log *slog.Logger
+	met *feedMetrics
 
 	mu        sync.Mutex
 	conns     int
@@ -104,7 +107,16 @@ func NewFeedServer(fs *feeds.Feeds, cfg ServeConfig, log *slog.Logger) *FeedServ
 	if log == nil {
 		log = slog.Default()
 	}
-	return &FeedServer{fs: fs, cfg: cfg, log: log, perClient: map[string]int{}}
+	s := &FeedServer{fs: fs, cfg: cfg, log: log, perClient: map[string]int{}}
+	s.met = newFeedMetrics(s, fs)
+	return s
+}
+
+// inProgress returns the number of feed requests admitted and not finished.
+func (s *FeedServer) inProgress() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns
 }
 
 // Handler returns the HTTP handler.
@@ -114,6 +126,7 @@ func (s *FeedServer) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/position", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"token": s.fs.Position().String()})
 	})
+	mux.Handle("GET /metrics", s.met.handler())
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if !s.fs.Ready() {
@@ -141,7 +154,7 @@ type apiError struct {
 }
 
 // admit counts a feed request in; the returned func counts it out.
-func (s *FeedServer) admit(w http.ResponseWriter, r *http.Request) (func(), bool) {
+func (s *FeedServer) admit(w http.ResponseWriter, r *http.Request, mode string) (func(), bool) {
 	client := ""
 	if s.cfg.ClientHeader != "" {
 		client = r.Header.Get(s.cfg.ClientHeader)
@@ -153,11 +166,13 @@ func (s *FeedServer) admit(w http.ResponseWriter, r *http.Request) (func(), bool
 	defer s.mu.Unlock()
 	retry := strconv.Itoa(1 + rand.IntN(3))
 	if s.conns >= s.cfg.MaxConns {
+		s.met.request(mode, outcomeOverloaded)
 		w.Header().Set("Retry-After", retry)
 		writeJSON(w, http.StatusServiceUnavailable, apiError{Error: "overloaded", Detail: fmt.Sprintf("%d feed requests in progress, the server's limit", s.conns)})
 		return nil, false
 	}
 	if s.perClient[client] >= s.cfg.MaxPerClient {
+		s.met.request(mode, outcomeTooMany)
 		w.Header().Set("Retry-After", retry)
 		writeJSON(w, http.StatusTooManyRequests, apiError{Error: "too-many-requests", Detail: fmt.Sprintf("%d feed requests in progress for this client, the limit", s.perClient[client])})
 		return nil, false
@@ -242,23 +257,28 @@ func contains(l []string, s string) bool {
 }
 
 func (s *FeedServer) feed(w http.ResponseWriter, r *http.Request) {
+	mode := modeLongPoll
+	if r.URL.Query().Get("sse") != "" || strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+		mode = modeSSE
+	}
 	filter, tok, err := s.parseRequest(r)
 	if err != nil {
+		s.met.request(mode, outcomeBadRequest)
 		writeJSON(w, http.StatusBadRequest, apiError{Error: "bad-request", Detail: err.Error()})
 		return
 	}
-	done, ok := s.admit(w, r)
+	done, ok := s.admit(w, r, mode)
 	if !ok {
 		return
 	}
 	defer done()
 	f, err := s.fs.Register(filter, tok)
 	if err != nil {
-		s.fail(w, err)
+		s.fail(w, mode, err)
 		return
 	}
 	defer f.Close()
-	if r.URL.Query().Get("sse") != "" || strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+	if mode == modeSSE {
 		s.sse(w, r, f)
 		return
 	}
@@ -266,6 +286,7 @@ func (s *FeedServer) feed(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("timeout"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 {
+			s.met.request(mode, outcomeBadRequest)
 			writeJSON(w, http.StatusBadRequest, apiError{Error: "bad-request", Detail: fmt.Sprintf("timeout: want a duration such as 20s, got %q", v)})
 			return
 		}
@@ -276,15 +297,21 @@ func (s *FeedServer) feed(w http.ResponseWriter, r *http.Request) {
 	b, err := f.Next(ctx)
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		if r.Context().Err() != nil {
-			return // the client went away
+			s.met.request(mode, outcomeClientGone)
+			return
 		}
-		s.fail(w, err)
+		s.fail(w, mode, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Bridge-Token", b.Token.String())
-	_, _ = w.Write(appendBatch(nil, b))
+	if _, err := w.Write(appendBatch(nil, b)); err != nil {
+		s.met.request(mode, outcomeClientGone)
+		return
+	}
+	s.met.request(mode, outcomeOK)
+	s.met.deliver(mode, b, time.Now())
 }
 
 // appendBatch writes {"token":..,"up_to_date":..,"changes":[..]} reusing
@@ -305,12 +332,15 @@ func appendBatch(dst []byte, b feeds.Batch) []byte {
 }
 
 // fail answers a feed error: 409 for must-refetch, 503 otherwise.
-func (s *FeedServer) fail(w http.ResponseWriter, err error) {
+func (s *FeedServer) fail(w http.ResponseWriter, mode string, err error) {
 	var re *feeds.RefetchError
 	if errors.As(err, &re) {
+		s.met.request(mode, outcomeRefetch)
+		s.met.refetch(re)
 		writeJSON(w, http.StatusConflict, refetchBody(re, s.fs.Position()))
 		return
 	}
+	s.met.request(mode, outcomeOverloaded)
 	w.Header().Set("Retry-After", "1")
 	writeJSON(w, http.StatusServiceUnavailable, apiError{Error: "overloaded", Detail: err.Error()})
 }
@@ -328,17 +358,24 @@ func (s *FeedServer) sse(w http.ResponseWriter, r *http.Request, f *feeds.Feed) 
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	write := func(b []byte) bool {
+	s.met.request(modeSSE, outcomeOK)
+	write := func(b []byte) error {
 		_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 		if _, err := w.Write(b); err != nil {
-			return false
+			return err
 		}
-		if err := rc.Flush(); err != nil {
-			return false
-		}
-		return true
+		return rc.Flush()
 	}
-	if !write([]byte(": feed\nretry: 1000\n\n")) {
+	// lost ends the stream after a failed write.
+	lost := func(err error) {
+		reason := writeFailure(err)
+		s.met.disconnect(reason)
+		if reason == disconnectWriteTimeout {
+			s.log.Info("feeds: SSE client disconnected: too slow to take an event", "remote", r.RemoteAddr, "timeout", s.cfg.WriteTimeout)
+		}
+	}
+	if err := write([]byte(": feed\nretry: 1000\n\n")); err != nil {
+		lost(err)
 		return
 	}
 	upToDateSent := false
@@ -348,17 +385,21 @@ func (s *FeedServer) sse(w http.ResponseWriter, r *http.Request, f *feeds.Feed) 
 		b, err := f.Next(ctx)
 		cancel()
 		if r.Context().Err() != nil {
+			s.met.disconnect(disconnectClientGone)
 			return
 		}
 		var re *feeds.RefetchError
 		switch {
 		case errors.As(err, &re):
+			s.met.refetch(re)
+			s.met.disconnect(disconnectRefetch)
 			body, _ := json.Marshal(refetchBody(re, s.fs.Position()))
-			write(fmt.Appendf(nil, "event: must-refetch\ndata: %s\n\n", body))
+			_ = write(fmt.Appendf(nil, "event: must-refetch\ndata: %s\n\n", body))
 			return
 		case err != nil && !errors.Is(err, context.DeadlineExceeded):
+			s.met.disconnect(disconnectError)
 			body, _ := json.Marshal(apiError{Error: "overloaded", Detail: err.Error()})
-			write(fmt.Appendf(nil, "event: error\ndata: %s\n\n", body))
+			_ = write(fmt.Appendf(nil, "event: error\ndata: %s\n\n", body))
 			return
 		}
 		buf = buf[:0]
@@ -377,52 +418,191 @@ func (s *FeedServer) sse(w http.ResponseWriter, r *http.Request, f *feeds.Feed) 
 		if len(buf) == 0 {
 			buf = append(buf, ": keep-alive\n\n"...)
 		}
-		if !write(buf) {
-			s.log.Info("feeds: SSE client disconnected: too slow to take an event", "remote", r.RemoteAddr, "timeout", s.cfg.WriteTimeout)
+		if err := write(buf); err != nil {
+			lost(err)
 			return
 		}
+		s.met.deliver(modeSSE, b, time.Now())
 		if pos := s.fs.Position(); len(b.Changes) > 0 && pos.Seq > b.Token.Seq+s.cfg.MaxLag {
+			s.met.disconnect(disconnectSlow)
 			body, _ := json.Marshal(apiError{Error: "slow", Reason: "slow",
 				Detail: fmt.Sprintf("%d messages behind the stream; reconnect with Last-Event-ID", pos.Seq-b.Token.Seq)})
-			write(fmt.Appendf(nil, "event: error\ndata: %s\n\n", body))
+			_ = write(fmt.Appendf(nil, "event: error\ndata: %s\n\n", body))
 			s.log.Info("feeds: SSE client disconnected: too far behind", "remote", r.RemoteAddr, "behind", pos.Seq-b.Token.Seq)
 			return
 		}
 	}
 }
 
+// serveWherePath is the YAML path of the server's condition.
+const serveWherePath = "serve.where"
+
+// serveWhere parses serve.where, a feeds condition in its JSON form written
+// as YAML; nil when empty. Errors are *config.FieldError at the offending
+// path, e.g. serve.where.and[1].eq.
+func serveWhere(m map[string]any) (*feeds.Cond, error) {
+	if len(m) == 0 {
+		return nil, nil
+	}
+	if err := checkJSONValues(serveWherePath, m); err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, &config.FieldError{Path: serveWherePath, Msg: err.Error()}
+	}
+	c, err := feeds.ParseCond(b)
+	if err != nil {
+		// ParseCond's errors start with the path from "where":
+		// "where.and[1].eq: want [...]". It returns no typed error.
+		msg := err.Error()
+		if p, rest, ok := strings.Cut(msg, ": "); ok && (p == "where" || strings.HasPrefix(p, "where.")) {
+			return nil, &config.FieldError{Path: "serve." + p, Msg: rest}
+		}
+		return nil, &config.FieldError{Path: serveWherePath, Msg: msg}
+	}
+	return &c, nil
+}
+
+// checkJSONValues reports the first value under path that has no JSON form
+// a condition can compare: a YAML timestamp, which would compare as Go's
+// time format rather than Postgres's text, or a non-finite number.
+func checkJSONValues(path string, v any) error {
+	switch x := v.(type) {
+	case map[string]any:
+		for _, k := range sortedKeys(x) {
+			if err := checkJSONValues(path+"."+k, x[k]); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for i, e := range x {
+			if err := checkJSONValues(fmt.Sprintf("%s[%d]", path, i), e); err != nil {
+				return err
+			}
+		}
+	case time.Time:
+		return &config.FieldError{Path: path, Msg: `a YAML timestamp: quote it to compare the text Postgres sends, e.g. "2024-01-31"`}
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return &config.FieldError{Path: path, Msg: fmt.Sprintf("%v has no JSON form; use a finite number", x)}
+		}
+	}
+	return nil
+}
+
+// validateServe checks serve.where, which the config package leaves to the
+// bridge: it needs the feeds condition syntax. Errors name their YAML path.
+func validateServe(cfg *config.Config) []error {
+	if _, err := serveWhere(cfg.Serve.Where); err != nil {
+		return []error{err}
+	}
+	return nil
+}
+
+// serveConfigs returns the feeds server's and the feeds library's
+// configurations from bridge.yaml's serve section.
+func serveConfigs(s config.Serve, log *slog.Logger) (ServeConfig, feeds.Config, error) {
+	where, err := serveWhere(s.Where)
+	if err != nil {
+		return ServeConfig{}, feeds.Config{}, err
+	}
+	sc := ServeConfig{
+		Listen: s.Listen, Where: where, Tables: s.Tables, MaxConns: s.MaxConns, MaxPerClient: s.MaxPerClient,
+		ClientHeader: s.ClientHeader, Hold: s.Hold, KeepAlive: s.KeepAlive, WriteTimeout: s.WriteTimeout, MaxLag: s.MaxLag,
+	}
+	return sc, feeds.Config{Stream: s.Stream, WindowTxns: s.WindowTxns, Logger: log}, nil
+}
+
+// serveOverrides returns the serve keys set by the flags given on cmd's
+// command line (cobra's Changed; a flag left out keeps the file's value),
+// for config.WithOverrides, and the flag that set each key. Flags are
+// named after their keys with dashes. --where is not among them: it
+// replaces serve.where after loading, where an override would merge with
+// the file's mapping.
+func serveOverrides(cmd *cobra.Command, v config.Serve, tables string) (map[string]any, map[string]string) {
+	var list []any // --tables "": every table
+	for _, t := range strings.Split(tables, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			list = append(list, t)
+		}
+	}
+	vals := map[string]any{
+		"listen": v.Listen, "stream": v.Stream, "tables": append([]any{}, list...),
+		"max-conns": v.MaxConns, "max-per-client": v.MaxPerClient, "client-header": v.ClientHeader,
+		"hold": v.Hold, "keep-alive": v.KeepAlive, "write-timeout": v.WriteTimeout,
+		"max-lag": v.MaxLag, "window-txns": v.WindowTxns,
+	}
+	over, flags := map[string]any{}, map[string]string{}
+	for name, val := range vals {
+		if cmd.Flags().Changed(name) {
+			key := "serve." + strings.ReplaceAll(name, "-", "_")
+			over[key], flags[key] = val, name
+		}
+	}
+	return over, flags
+}
+
+// blameFlags adds the flag's name to each configuration problem at a key
+// a flag set, so that a bad flag value is not sought in bridge.yaml.
+func blameFlags(err error, flags map[string]string) {
+	switch e := err.(type) {
+	case interface{ Unwrap() []error }: // config.Errors, errors.Join
+		for _, sub := range e.Unwrap() {
+			blameFlags(sub, flags)
+		}
+	case *config.FieldError:
+		for key, name := range flags {
+			if e.Path == key || strings.HasPrefix(e.Path, key+"[") {
+				e.Msg += " (set by flag --" + name + ")"
+				return
+			}
+		}
+	}
+}
+
 // serveCommand is `bridge serve`: the feeds HTTP server over the stream
-// the bridge writes, with the NATS connection of bridge.yaml.
-func serveCommand(load func(...Option) (*config.Config, *App, error), printErrs func(error), stderr io.Writer) *cobra.Command {
-	var sc ServeConfig
-	var stream, where, tables string
-	var windowTxns int
+// the bridge writes, configured by bridge.yaml's serve section and flags
+// that override it, with the NATS connection of bridge.yaml.
+func serveCommand(load func([]config.Option, ...Option) (*config.Config, *App, error), printErrs func(error), stderr io.Writer) *cobra.Command {
+	var fv config.Serve
+	var where, tables string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve filtered feeds of the change stream over HTTP (long-poll and SSE)",
 		Long: `Serve filtered feeds of a JetStream change stream over HTTP: GET /v1/feed
 (long-poll, or server-sent events with Accept: text/event-stream or sse=1),
-GET /v1/position, /livez and /readyz. Reads the stream with one consumer,
-whatever the number of clients; needs no replication slot. NATS comes from
-bridge.yaml's nats section. See docs/feeds.md.`,
+GET /v1/position, /livez, /readyz and Prometheus metrics on /metrics. Reads
+the stream with one consumer, whatever the number of clients; needs no
+replication slot. Configured by bridge.yaml's serve section; a flag given on
+the command line overrides its key. NATS comes from bridge.yaml's nats
+section. See docs/feeds.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var flagWhere *feeds.Cond
 			if where != "" {
 				c, err := feeds.ParseCond([]byte(where))
 				if err != nil {
 					return usageError{fmt.Errorf("--where: %w", err)}
 				}
-				sc.Where = &c
+				flagWhere = &c
 			}
-			if tables != "" {
-				sc.Tables = strings.Split(tables, ",")
-			}
-			cfg, _, err := load()
+			over, flags := serveOverrides(cmd, fv, tables)
+			cfg, _, err := load([]config.Option{config.WithOverrides(over)})
 			if err != nil {
+				blameFlags(err, flags)
 				printErrs(err)
 				return err
 			}
 			log := NewLogger(cfg.Log, stderr)
+			sc, fc, err := serveConfigs(cfg.Serve, log)
+			if err != nil {
+				printErrs(err)
+				return err
+			}
+			if cmd.Flags().Changed("where") {
+				sc.Where = flagWhere // --where "" serves without a condition
+			}
 			url, stop, err := statusNATS(cfg)
 			if stop != nil {
 				defer stop()
@@ -444,18 +624,18 @@ bridge.yaml's nats section. See docs/feeds.md.`,
 			ctx, cancel := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer cancel()
 			startCtx, startCancel := context.WithTimeout(ctx, time.Minute)
-			fs, err := feeds.New(startCtx, js, feeds.Config{Stream: stream, WindowTxns: windowTxns, Logger: log})
+			fs, err := feeds.New(startCtx, js, fc)
 			startCancel()
 			if err != nil {
-				return err
+				return fmt.Errorf("serve.stream: %w", err)
 			}
 			defer fs.Close()
 			srv := &http.Server{Addr: sc.Listen, Handler: NewFeedServer(fs, sc, log).Handler(), ReadHeaderTimeout: 10 * time.Second}
 			ln, err := net.Listen("tcp", srv.Addr)
 			if err != nil {
-				return fmt.Errorf("listening on %s (--listen): %w", srv.Addr, err)
+				return fmt.Errorf("serve.listen: listening on %s: %w (choose another address with serve.listen or --listen)", srv.Addr, err)
 			}
-			log.Info("serving feeds", "listen", ln.Addr().String(), "stream", stream, "position", fs.Position().String())
+			log.Info("serving feeds and /metrics", "listen", ln.Addr().String(), "stream", fc.Stream, "position", fs.Position().String())
 			errc := make(chan error, 1)
 			go func() { errc <- srv.Serve(ln) }()
 			select {
@@ -469,16 +649,20 @@ bridge.yaml's nats section. See docs/feeds.md.`,
 			return srv.Shutdown(sctx)
 		},
 	}
+	// Flags without defaults of their own: one given on the command line
+	// overrides its serve key; bridge.yaml and its defaults supply the rest.
 	fl := cmd.Flags()
-	fl.StringVar(&sc.Listen, "listen", "127.0.0.1:8090", "HTTP address to listen on")
-	fl.StringVar(&stream, "stream", "CDC", "JetStream stream the bridge writes")
-	fl.StringVar(&where, "where", "", `condition ANDed with every request's, JSON (e.g. {"eq":["tenant_id",42]})`)
-	fl.StringVar(&tables, "tables", "", "comma-separated schema.table names requests may read (default all)")
-	fl.IntVar(&sc.MaxConns, "max-conns", 10000, "feed requests in progress before 503")
-	fl.IntVar(&sc.MaxPerClient, "max-per-client", 100, "feed requests in progress per client before 429")
-	fl.StringVar(&sc.ClientHeader, "client-header", "", "request header naming the client for --max-per-client (default the remote IP)")
-	fl.DurationVar(&sc.Hold, "hold", 20*time.Second, "long-poll wait (default and maximum)")
-	fl.DurationVar(&sc.WriteTimeout, "write-timeout", 10*time.Second, "SSE write deadline before a slow client is disconnected")
-	fl.IntVar(&windowTxns, "window-txns", 100000, "transactions kept in memory for resumes")
+	fl.StringVar(&fv.Listen, "listen", "", "HTTP address to listen on; overrides serve.listen (default 127.0.0.1:8090)")
+	fl.StringVar(&fv.Stream, "stream", "", "JetStream stream the bridge writes; overrides serve.stream (default CDC)")
+	fl.StringVar(&where, "where", "", `condition ANDed with every request's, JSON (e.g. {"eq":["tenant_id",42]}); replaces serve.where, "" for none`)
+	fl.StringVar(&tables, "tables", "", `comma-separated schema.table names requests may read; overrides serve.tables, "" for all`)
+	fl.IntVar(&fv.MaxConns, "max-conns", 0, "feed requests in progress before 503; overrides serve.max_conns (default 10000)")
+	fl.IntVar(&fv.MaxPerClient, "max-per-client", 0, "feed requests in progress per client before 429; overrides serve.max_per_client (default 100)")
+	fl.StringVar(&fv.ClientHeader, "client-header", "", "request header naming the client for the per-client limit; overrides serve.client_header (default the remote IP)")
+	fl.DurationVar(&fv.Hold, "hold", 0, "long-poll wait (default and maximum); overrides serve.hold (default 20s)")
+	fl.DurationVar(&fv.KeepAlive, "keep-alive", 0, "interval of SSE keep-alive comments; overrides serve.keep_alive (default 15s)")
+	fl.DurationVar(&fv.WriteTimeout, "write-timeout", 0, "SSE write deadline before a slow client is disconnected; overrides serve.write_timeout (default 10s)")
+	fl.Uint64Var(&fv.MaxLag, "max-lag", 0, "stream messages an SSE client may fall behind before it is disconnected; overrides serve.max_lag (default 100000)")
+	fl.IntVar(&fv.WindowTxns, "window-txns", 0, "transactions kept in memory for resumes; overrides serve.window_txns (default 100000)")
 	return cmd
 }

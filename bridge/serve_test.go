@@ -301,6 +301,8 @@ func TestServeEndToEnd(t *testing.T) {
 			require.Equal(t, 1, n, "row %v delivered once", id)
 		}
 		require.Positive(t, slow, "disconnected as slow at least once")
+		require.Equal(t, float64(slow), counter(t, s.URL, "bridge_feeds_sse_disconnects_total", "reason", "slow"),
+			"every slow disconnect counted on /metrics")
 	})
 
 	t.Run("command", func(t *testing.T) {

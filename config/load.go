@@ -52,6 +52,16 @@ func defaults() map[string]any {
 		"telemetry.metrics.slot_poll_interval": 10 * time.Second,
 		"http.listen":                          "127.0.0.1:8080",
 		"http.max_checkpoint_age":              time.Minute,
+
+		"serve.listen":         "127.0.0.1:8090",
+		"serve.stream":         "CDC",
+		"serve.max_conns":      10000,
+		"serve.max_per_client": 100,
+		"serve.hold":           20 * time.Second,
+		"serve.keep_alive":     15 * time.Second,
+		"serve.write_timeout":  10 * time.Second,
+		"serve.max_lag":        100000,
+		"serve.window_txns":    100000,
 	}
 }
 
@@ -218,7 +228,11 @@ func (l *loader) interpolate(path string, v any) any {
 	case map[any]any: // a mapping with non-string keys
 		m := make(map[string]any, len(x))
 		for k, e := range x {
-			m[fmt.Sprint(k)] = e
+			key := fmt.Sprint(k)
+			if k == nil {
+				key = "null" // as written: e.g. serve.where: {null: deleted_at}
+			}
+			m[key] = e
 		}
 		return l.interpolate(path, m)
 	case []any:

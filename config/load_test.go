@@ -135,6 +135,7 @@ func TestLoadValid(t *testing.T) {
 		Log:        Log{Level: "debug", Format: "json"},
 		Telemetry:  defaultTelemetry,
 		HTTP:       defaultHTTP,
+		Serve:      defaultServe,
 	}
 	assert.Equal(t, want, cfg)
 }
@@ -163,6 +164,7 @@ func TestLoadDefaults(t *testing.T) {
 		Log:        Log{Level: "info", Format: "auto"},
 		Telemetry:  defaultTelemetry,
 		HTTP:       defaultHTTP,
+		Serve:      defaultServe,
 	}
 	assert.Equal(t, want, cfg)
 }
@@ -401,7 +403,7 @@ func TestLoadUnknownKeys(t *testing.T) {
 		name, doc, want string
 	}{
 		{"top level", withBase(t, "nmae: x\n"),
-			"nmae: unknown key (known: checkpoint, data_dir, http, log, name, nats, routes, shutdown, sinks, sources, telemetry, unrouted)"},
+			"nmae: unknown key (known: checkpoint, data_dir, http, log, name, nats, routes, serve, shutdown, sinks, sources, telemetry, unrouted)"},
 		{"nested struct", withBase(t, "nats: { embedded: { hots: x } }\n"),
 			"nats.embedded.hots: unknown key (known: host, port, store_dir, sync_always)"},
 		{"source map value", withBase(t, "sources: { shop: { dsn: x } }\n"),
@@ -411,7 +413,7 @@ func TestLoadUnknownKeys(t *testing.T) {
 		{"list element", withBase(t, "routes: [{ sinks: [main], match: { tabels: [public.x] } }]\n"),
 			"routes[0].match.tabels: unknown key (known: ops, sources, tables)"},
 		{"keys are case-sensitive", withBase(t, "Name: x\n"),
-			"Name: unknown key (known: checkpoint, data_dir, http, log, name, nats, routes, shutdown, sinks, sources, telemetry, unrouted)"},
+			"Name: unknown key (known: checkpoint, data_dir, http, log, name, nats, routes, serve, shutdown, sinks, sources, telemetry, unrouted)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -471,7 +473,7 @@ func TestLoadAllErrorsAtOnce(t *testing.T) {
 		`log.level: must be one of debug, info, warn, error, got "verbose"`,
 		`name: must match ^[A-Za-z0-9_-]+$, got "my bridge"`,
 		`nats.embedded.port: expected an integer, got a string`,
-		`nmae: unknown key (known: checkpoint, data_dir, http, log, name, nats, routes, shutdown, sinks, sources, telemetry, unrouted)`,
+		`nmae: unknown key (known: checkpoint, data_dir, http, log, name, nats, routes, serve, shutdown, sinks, sources, telemetry, unrouted)`,
 		`routes[0].match.ops[0]: unknown op "upsert" (known: insert, update, delete, truncate, message, read, control)`,
 		`routes[0].match.tabels: unknown key (known: ops, sources, tables)`,
 		`routes[1].sinks[0]: no sink named "mian" (defined: main)`,
@@ -515,11 +517,17 @@ func TestLoadFileErrors(t *testing.T) {
 	})
 }
 
-// The telemetry and http defaults.
+// The telemetry, http and serve defaults.
 var (
 	defaultTelemetry = Telemetry{
 		Tracing: Tracing{Protocol: "http/protobuf", SampleRatio: 1, ContextPrefix: "traceparent"},
 		Metrics: Metrics{SlotPollInterval: 10 * time.Second},
 	}
 	defaultHTTP = HTTP{Listen: "127.0.0.1:8080", MaxCheckpointAge: time.Minute}
+
+	defaultServe = Serve{
+		Listen: "127.0.0.1:8090", Stream: "CDC", MaxConns: 10000, MaxPerClient: 100,
+		Hold: 20 * time.Second, KeepAlive: 15 * time.Second, WriteTimeout: 10 * time.Second,
+		MaxLag: 100000, WindowTxns: 100000,
+	}
 )

@@ -39,6 +39,10 @@ type Config struct {
 	Telemetry Telemetry `koanf:"telemetry"`
 	// HTTP configures the server of /metrics, /livez and /readyz.
 	HTTP HTTP `koanf:"http"`
+	// Serve configures `bridge serve`, the feeds HTTP server (docs/feeds.md);
+	// `bridge run` ignores it. A flag named after a key, with dashes
+	// (--max-conns for max_conns), overrides the key when given.
+	Serve Serve `koanf:"serve"`
 
 	// texts maps the YAML path of each value that came from a BRIDGE_*
 	// variable, an override or a ${VAR} reference and was read as a number
@@ -229,4 +233,50 @@ type HTTP struct {
 	// MaxCheckpointAge is how long delivered changes may wait for their
 	// checkpoint before /readyz fails. Default 1m.
 	MaxCheckpointAge time.Duration `koanf:"max_checkpoint_age"`
+}
+
+// Serve configures `bridge serve`, the feeds HTTP server (docs/feeds.md);
+// `bridge run` ignores it. A flag named after a key, with dashes
+// (--max-conns for max_conns), overrides the key when given.
+type Serve struct {
+	// Listen is the HTTP address of the feeds, /metrics, /livez and /readyz.
+	// Default "127.0.0.1:8090".
+	Listen string `koanf:"listen"`
+	// Stream is the JetStream stream the bridge's nats_jetstream sink
+	// writes. Default "CDC".
+	Stream string `koanf:"stream"`
+	// Where is a condition ANDed with every request's filter, replayed
+	// history included, in the JSON form of a feeds condition written as
+	// YAML, e.g. {eq: [tenant_id, 42]} or {and: [{eq: [tenant_id, 42]},
+	// {ne: [status, secret]}]}. Empty adds none. Quote timestamps.
+	Where map[string]any `koanf:"where"`
+	// Tables, when set, are the only "schema.table" names (not globs) a
+	// request may read; a request naming none reads all of them. Empty: every
+	// table.
+	Tables []string `koanf:"tables"`
+	// MaxConns bounds the feed requests (long-polls and SSE streams) in
+	// progress; beyond it requests get 503 with Retry-After. Default 10000.
+	MaxConns int `koanf:"max_conns"`
+	// MaxPerClient bounds the feed requests in progress per client (the
+	// client_header value, else the remote IP); beyond it requests get 429
+	// with Retry-After. Default 100.
+	MaxPerClient int `koanf:"max_per_client"`
+	// ClientHeader names the request header identifying a client for
+	// max_per_client, e.g. one an authenticating proxy sets. Default "" (the
+	// remote IP).
+	ClientHeader string `koanf:"client_header"`
+	// Hold is the default and longest long-poll wait. Default 20s.
+	Hold time.Duration `koanf:"hold"`
+	// KeepAlive is the interval of SSE keep-alive comments. Default 15s.
+	KeepAlive time.Duration `koanf:"keep_alive"`
+	// WriteTimeout bounds each SSE write; a client that does not take an
+	// event within it is disconnected and resumes with Last-Event-ID.
+	// Default 10s.
+	WriteTimeout time.Duration `koanf:"write_timeout"`
+	// MaxLag is how many stream messages an SSE client may fall behind the
+	// stream's head before it is disconnected as slow. Default 100000.
+	MaxLag uint64 `koanf:"max_lag"`
+	// WindowTxns bounds the transactions kept in memory to serve resumes
+	// without reading the stream. Default 100000.
+	WindowTxns int `koanf:"window_txns"`
 }

@@ -2,7 +2,9 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"path"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -21,6 +23,9 @@ var (
 	logFormatValues = []string{"auto", "text", "json"}
 )
 
+// headerRE is the syntax of an HTTP header name (RFC 9110 token).
+var headerRE = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+
 // maxReplicas is the most replicas a JetStream KV bucket can have.
 const maxReplicas = 5
 
@@ -35,9 +40,11 @@ var sampleSubject = map[string]string{
 var rowRef = regexp.MustCompile(`\.(?:Col|Key)\.([A-Za-z_][A-Za-z0-9_]*)`)
 
 // Validate checks the framework part of c: names, required keys, enums,
-// positive durations and sizes, route references, subject templates and
-// table globs. It does not check plugin types, formats or plugin `config:`
-// blocks (the runtime and the plugins do). It returns every problem at once,
+// positive durations and sizes, route references, subject templates, table
+// globs and the serve section. It does not check plugin types, formats,
+// plugin `config:` blocks or serve.where's condition (the runtime and the
+// plugins do); a zero Serve (a Config built in code for `bridge run`) is not
+// checked. It returns every problem at once,
 // as Errors sorted by path, or nil. Load calls it; call it yourself on a
 // Config built in code.
 func (c *Config) Validate() error {
@@ -79,6 +86,10 @@ func (c *Config) validate(known Errors) Errors {
 	}
 	if p := c.NATS.Embedded.Port; p < -1 || p > 65535 {
 		add("nats.embedded.port", "must be a port number, or -1 for any free port, got %d", p)
+	}
+
+	if !reflect.ValueOf(c.Serve).IsZero() { // a Config built in code without a serve section
+		c.Serve.validate(add)
 	}
 
 	if len(c.Sources) == 0 {
@@ -142,6 +153,44 @@ func (c *Config) validate(known Errors) Errors {
 		}
 	}
 	return errs
+}
+
+// validate adds the problems of the serve section. serve.where is parsed
+// by the bridge package, which knows the feeds condition syntax.
+func (s *Serve) validate(add func(p, format string, args ...any)) {
+	if _, _, err := net.SplitHostPort(s.Listen); err != nil {
+		add("serve.listen", "must be host:port such as 127.0.0.1:8090, or :8090 for every interface, got %q", s.Listen)
+	}
+	switch {
+	case s.Stream == "":
+		add("serve.stream", "must be set: the stream the nats_jetstream sink writes")
+	case strings.ContainsAny(s.Stream, " \t\r\n.*>/\\") || len(s.Stream) > 255:
+		add("serve.stream", "%q is not a valid stream name: no spaces, '.', '*', '>', '/' or '\\', at most 255 bytes", s.Stream)
+	}
+	for i, t := range s.Tables {
+		schema, table, ok := strings.Cut(t, ".")
+		if !ok || schema == "" || table == "" || strings.Contains(table, ".") || strings.ContainsAny(t, "*?[] ") {
+			add(indexPath("serve.tables", i), "must be a schema.table name such as public.orders (globs are not supported), got %q", t)
+		}
+	}
+	if s.MaxConns <= 0 {
+		add("serve.max_conns", "must be > 0, got %d", s.MaxConns)
+	}
+	if s.MaxPerClient <= 0 {
+		add("serve.max_per_client", "must be > 0, got %d", s.MaxPerClient)
+	}
+	if s.ClientHeader != "" && !headerRE.MatchString(s.ClientHeader) {
+		add("serve.client_header", "must be an HTTP header name such as X-Client-Id, or empty for the remote IP, got %q", s.ClientHeader)
+	}
+	checkPositive(add, "serve.hold", s.Hold)
+	checkPositive(add, "serve.keep_alive", s.KeepAlive)
+	checkPositive(add, "serve.write_timeout", s.WriteTimeout)
+	if s.MaxLag == 0 {
+		add("serve.max_lag", "must be > 0, got 0")
+	}
+	if s.WindowTxns <= 0 {
+		add("serve.window_txns", "must be > 0, got %d", s.WindowTxns)
+	}
 }
 
 func checkPositive(add func(p, format string, args ...any), p string, d time.Duration) {
