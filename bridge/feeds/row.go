@@ -184,6 +184,14 @@ func rowFields(b []byte) (key, before, after []byte, err error) {
 	return nil, nil, nil, errors.New("unterminated object")
 }
 
+// rowMem is a row with room for eight columns in the same allocation;
+// wider rows grow their slices elsewhere.
+type rowMem struct {
+	row
+	vals [8]any
+	raws [8]json.RawMessage
+}
+
 // names interns column names for the consumer, which decodes the same few
 // names in every message, and shares one names slice between consecutive
 // keys, and between consecutive images (before, after), with the same
@@ -253,7 +261,9 @@ func parseRow(b []byte, nm *names, slot int) (*row, error) {
 	if b[0] != '{' {
 		return nil, errors.New("row is not an object")
 	}
-	r := &row{vals: make([]any, 0, 8), raws: make([]json.RawMessage, 0, 8)}
+	m := &rowMem{} // one allocation, values next to the row
+	r := &m.row
+	r.vals, r.raws = m.vals[:0], m.raws[:0]
 	var rn rowNames
 	if nm != nil {
 		rn.last = nm.last[slot]
