@@ -51,6 +51,7 @@ type options struct {
 	only                     string
 	profile                  string
 	jsonOut                  string
+	latencyOut               string
 	poll                     time.Duration
 	quietWait                time.Duration
 	quietBelow               float64
@@ -98,6 +99,7 @@ func main() {
 	flag.StringVar(&o.only, "only", envStr("BENCH_ONLY", "decode,js,backlog,live"), "phases to run: decode, js, backlog, live")
 	flag.StringVar(&o.profile, "profile", os.Getenv("BENCH_PROFILE"), "directory: run the backlogs with the profiling binary and write CPU and allocation profiles there")
 	flag.StringVar(&o.jsonOut, "json", os.Getenv("BENCH_JSON"), "also write the results as JSON to this file")
+	flag.StringVar(&o.latencyOut, "latency-dump", "", "live mode: write each change's commit→stored latency in ns, one per line in stream order, to this file (to find when a tail happened)")
 	flag.DurationVar(&o.poll, "poll", 10*time.Millisecond, "how often the stream's message count is polled")
 	flag.DurationVar(&o.quietWait, "quiet-wait", envDur("BENCH_QUIET_WAIT", 0), "before each measurement wait up to this long for the machine to be idle (see -quiet-below)")
 	flag.Float64Var(&o.quietBelow, "quiet-below", 0.25, "idle means less than this many cores busy over a second")
@@ -624,6 +626,15 @@ func (r *runner) live(ctx context.Context) error {
 	}
 	l.Verified = v
 	l.Latency = bench.Percentile(v.Latencies)
+	if f := r.o.latencyOut; f != "" {
+		var sb strings.Builder
+		for _, x := range v.Latencies {
+			fmt.Fprintln(&sb, x.Nanoseconds())
+		}
+		if err := os.WriteFile(f, []byte(sb.String()), 0o644); err != nil {
+			r.fail("live: writing -latency-dump: %v", err)
+		}
+	}
 	for q := 0; q < 4; q++ {
 		lo, hi := q*len(v.Latencies)/4, (q+1)*len(v.Latencies)/4
 		l.ByQuarter = append(l.ByQuarter, bench.Percentile(v.Latencies[lo:hi]))
