@@ -204,7 +204,7 @@ func TestParseCondErrors(t *testing.T) {
 }
 
 func TestParseRow(t *testing.T) {
-	r, err := parseRow([]byte(` {"a" : 1, "b":"x\"y", "c":[1,"z",[2]], "d":{"k":[1,{"x":"}"}]}, "e":null, "f":true, "g":1.5e3} `), nil, 1)
+	r, err := parseRow([]byte(` {"a" : 1, "b":"x\"y", "c":[1,"z",[2]], "d":{"k":[1,{"x":"}"}]}, "e":null, "f":true, "g":1.5e3} `), nil, 1, nil)
 	require.NoError(t, err)
 	require.Equal(t, []string{"a", "b", "c", "d", "e", "f", "g"}, r.names)
 	require.Equal(t, int64(1), r.vals[0])
@@ -214,6 +214,6 @@ func TestParseRow(t *testing.T) {
 	require.Nil(t, r.vals[4])
 	require.Equal(t, true, r.vals[5])
 	require.Equal(t, int64(1500), r.vals[6])
-	_, err = parseRow([]byte(`{"a":`), nil, 1)
+	_, err = parseRow([]byte(`{"a":`), nil, 1, nil)
 	require.Error(t, err)
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -103,7 +104,7 @@ func propRow(t testing.TB, r *rand.Rand, nm *names) *row {
 		}
 		parts = append(parts, fmt.Sprintf("%q:%s", col, jsonOf(t, v)))
 	}
-	rw, err := parseRow([]byte("{"+strings.Join(parts, ",")+"}"), nm, 1)
+	rw, err := parseRow([]byte("{"+strings.Join(parts, ",")+"}"), nm, 1, nil)
 	require.NoError(t, err)
 	return rw
 }
@@ -280,7 +281,7 @@ func TestRangeIndex(t *testing.T) {
 	}
 	var stamp uint64
 	for _, v := range []string{"4", "5", "6", "-2.5", "-3", "7.25", "7.2", `"5.5"`, `"abc"`, "9007199254740993", "null", "true"} {
-		rw, err := parseRow([]byte(`{"x":`+v+`}`), nil, 1)
+		rw, err := parseRow([]byte(`{"x":`+v+`}`), nil, 1, nil)
 		require.NoError(t, err)
 		c := &change{op: cdc.OpInsert, table: "public.t", after: rw}
 		stamp++
@@ -302,7 +303,7 @@ func TestRangeIndex(t *testing.T) {
 // not leave a stale answer.
 func TestIndexSeesNewTables(t *testing.T) {
 	fs := bareFeeds()
-	rw, err := parseRow([]byte(`{"id":1}`), nil, 1)
+	rw, err := parseRow([]byte(`{"id":1}`), nil, 1, nil)
 	require.NoError(t, err)
 	c := &change{op: cdc.OpInsert, table: "public.x", after: rw}
 	var stamp uint64
@@ -326,7 +327,7 @@ func TestIndexSeesNewTables(t *testing.T) {
 func TestNamesShared(t *testing.T) {
 	nm := newNames()
 	parse := func(s string) *row {
-		r, err := parseRow([]byte(s), nm, 1)
+		r, err := parseRow([]byte(s), nm, 1, nil)
 		require.NoError(t, err)
 		return r
 	}
@@ -341,7 +342,7 @@ func TestNamesShared(t *testing.T) {
 	e := parse(`{"id":7,"status":"z","tenant":8,"extra":true}`)
 	require.Equal(t, []string{"id", "status", "tenant", "extra"}, e.names)
 	require.Equal(t, []string{"id", "tenant", "status"}, a.names, "a shared slice is never written")
-	k, err := parseRow([]byte(`{"id":9}`), nm, 0)
+	k, err := parseRow([]byte(`{"id":9}`), nm, 0, nil)
 	require.NoError(t, err)
 	f := parse(`{"id":7,"status":"z","tenant":8,"extra":false}`)
 	require.Same(t, &e.names[0], &f.names[0], "a key between two images does not break their sharing")
@@ -358,4 +359,29 @@ func TestNamesShared(t *testing.T) {
 		want := rw.vals[slices.Index(rw.names, "tenant")] == int64(8)
 		require.Equal(t, want, len(got) == 1 && got[0] == feed.group, "row %d %v", i, rw.vals)
 	}
+}
+
+// TestBeforeSharesUnchangedValues: decoding an update, the before image
+// takes the after image's value for a column with the same JSON text (one
+// parse, one copy in memory) and its own for a changed one.
+func TestBeforeSharesUnchangedValues(t *testing.T) {
+	g := newGen("b.src.e1")
+	o := order{ID: 1000, Tenant: 2000, Status: "open", Tags: []string{"a", "b"}, Amount: 10}
+	o2 := o
+	o2.Status, o2.Tags = "paid", []string{"a"}
+	c := decodedWith(t, g.tx(upd(o, o2))[0], 1, newNames())
+	at := func(r *row, col string) any { v, _ := r.get(col); return v }
+	require.Equal(t, "open", at(c.before, "status"))
+	require.Equal(t, "paid", at(c.after, "status"))
+	require.Equal(t, []any{"a", "b"}, at(c.before, "tags"))
+	require.Equal(t, []any{"a"}, at(c.after, "tags"))
+	require.Equal(t, int64(2000), at(c.before, "tenant"))
+	i := slices.Index(c.after.names, "tenant")
+	require.Same(t, &c.after.names[0], &c.before.names[0], "one layout, one names slice")
+	require.True(t, c.after.vals[i] == c.before.vals[i])
+	type iface struct{ typ, data unsafe.Pointer }
+	require.Equal(t, (*iface)(unsafe.Pointer(&c.after.vals[i])).data, (*iface)(unsafe.Pointer(&c.before.vals[i])).data,
+		"the unchanged tenant is one value, not a copy")
+	j := slices.Index(c.after.names, "tags")
+	require.NotEqual(t, (*iface)(unsafe.Pointer(&c.after.vals[j])).data, (*iface)(unsafe.Pointer(&c.before.vals[j])).data)
 }

@@ -1,6 +1,7 @@
 package feeds
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -118,9 +119,12 @@ func decode(seq uint64, h nats.Header, data []byte, nm *names) (*change, error) 
 	}
 	key, before, after, err := rowFields(data)
 	if err == nil {
-		if c.key, err = parseRow(key, nm, 0); err == nil {
-			if c.before, err = parseRow(before, nm, 1); err == nil {
-				c.after, err = parseRow(after, nm, 1)
+		// The after image first: the before image then takes the values
+		// of its unchanged columns from it, parsed once and shared, so
+		// that reading both images of an update reads those only once.
+		if c.key, err = parseRow(key, nm, 0, nil); err == nil {
+			if c.after, err = parseRow(after, nm, 1, nil); err == nil {
+				c.before, err = parseRow(before, nm, 1, c.after)
 			}
 		}
 	}
@@ -253,7 +257,10 @@ func (rn *rowNames) done() []string {
 
 // parseRow splits a JSON object into names, raw values and values; null
 // or empty gives nil. slot is 0 for a key, 1 for an image (see names).
-func parseRow(b []byte, nm *names, slot int) (*row, error) {
+// Columns with the same name, position and JSON text as in twin (the
+// after image, for a before image) take twin's value instead of a new one;
+// values are never modified, so sharing them is safe.
+func parseRow(b []byte, nm *names, slot int, twin *row) (*row, error) {
 	b = trimSpace(b)
 	if len(b) == 0 || string(b) == "null" {
 		return nil, nil
@@ -301,8 +308,10 @@ func parseRow(b []byte, nm *names, slot int) (*row, error) {
 			return nil, err
 		}
 		raw := json.RawMessage(b[i:j])
-		v, err := parseValue(raw)
-		if err != nil {
+		var v any
+		if k := len(r.vals); twin != nil && k < len(twin.names) && twin.names[k] == name && bytes.Equal(twin.raws[k], raw) {
+			v = twin.vals[k] // unchanged: the same value, shared
+		} else if v, err = parseValue(raw); err != nil {
 			return nil, fmt.Errorf("column %q: %w", name, err)
 		}
 		rn.add(name)
