@@ -6,12 +6,14 @@ package feeds
 // remains the reference; TestNodeAgreesWithCond holds them equal.
 type node struct {
 	op   opcode
-	vk   valKind // of val, for eq and ne
+	vk   valKind // of val, for eq and ne; of both values for in2
 	subs []node
 	col  string
 	i    int64  // val when vk is vkInt
 	s    string // val when vk is vkStr
-	in   *inSet // in
+	i2   int64  // in2: the second value (the first again for one)
+	s2   string
+	in   *inSet // in, in2
 	val  any
 	leaf *Cond // for the kinds evaluated by Cond.test
 }
@@ -30,6 +32,7 @@ const (
 	opEq opcode = iota
 	opNe
 	opIn
+	opIn2 // in of one or two integers or strings, held in the node
 	opLeaf // contains, ranges, null, notnull: Cond.test
 	opAnd
 	opOr
@@ -104,6 +107,12 @@ func build(c *Cond, slab []node) (node, []node) {
 		if !allStrs {
 			set.strs = nil
 		}
+		switch {
+		case len(c.Vals) <= 2 && len(set.ints) == len(c.Vals):
+			n.op, n.vk, n.i, n.i2 = opIn2, vkInt, set.ints[0], set.ints[len(set.ints)-1]
+		case len(c.Vals) <= 2 && len(set.strs) == len(c.Vals):
+			n.op, n.vk, n.s, n.s2 = opIn2, vkStr, set.strs[0], set.strs[len(set.strs)-1]
+		}
 	case KindAnd, KindOr, KindNot:
 		switch c.Kind {
 		case KindAnd:
@@ -167,6 +176,16 @@ func (n *node) eval(r *row) tri {
 		return truth(v != nil && n.equal(v))
 	case opNe:
 		return truth(v != nil && n.val != nil && !n.equal(v))
+	case opIn2:
+		switch x := v.(type) {
+		case int64:
+			if n.vk == vkInt {
+				return truth(x == n.i || x == n.i2)
+			}
+		case string:
+			return truth(n.vk == vkStr && (x == n.s || x == n.s2)) // a string equals only a string
+		}
+		fallthrough
 	case opIn:
 		if v == nil {
 			return no
