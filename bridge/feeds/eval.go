@@ -32,7 +32,7 @@ const (
 	opEq opcode = iota
 	opNe
 	opIn
-	opIn2 // in of one or two integers or strings, held in the node
+	opIn2  // in of one or two integers or strings, held in the node
 	opLeaf // contains, ranges, null, notnull: Cond.test
 	opAnd
 	opOr
