@@ -217,3 +217,13 @@ func TestParseRow(t *testing.T) {
 	_, err = parseRow([]byte(`{"a":`), nil, 1, nil)
 	require.Error(t, err)
 }
+
+// TestValidNumber: the decoder accepts exactly JSON's numbers.
+func TestValidNumber(t *testing.T) {
+	for s, want := range map[string]bool{
+		"0": true, "-1": true, "1.5": true, "1e3": true, "1.5E-3": true, "-0.0e+0": true,
+		"-": false, "1.": false, ".5": false, "1e": false, "1e+": false, "12a": false, "": false, "+1": false,
+	} {
+		require.Equal(t, want, validNumber([]byte(s)), "%q", s)
+	}
+}

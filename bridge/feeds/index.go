@@ -140,8 +140,11 @@ func groupKey(f *compiled) string {
 	return string(b)
 }
 
-// matches is compiled.matches with the group's own copy of the condition,
-// reached without another load.
+// matches reports whether c reaches the group's feeds in any kind, for a
+// candidate of the index (whose table is known to match): match's rules
+// reduce to "the image the operation is judged on matches", and for an
+// update "either image matches". It reads the group's own compiled
+// condition, reached without another load.
 func (g *group) matches(c *change) bool {
 	if g.ops&opBit(c.op) == 0 {
 		return false

@@ -151,28 +151,6 @@ func (f *compiled) match(c *change) (kind, bool) {
 	return 0, false
 }
 
-// matches reports whether c reaches a feed with filter f in any kind, for
-// a candidate of the index (whose table is known to match): match's rules
-// reduce to "the image the operation is judged on matches", and for an
-// update "either image matches".
-func (f *compiled) matches(c *change) bool {
-	if f.ops&opBit(c.op) == 0 {
-		return false
-	}
-	if f.where == nil {
-		return true
-	}
-	switch c.op {
-	case cdc.OpInsert, cdc.OpRead:
-		return f.prog.eval(c.after) == yes
-	case cdc.OpDelete:
-		return f.prog.eval(c.old) == yes
-	case cdc.OpUpdate:
-		return f.prog.eval(c.after) == yes || f.prog.eval(c.old) == yes
-	}
-	return false
-}
-
 // serialise returns the JSON of c for projection p delivered as k, made
 // once and shared by every feed asking for the same (p, k). The second
 // result reports whether this call made it.

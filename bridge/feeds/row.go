@@ -422,37 +422,27 @@ func validNumber(b []byte) bool {
 	if i < len(b) && b[i] == '-' {
 		i++
 	}
-	d := i
-	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-		i++
+	i, ok := digits(b, i)
+	if ok && i < len(b) && b[i] == '.' {
+		i, ok = digits(b, i+1)
 	}
-	if i == d {
-		return false
-	}
-	if i < len(b) && b[i] == '.' {
-		i++
-		d = i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		if i == d {
-			return false
-		}
-	}
-	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+	if ok && i < len(b) && (b[i] == 'e' || b[i] == 'E') {
 		i++
 		if i < len(b) && (b[i] == '+' || b[i] == '-') {
 			i++
 		}
-		d = i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		if i == d {
-			return false
-		}
+		i, ok = digits(b, i)
 	}
-	return i == len(b)
+	return ok && i == len(b)
+}
+
+// digits skips the decimal digits at b[i:]; ok is false when there are none.
+func digits(b []byte, i int) (int, bool) {
+	d := i
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
+	}
+	return i, i > d
 }
 
 func unquote(b []byte) (string, error) {
