@@ -42,19 +42,30 @@ func benchFilter(i, n int) Filter {
 	}
 }
 
-// benchChanges are decoded updates over random keys in the same spaces.
-func benchChanges(b *testing.B, n, count int) []*change {
+// benchUpdates are count updates over random keys in the key spaces of
+// benchFilter(_, n): tenant, id and tag drawn from n/2 values, status
+// changing among four.
+func benchUpdates(n, count int) []cdc.Change {
 	g := newGen("b.src.e1")
 	r := rand.New(rand.NewPCG(1, 1))
-	nm := newNames() // as the consumer decodes
-	out := make([]*change, count)
+	space := max(n/2, 1)
+	out := make([]cdc.Change, count)
 	for i := range out {
-		space := max(n/2, 1)
 		o := order{ID: int64(r.IntN(space)), Tenant: int64(r.IntN(space)), Status: statuses[r.IntN(2)],
 			Tags: []string{"t" + strconv.Itoa(r.IntN(space))}, Amount: 10}
 		o2 := o
 		o2.Status = statuses[r.IntN(4)]
-		out[i] = decodedWith(b, g.tx(upd(o, o2))[0], uint64(i+1), nm)
+		out[i] = g.tx(upd(o, o2))[0]
+	}
+	return out
+}
+
+// benchChanges are benchUpdates decoded as the consumer decodes them.
+func benchChanges(b *testing.B, n, count int) []*change {
+	nm := newNames()
+	out := make([]*change, count)
+	for i, c := range benchUpdates(n, count) {
+		out[i] = decodedWith(b, c, uint64(i+1), nm)
 	}
 	return out
 }
@@ -121,23 +132,10 @@ func BenchmarkRouteAfterDecode(b *testing.B) {
 				h    nats.Header
 				data []byte
 			}
-			g := newGen("b.src.e1")
-			r := rand.New(rand.NewPCG(1, 1))
-			msgs := make([]msg, 4096)
-			for i := range msgs {
-				space := max(n/2, 1)
-				o := order{ID: int64(r.IntN(space)), Tenant: int64(r.IntN(space)), Status: statuses[r.IntN(2)],
-					Tags: []string{"t" + strconv.Itoa(r.IntN(space))}, Amount: 10}
-				o2 := o
-				o2.Status = statuses[r.IntN(4)]
-				c := g.tx(upd(o, o2))[0]
-				h := nats.Header{}
-				h.Set(headerMsgID, c.ID())
-				h.Set(headerCommit, c.CommitLSN.String())
-				h.Set(headerTxSize, "1")
-				h.Set(headerTable, "public.orders")
-				h.Set(headerOp, "update")
-				msgs[i] = msg{h, c.Payload}
+			ups := benchUpdates(n, 4096)
+			msgs := make([]msg, len(ups))
+			for i, c := range ups {
+				msgs[i] = msg{headersOf(c), c.Payload}
 			}
 			nm := newNames()
 			const round = 64
@@ -188,13 +186,7 @@ func BenchmarkDecode(b *testing.B) {
 	g := newGen("b.src.e1")
 	o := order{ID: 1, Tenant: 2, Status: "open", Tags: []string{"a", "b"}, Amount: 10, Note: strp("some note")}
 	c := g.tx(upd(o, o))[0]
-	h := nats.Header{}
-	h.Set(headerMsgID, c.ID())
-	h.Set(headerCommit, c.CommitLSN.String())
-	h.Set(headerSeq, "0")
-	h.Set(headerTxSize, "1")
-	h.Set(headerTable, "public.orders")
-	h.Set(headerOp, "update")
+	h := headersOf(c)
 	b.ReportAllocs()
 	b.SetBytes(int64(len(c.Payload)))
 	nm := newNames()

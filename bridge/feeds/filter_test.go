@@ -11,6 +11,21 @@ import (
 	"github.com/bridgecdc/bridge/bridge/cdc"
 )
 
+// headersOf is the headers the natsjs sink sets on c, as far as the
+// consumer reads them.
+func headersOf(c cdc.Change) nats.Header {
+	h := nats.Header{}
+	h.Set(headerMsgID, c.ID())
+	h.Set(headerCommit, c.CommitLSN.String())
+	h.Set(headerSeq, strconv.Itoa(int(c.Seq)))
+	h.Set(headerTxSize, strconv.Itoa(int(c.TxSize)))
+	if c.Table != "" {
+		h.Set(headerTable, c.Schema+"."+c.Table)
+	}
+	h.Set(headerOp, string(c.Op))
+	return h
+}
+
 // decoded turns a generated change into what the consumer decodes from
 // the stream, with the headers the natsjs sink sets.
 func decoded(t testing.TB, c cdc.Change, seq uint64) *change {
@@ -21,15 +36,7 @@ func decoded(t testing.TB, c cdc.Change, seq uint64) *change {
 // decodedWith is decoded with the consumer's names table.
 func decodedWith(t testing.TB, c cdc.Change, seq uint64, nm *names) *change {
 	t.Helper()
-	h := nats.Header{}
-	h.Set(headerMsgID, c.ID())
-	h.Set(headerCommit, c.CommitLSN.String())
-	h.Set(headerSeq, strconv.Itoa(int(c.Seq)))
-	h.Set(headerTxSize, strconv.Itoa(int(c.TxSize)))
-	if c.Table != "" {
-		h.Set(headerTable, c.Schema+"."+c.Table)
-	}
-	h.Set(headerOp, string(c.Op))
+	h := headersOf(c)
 	d, err := decode(seq, h, c.Payload, nm)
 	require.NoError(t, err)
 	return d
