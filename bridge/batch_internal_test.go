@@ -50,7 +50,7 @@ func runWriter(t *testing.T, b config.Batch, feed func(items chan<- []*txnItem))
 	done := make(chan error, 1)
 	go func() {
 		done <- p.write(t.Context(), t.Context(), items, make([]map[cdc.Pos]struct{}, 1),
-			func(m mark) { marks = append(marks, m.lsn) }, mark{})
+			func(m mark) { marks = append(marks, m.lsn) }, mark{}, nil)
 	}()
 	feed(items)
 	close(items)

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/bridge/checkpoint"
 	"github.com/bridgecdc/bridge/config"
@@ -124,6 +126,22 @@ type txnItem struct {
 // changes of small transactions handed to the writer in one run.
 const chunk = 1000
 
+// queuedChanges bounds the changes routed and waiting for the writer: two
+// batches of max_changes' default, enough for the writer to find its next
+// batch ready when a Write returns.
+const queuedChanges = 2 * chunk
+
+// runWeight is what run counts against queuedChanges: its changes, at
+// least 1 (a commit without routed changes) and at most queuedChanges (a
+// run can exceed it, and must still go through alone).
+func runWeight(run []*txnItem) int64 {
+	n := 0
+	for _, it := range run {
+		n += len(it.changes)
+	}
+	return int64(min(max(n, 1), queuedChanges))
+}
+
 // route routes and encodes t's changes and hands them to emit; a
 // transaction read back from disk goes in parts of chunk changes.
 func (p *Pipeline) route(ctx context.Context, t *cdc.Txn, producer string, emit func(*txnItem) error) error {
@@ -137,7 +155,7 @@ func (p *Pipeline) route(ctx context.Context, t *cdc.Txn, producer string, emit 
 	newItem := func(size int) *txnItem {
 		return &txnItem{commit: t.CommitLSN, changes: make([]cdc.Change, 0, size), dests: make([][]int, 0, size)}
 	}
-	it := newItem(len(t.Changes))
+	it := newItem(min(len(t.Changes), chunk))
 	add := func(cs []cdc.Change) error {
 		for i := range cs {
 			c := &cs[i]
@@ -154,8 +172,24 @@ func (p *Pipeline) route(ctx context.Context, t *cdc.Txn, producer string, emit 
 		}
 		return nil
 	}
-	if err := add(t.Changes); err != nil {
-		return err
+	// The changes held in memory go in parts of chunk too, so a run never
+	// holds more than about chunk changes whatever the transaction's size.
+	// Once a part is sent, t's copies of its changes are cleared: the part
+	// holds them, and the GC can free them as soon as they are written
+	// (startTxn has read t by then: it runs on the first send).
+	for from := 0; from < len(t.Changes); {
+		to := min(from+chunk-len(it.changes), len(t.Changes))
+		if err := add(t.Changes[from:to]); err != nil {
+			return err
+		}
+		from = to
+		if len(it.changes) >= chunk && (from < len(t.Changes) || t.Rest != nil) {
+			if err := send(it); err != nil {
+				return err
+			}
+			clear(t.Changes[:from])
+			it = newItem(min(len(t.Changes)-from, chunk))
+		}
 	}
 	if t.Rest == nil {
 		it.last = true
@@ -260,9 +294,11 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 	}
 	src = wrapped
 	defer stopSnap()
-	// Bounded: a run holds up to about `chunk` changes (a part of a large
-	// transaction, or small transactions handed over together).
-	items := make(chan []*txnItem, 16)
+	// Bounded by changes, not runs: a run holds from one to about 2×chunk
+	// changes (small transactions handed over together, or a part of a
+	// large one), and the memory queued must not depend on which.
+	items := make(chan []*txnItem, queuedChanges)
+	queued := semaphore.NewWeighted(queuedChanges)
 	var wg sync.WaitGroup
 	var readErr, writeErr error
 
@@ -280,11 +316,10 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 			if len(run) == 0 {
 				return nil
 			}
-			select {
-			case items <- run:
-			case <-rctx.Done():
-				return rctx.Err()
+			if err := queued.Acquire(rctx, runWeight(run)); err != nil {
+				return err
 			}
+			items <- run // never blocks: a run weighs at least 1
 			run, n = nil, 0
 			return nil
 		}
@@ -377,7 +412,7 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 		latest = m
 		markMu.Unlock()
 		progressed = true
-	}, latest)
+	}, latest, func(run []*txnItem) { queued.Release(runWeight(run)) })
 	cancel()
 	wg.Wait()
 	<-ckptDone
@@ -410,7 +445,7 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 // sinks'), or when its first change has waited max_wait (the largest of the
 // sinks') and nothing more is queued, so under a steady stream no change
 // waits much longer than max_wait.
-func (p *Pipeline) write(rctx, parent context.Context, items <-chan []*txnItem, skip []map[cdc.Pos]struct{}, publish func(mark), start mark) error {
+func (p *Pipeline) write(rctx, parent context.Context, items <-chan []*txnItem, skip []map[cdc.Pos]struct{}, publish func(mark), start mark, taken func([]*txnItem)) error {
 	per := make([][]cdc.Change, len(p.sinks))
 	maxN := 0
 	var wait time.Duration
@@ -562,6 +597,9 @@ func (p *Pipeline) write(rctx, parent context.Context, items <-chan []*txnItem, 
 		}
 		if !ok {
 			return flush()
+		}
+		if taken != nil {
+			taken(run)
 		}
 		for _, it := range run {
 			if err := add(it); err != nil {

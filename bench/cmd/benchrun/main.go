@@ -428,7 +428,8 @@ func (r *runner) bridgeBacklog(ctx context.Context, w, plugin, slot string, n in
 		b.CPUProfile = filepath.Join(r.o.profile, "cpu-"+name+".pprof")
 		b.AllocProfile = filepath.Join(r.o.profile, "allocs-"+name+".pprof")
 		_ = os.Remove(b.CPUProfile)
-		env = append(env, "BENCH_CPUPROFILE="+b.CPUProfile, "BENCH_MEMPROFILE="+b.AllocProfile)
+		env = append(env, "BENCH_CPUPROFILE="+b.CPUProfile, "BENCH_MEMPROFILE="+b.AllocProfile,
+			"BENCH_HEAPPROFILE="+filepath.Join(r.o.profile, "heap-"+name+".pprof"))
 	}
 	r.quiet()
 	win := bench.StartWindow()

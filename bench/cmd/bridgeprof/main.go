@@ -2,15 +2,21 @@
 // for the benchmark only (the product has no profiling endpoint). With
 // BENCH_CPUPROFILE set it profiles from start until SIGUSR1 or exit and
 // writes the profile there; BENCH_MEMPROFILE receives an allocation profile
-// at the same moment. Otherwise it is `bridge` unchanged.
+// at the same moment. BENCH_HEAPPROFILE receives an in-use heap profile
+// taken when the live heap was at its largest (sampled every 20 ms, written
+// again each time it grows by a tenth), to see what holds peak memory.
+// Otherwise it is `bridge` unchanged.
 package main
 
 import (
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/bridgecdc/bridge/bridge"
 	_ "github.com/bridgecdc/bridge/plugins"
@@ -39,10 +45,34 @@ func main() {
 			}
 		}
 	})
+	if heapPath := os.Getenv("BENCH_HEAPPROFILE"); heapPath != "" {
+		go heapPeak(heapPath)
+	}
 	usr1 := make(chan os.Signal, 1)
 	signal.Notify(usr1, syscall.SIGUSR1)
 	go func() { <-usr1; stop() }()
 	code := bridge.Execute(os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
+}
+
+// heapPeak writes an in-use heap profile to path whenever the live heap
+// passes 1.1 × the largest seen at the last write.
+func heapPeak(path string) {
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	var peak uint64
+	for range time.Tick(20 * time.Millisecond) {
+		metrics.Read(sample)
+		live := sample[0].Value.Uint64()
+		if live <= peak+peak/10 {
+			continue
+		}
+		peak = live
+		runtime.GC() // the profile shows the heap as of the last GC
+		if f, err := os.Create(path + ".tmp"); err == nil {
+			_ = pprof.Lookup("heap").WriteTo(f, 0)
+			f.Close()
+			_ = os.Rename(path+".tmp", path)
+		}
+	}
 }

@@ -36,10 +36,12 @@ type Config struct {
 	// Buffer is how many decoded transactions may wait for the pipeline. Default 64.
 	Buffer int `koanf:"buffer"`
 	// SpillChanges is how many changes of one transaction are held in
-	// memory before the rest goes to a temporary file. Default 10000.
+	// memory before the rest goes to a temporary file. Default 2048: about
+	// what the pipeline holds queued for small transactions, so memory does
+	// not depend on transaction size.
 	SpillChanges int `koanf:"spill_changes"`
 	// SpillBytes is how many bytes of row data of one transaction are held
-	// in memory before the rest goes to a temporary file. Default 64MiB.
+	// in memory before the rest goes to a temporary file. Default 16MiB.
 	SpillBytes int64 `koanf:"spill_bytes"`
 	// SpillDir holds the temporary files; default the system's temp dir.
 	SpillDir string `koanf:"spill_dir"`
@@ -84,8 +86,8 @@ func DefaultConfig(name string) Config {
 		CreatePublication: true,
 		StatusInterval:    10 * time.Second,
 		Buffer:            64,
-		SpillChanges:      10000,
-		SpillBytes:        64 << 20,
+		SpillChanges:      2048,
+		SpillBytes:        16 << 20,
 		OnSlotLost:        SlotLostFail,
 		Snapshot:          DefaultSnapshotConfig(),
 	}

@@ -59,7 +59,7 @@ func (b *TxnBuffer) Add(c cdc.Change, size int) error {
 		}
 		// Unlinked at once: the file lives as long as the descriptor.
 		_ = os.Remove(f.Name())
-		b.f, b.w = f, bufio.NewWriterSize(f, 1<<20)
+		b.f, b.w = f, bufio.NewWriterSize(f, spillBuf)
 		b.relx = map[*cdc.Relation]int{}
 		b.rels = nil
 	}
@@ -106,7 +106,7 @@ func (b *TxnBuffer) Finish(t *cdc.Txn) (*cdc.Txn, error) {
 			b.reset()
 			return nil, fmt.Errorf("reading back a spilled transaction: %w", err)
 		}
-		t.Rest = &spillIter{f: b.f, r: bufio.NewReaderSize(b.f, 1<<20), rels: b.rels,
+		t.Rest = &spillIter{f: b.f, r: bufio.NewReaderSize(b.f, spillBuf), rels: b.rels,
 			next: uint32(len(b.mem)), size: n, commit: t.CommitLSN, xid: t.Xid, at: t.CommitTime}
 	}
 	b.reset()
@@ -200,3 +200,8 @@ func (it *spillIter) Close() error {
 	it.done = true
 	return it.f.Close()
 }
+
+// spillBuf is the buffer of a spill file's writer and of its reader:
+// enough for sequential I/O in few syscalls, small beside the changes held
+// in memory.
+const spillBuf = 256 << 10

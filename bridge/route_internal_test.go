@@ -1,0 +1,91 @@
+package bridge
+
+import (
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/config"
+)
+
+// sliceIter is a cdc.ChangeIter over a slice, handing out at most max
+// changes per Next (a spill file's reader hands out what dst holds).
+type sliceIter struct {
+	cs  []cdc.Change
+	max int
+}
+
+func (it *sliceIter) Next(dst []cdc.Change) (int, error) {
+	n := copy(dst[:min(len(dst), it.max)], it.cs)
+	it.cs = it.cs[n:]
+	if len(it.cs) == 0 {
+		return n, io.EOF
+	}
+	return n, nil
+}
+func (it *sliceIter) Close() error { return nil }
+
+// TestRouteHandsOverParts checks that a transaction goes to the writer in
+// parts of about chunk changes, whether its changes are held in memory or
+// read back from disk: what the pipeline queues must not grow with the
+// transaction. Every change arrives once, in order, and only the last part
+// is marked last. The parts sent are cleared from the Txn, so the memory
+// of what is written can be freed while the rest is routed.
+func TestRouteHandsOverParts(t *testing.T) {
+	r, err := NewRouter(&config.Config{Routes: []config.Route{{Sinks: []string{"a"}}}}, map[string]int{"a": 0})
+	require.NoError(t, err)
+	p := &Pipeline{source: "app", log: slog.New(slog.DiscardHandler), router: r}
+	rel := &cdc.Relation{Schema: "public", Table: "t", Columns: []cdc.Column{{Name: "id", Key: true}}}
+	mk := func(from, n, size int) []cdc.Change {
+		cs := make([]cdc.Change, n)
+		for i := range cs {
+			cs[i] = cdc.Change{Source: "app", Schema: "public", Table: "t", Op: cdc.OpInsert, Rel: rel,
+				After: []any{int64(from + i)}, CommitLSN: 99, Seq: uint32(from + i), TxSize: uint32(size)}
+		}
+		return cs
+	}
+	for _, tc := range []struct {
+		name      string
+		mem, rest int
+	}{
+		{"small", 10, 0},
+		{"exactly a chunk", chunk, 0},
+		{"in memory", 4*chunk + 500, 0},
+		{"spilled", 2048, 3*chunk + 7},
+		{"spilled at a chunk", chunk, chunk},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			size := tc.mem + tc.rest
+			txn := &cdc.Txn{CommitLSN: 99, Changes: mk(0, tc.mem, size)}
+			if tc.rest > 0 {
+				txn.Rest = &sliceIter{cs: mk(tc.mem, tc.rest, size), max: chunk}
+			}
+			var parts []*txnItem
+			require.NoError(t, p.route(t.Context(), txn, "prod", func(it *txnItem) error {
+				parts = append(parts, it)
+				return nil
+			}))
+			next := 0
+			for i, it := range parts {
+				require.LessOrEqual(t, len(it.changes), 2*chunk, "part %d", i)
+				require.Equal(t, i == len(parts)-1, it.last, "part %d of %d", i, len(parts))
+				for _, c := range it.changes {
+					require.Equal(t, uint32(next), c.Seq)
+					next++
+				}
+			}
+			require.Equal(t, size, next, "every change once")
+			if tc.mem > chunk {
+				require.Greater(t, len(parts), tc.mem/chunk, "the changes in memory go in parts")
+				for i := range tc.mem - tc.mem%chunk {
+					if txn.Changes[i].Rel != nil {
+						require.Failf(t, "a sent change is still held by the Txn", "change %d", i)
+					}
+				}
+			}
+		})
+	}
+}
