@@ -124,6 +124,10 @@ type workload struct {
 	events  map[string]int // event key → times committed
 	total   atomic.Int64
 	stopped atomic.Bool
+	// bulk, when > 0, makes one transaction in four also insert 1 to bulk
+	// rows with one statement: transactions of thousands of changes, which
+	// the pipeline hands over in parts and the source spills to disk.
+	bulk int
 }
 
 func newWorkload(t *testing.T, e *env) *workload {
@@ -217,6 +221,27 @@ func (w *workload) writer(t *testing.T, wi, target int, pace time.Duration) {
 				}
 				pending = append(pending, row{id: id, n: n})
 				evs = append(evs, fmt.Sprintf("I:%d:%d", wi, n))
+			}
+		}
+		if ok && w.bulk > 0 && rand.N(4) == 0 {
+			k := 1 + rand.N(w.bulk)
+			rows, err := tx.Query(ctx, `INSERT INTO kt (w, n, pad) SELECT $1, g, $3 FROM generate_series($2::int, $4::int) g ORDER BY g RETURNING id, n`, wi, n+1, randText(60), n+k)
+			if err == nil {
+				for rows.Next() {
+					var r row
+					if err = rows.Scan(&r.id, &r.n); err != nil {
+						break
+					}
+					pending = append(pending, r)
+					evs = append(evs, fmt.Sprintf("I:%d:%d", wi, r.n))
+				}
+				rows.Close()
+				err = rows.Err()
+			}
+			if err != nil {
+				ok = false
+			} else {
+				n += k
 			}
 		}
 		if !ok {

@@ -62,24 +62,29 @@ func TestKill9MidStream(t *testing.T) {
 		name    string
 		options []string
 		changes int
+		bulk    int
 	}{
-		{"per_message", nil, 50000},
+		{"per_message", nil, 50000, 0},
 		// Small transactions as atomic batches go at a few hundred per
 		// second (docs/operations.md#atomic-transactions).
-		{"atomic", []string{"atomic_transactions: true"}, 20000},
-		{"fast_batch", []string{"fast_batch: true", "expect_last_sequence: false"}, 30000},
+		{"atomic", []string{"atomic_transactions: true"}, 20000, 0},
+		{"fast_batch", []string{"fast_batch: true", "expect_last_sequence: false"}, 30000, 0},
+		// Transactions of up to 4000 changes among the small ones: handed
+		// to the writer in parts of 1000, spilled to disk past 2048.
+		{"large_txns", nil, 60000, 4000},
 	} {
-		t.Run(tc.name, func(t *testing.T) { kill9MidStream(t, tc.options, tc.changes) })
+		t.Run(tc.name, func(t *testing.T) { kill9MidStream(t, tc.options, tc.changes, tc.bulk) })
 	}
 }
 
-func kill9MidStream(t *testing.T, options []string, changes int) {
+func kill9MidStream(t *testing.T, options []string, changes, bulk int) {
 	if testing.Short() {
 		changes = 10000
 	}
 	bin := bridgeBinary(t)
 	e := newEnv(t)
 	w := newWorkload(t, e)
+	w.bulk = bulk
 	cfg := e.config("kill", "")
 	for _, o := range options {
 		setSinkOption(t, cfg, o)
