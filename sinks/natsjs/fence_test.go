@@ -131,11 +131,11 @@ func TestConnectDropsAbandonedAcks(t *testing.T) {
 	wctx, wcancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer wcancel()
 	require.Error(t, s.Write(wctx, all[20:60]))
-	require.Positive(t, s.js.PublishAsyncPending())
+	require.Positive(t, s.acks.pending())
 	cctx, ccancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer ccancel()
 	_ = s.Connect(cctx) // the frozen server cannot answer the stream check
-	require.Zero(t, s.js.PublishAsyncPending(), "the abandoned Write's acks are given up")
+	require.Zero(t, s.acks.pending(), "the abandoned Write's acks are given up")
 
 	p.thaw()
 	require.NoError(t, s.Connect(t.Context()))

@@ -104,20 +104,23 @@ type Sink struct {
 	name string
 	log  *slog.Logger
 	run  string // random per instance, the Bridge-Run header
+	// expStream is the Nats-Expected-Stream header's value, shared by
+	// every message (capacity 1: an append copies it).
+	expStream []string
 
 	mu          sync.Mutex // guards the fields below
 	nc          *nats.Conn
 	js          jetstream.JetStream
+	acks        *acker   // acks.go: the publishes' acks
 	subjects    []string // the stream's subjects as last seen
 	maxMsgSize  int      // the stream's max_msg_size as last seen; 0 or -1: none
 	allowAtomic bool     // the stream accepts atomic batches
 	allowBatch  bool     // the stream accepts fast batches (fast.go)
 	closed      bool
 
-	asyncFails atomic.Uint64 // async publish failures seen, for stopping a Write early
-	cursor     atomic.Uint64 // see Cursor; 0 = none yet
-	fence      fence         // fence.go: Nats-Expected-Last-Sequence chain
-	hdrs       sync.Pool     // nats.Header maps of acknowledged messages (msg.go)
+	cursor atomic.Uint64 // see Cursor; 0 = none yet
+	fence  fence         // fence.go: Nats-Expected-Last-Sequence chain
+	hdrs   sync.Pool     // nats.Header maps of acknowledged messages (msg.go)
 }
 
 // New builds a sink from its config block: it fills the defaults, decodes
@@ -150,7 +153,7 @@ func New(decode config.Decoder, env sinks.Env) (sinks.Sink, error) {
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	return &Sink{cfg: cfg, name: env.Name, log: log, run: hex.EncodeToString(b[:])}, nil
+	return &Sink{cfg: cfg, name: env.Name, log: log, run: hex.EncodeToString(b[:]), expStream: []string{cfg.Stream}[:1:1]}, nil
 }
 
 // Run returns the instance's random run id, sent as the Bridge-Run header.
@@ -170,12 +173,12 @@ func (s *Sink) Connect(ctx context.Context) error {
 		s.mu.Unlock()
 		return sinks.Permanent(errClosed)
 	}
-	nc, js := s.nc, s.js
+	nc, js, acks := s.nc, s.js, s.acks
 	s.mu.Unlock()
 
 	if nc == nil || nc.IsClosed() {
 		var err error
-		if nc, js, err = s.dial(ctx); err != nil {
+		if nc, js, acks, err = s.dial(ctx); err != nil {
 			return err
 		}
 		s.mu.Lock()
@@ -184,12 +187,12 @@ func (s *Sink) Connect(ctx context.Context) error {
 			nc.Close()
 			return sinks.Permanent(errClosed)
 		}
-		s.nc, s.js = nc, js
+		s.nc, s.js, s.acks = nc, js, acks
 		s.mu.Unlock()
 	} else if err := natsconn.WaitConnected(ctx, nc); err != nil {
 		return fmt.Errorf("connecting to %s: %w: %w", redact(s.cfg.URL), sinks.ErrNotConnected, err)
 	}
-	if n := js.PublishAsyncPending(); n > 0 {
+	if n := acks.pending(); n > 0 {
 		// Acks of a Write that failed (the pipeline ends the run and
 		// connects again): the caller has given those publishes up, and
 		// waiting for them (up to ack_timeout, forever silent when their
@@ -197,27 +200,28 @@ func (s *Sink) Connect(ctx context.Context) error {
 		// they stored, the next Delivered reads; the fence refuses what
 		// they store later.
 		s.log.Debug("dropping the acks of an abandoned Write", "stream", s.cfg.Stream, "pending", n)
-		js.CleanupPublisher()
+		acks.drop()
 	}
 	return s.ensureStream(ctx, nc, js)
 }
 
-func (s *Sink) dial(ctx context.Context) (*nats.Conn, jetstream.JetStream, error) {
+func (s *Sink) dial(ctx context.Context) (*nats.Conn, jetstream.JetStream, *acker, error) {
 	nc, err := natsconn.Dial(ctx, natsconn.Settings{URL: s.cfg.URL, Creds: s.cfg.Creds, User: s.cfg.User, Password: s.cfg.Password,
 		Token: s.cfg.Token, Sink: s.name, FlusherTimeout: s.cfg.AckTimeout}, s.log)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	js, err := jetstream.New(nc,
-		jetstream.WithPublishAsyncMaxPending(s.cfg.MaxPending),
-		jetstream.WithPublishAsyncTimeout(s.cfg.AckTimeout),
-		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { s.asyncFails.Add(1) }),
-	)
+	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
-		return nil, nil, fmt.Errorf("connecting to %s: %w", redact(s.cfg.URL), err)
+		return nil, nil, nil, fmt.Errorf("connecting to %s: %w", redact(s.cfg.URL), err)
 	}
-	return nc, js, nil
+	acks, err := newAcker(nc, s.cfg.Stream)
+	if err != nil {
+		nc.Close()
+		return nil, nil, nil, fmt.Errorf("connecting to %s: %w", redact(s.cfg.URL), err)
+	}
+	return nc, js, acks, nil
 }
 
 // ensureStream creates, updates or checks the stream, and records its subjects.
@@ -340,7 +344,7 @@ func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
 		return nil
 	}
 	s.mu.Lock()
-	nc, js, closed, subjects := s.nc, s.js, s.closed, s.subjects
+	nc, js, acks, closed, subjects := s.nc, s.js, s.acks, s.closed, s.subjects
 	s.mu.Unlock()
 	switch {
 	case closed:
@@ -351,16 +355,9 @@ func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
 		return fmt.Errorf("writing %d changes to stream %q: %w", len(batch), s.cfg.Stream, ctx.Err())
 	}
 
-	w := &write{s: s, nc: nc, ctx: ctx, batch: batch, futs: make([]jetstream.PubAckFuture, len(batch)),
+	w := &write{s: s, nc: nc, ctx: ctx, batch: batch, acks: acks, aw: acks.begin(len(batch)), msg: make([]*nats.Msg, len(batch)),
 		seqs: make([]uint64, len(batch)), group: make([]int, len(batch))}
-	fails := s.asyncFails.Load()
-	pubOpts := []jetstream.PublishOpt{
-		jetstream.WithExpectStream(s.cfg.Stream),
-		// The client would otherwise resend a message that met "no
-		// responders" 250ms later, behind the ones published after it, and
-		// report it acked: out of order and unnoticed. Fail it instead.
-		jetstream.WithRetryAttempts(0),
-	}
+	defer acks.end(w.aw)
 	// The fence (fence.go): each publish expects the stream's last
 	// sequence to be the one before it, so nothing another instance stored
 	// meanwhile can be overtaken.
@@ -439,8 +436,8 @@ func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
 			wasFenced := fenced
 			fenced, atomic = false, false // a replay: see fence.go
 			s.log.Debug("the Write starts with changes the stream holds already: publishing it message by message, unfenced", "stream", s.cfg.Stream, "first", batch[0].ID())
-			w.replayRedo(js, pubOpts)
-			fails = s.asyncFails.Load() // the first publish's refusal is handled
+			w.replayRedo()
+			w.aw.failed.Store(false) // the first publish's refusal is handled
 			if wasFenced && w.dupMax > synced && end+1 < len(batch) && w.err.Failed == nil {
 				// Stored after the point the chain starts from: not a
 				// replay of ours but another writer's (a killed or paused
@@ -474,7 +471,7 @@ publish:
 		for i-w.next >= s.cfg.MaxPending { // window full: wait for the oldest ack
 			w.resolve()
 		}
-		if w.err.Failed != nil || s.asyncFails.Load() != fails || ctx.Err() != nil {
+		if w.err.Failed != nil || w.aw.failed.Load() || ctx.Err() != nil {
 			stop = i
 			if w.err.Failed == nil && ctx.Err() != nil {
 				stopErr = w.ctxErr()
@@ -516,15 +513,14 @@ publish:
 					break publish
 				}
 			}
-			f, err := js.PublishMsgAsync(msgs[n-1], pubOpts...)
-			if err != nil {
+			w.msg[i+n-1] = msgs[n-1]
+			if err := w.publish(i + n - 1); err != nil {
 				for kk := range n {
 					w.err.Fail(i+kk, s.publishErr(nc, &batch[i+kk], len(msgs[kk].Data)+natsconn.HeaderSize(msgs[kk].Header), err))
 				}
 				stop = i + n
 				break
 			}
-			w.futs[i+n-1] = f
 			w.group[i+n-1] = n
 			if w.msgs == nil {
 				w.msgs = map[int]*nats.Msg{}
@@ -545,28 +541,18 @@ publish:
 			msg.Header.Set(jetstream.ExpectedLastSeqHeader, strconv.FormatUint(exp, 10))
 			exp++
 		}
-		for {
-			f, err := js.PublishMsgAsync(msg, pubOpts...)
-			if err == nil {
-				w.futs[i] = f
-				firstDone(i)
-				continue publish
-			}
-			if errors.Is(err, jetstream.ErrTooManyStalledMsgs) && ctx.Err() == nil {
-				continue // acks of an earlier, abandoned Write still hold the window
-			}
-			if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
-				err = ctx.Err()
-			}
+		w.msg[i] = msg
+		if err := w.publish(i); err != nil {
 			w.err.Fail(i, s.publishErr(nc, c, len(msg.Data)+natsconn.HeaderSize(msg.Header), err))
 			stop = i + 1
 			break publish
 		}
+		firstDone(i)
 	}
 	for w.next < stop {
 		w.resolve()
 	}
-	w.replayRedo(js, pubOpts)
+	w.replayRedo()
 	first := -1 // first failed index
 	if idx := w.err.Indexes(); len(idx) > 0 {
 		first = idx[0]
@@ -593,7 +579,7 @@ publish:
 // replayRedo publishes, message by message, the changes of the atomic
 // batches that met messages stored already (only a Write's first publish
 // when fenced: fence.go); dedupe drops the stored ones.
-func (w *write) replayRedo(js jetstream.JetStream, pubOpts []jetstream.PublishOpt) {
+func (w *write) replayRedo() {
 	for len(w.redo) > 0 && w.err.Failed == nil {
 		end := w.redo[0]
 		w.redo = w.redo[1:]
@@ -604,12 +590,11 @@ func (w *write) replayRedo(js jetstream.JetStream, pubOpts []jetstream.PublishOp
 			for _, h := range []string{jetstreamext.BatchIDHeader, jetstreamext.BatchSeqHeader, jetstreamext.BatchCommitHeader, jetstream.ExpectedLastSeqHeader} {
 				m.Header.Del(h)
 			}
-			f, err := js.PublishMsgAsync(m, pubOpts...)
-			if err != nil {
+			w.msg[k] = m
+			if err := w.publish(k); err != nil {
 				w.err.Fail(k, w.s.publishErr(w.nc, &w.batch[k], len(m.Data)+natsconn.HeaderSize(m.Header), err))
 				break
 			}
-			w.futs[k] = f
 		}
 		for w.next = end - n + 1; w.next <= end; {
 			w.resolve()
@@ -623,7 +608,9 @@ type write struct {
 	nc    *nats.Conn
 	ctx   context.Context
 	batch []cdc.Change
-	futs  []jetstream.PubAckFuture
+	acks  *acker
+	aw    *ackWait          // acks.go: this Write's acks
+	msg   []*nats.Msg       // per change: its message once published with an ack awaited
 	group []int             // at the commit's index: the size of its atomic batch
 	msgs  map[int]*nats.Msg // messages of atomic batches, for a republish
 	redo  []int             // commit indexes of atomic batches to republish
@@ -640,37 +627,30 @@ type write struct {
 	err      sinks.BatchError
 }
 
-// resolve waits for the ack of change w.next (unless it failed to publish)
-// and records the outcome. Once ctx has ended it only takes acks that have
-// arrived already.
+// publish publishes w.msg[i] with its ack awaited, and the header that
+// makes the server refuse it unless the subject belongs to the stream.
+func (w *write) publish(i int) error {
+	m := w.msg[i]
+	m.Header[jetstream.ExpectedStreamHeader] = w.s.expStream
+	return w.acks.publish(w.aw, i, m)
+}
+
+// resolve waits for the ack of change w.next (unless it was not published
+// with an ack awaited) and records the outcome. Once ctx has ended it only
+// takes acks that have arrived already.
 func (w *write) resolve() {
 	i := w.next
 	w.next++
-	f := w.futs[i]
-	if f == nil {
+	r, published, err := w.acks.wait(w.ctx, w.aw, i, w.s.cfg.AckTimeout)
+	if !published {
 		return
 	}
-	w.futs[i] = nil
-	var (
-		ack *jetstream.PubAck
-		err error
-	)
-	select {
-	case ack = <-f.Ok():
-	case err = <-f.Err():
-	default:
-		select {
-		case ack = <-f.Ok():
-		case err = <-f.Err():
-		case <-w.ctx.Done():
-			select { // an ack that raced ctx still counts
-			case ack = <-f.Ok():
-			case err = <-f.Err():
-			default:
-				w.failGroup(i, fmt.Errorf("waiting for the ack of %s: %w", w.batch[i].ID(), w.ctxErr()))
-				return
-			}
-		}
+	m := w.msg[i]
+	if err == nil {
+		err = r.err
+	} else if w.ctx.Err() != nil {
+		w.failGroup(i, fmt.Errorf("waiting for the ack of %s: %w", w.batch[i].ID(), w.ctxErr()))
+		return
 	}
 	if err != nil {
 		var apiErr *jetstream.APIError
@@ -678,21 +658,22 @@ func (w *write) resolve() {
 			w.redo = append(w.redo, i) // see Write: republished one by one
 			return
 		}
-		w.failGroup(i, w.s.publishErr(w.nc, &w.batch[i], len(f.Msg().Data)+natsconn.HeaderSize(f.Msg().Header), err))
+		w.failGroup(i, w.s.publishErr(w.nc, &w.batch[i], len(m.Data)+natsconn.HeaderSize(m.Header), err))
 		return
 	}
 	if w.group[i] == 0 {
-		w.s.recycle(f.Msg()) // acked; nothing reads it any more
+		w.s.recycle(m) // acked; nothing reads it any more
+		w.msg[i] = nil
 	}
 	n := max(w.group[i], 1)
 	for k := range n { // an atomic batch's ack is its last message's
-		w.seqs[i-k] = ack.Sequence - uint64(k)
+		w.seqs[i-k] = r.seq - uint64(k)
 	}
-	if ack.Duplicate {
+	if r.dup {
 		w.dups++
-		w.dupMax = max(w.dupMax, ack.Sequence) // the sequence of the stored original
+		w.dupMax = max(w.dupMax, r.seq) // the sequence of the stored original
 	} else {
-		w.fresh = max(w.fresh, ack.Sequence)
+		w.fresh = max(w.fresh, r.seq)
 	}
 }
 
@@ -1021,17 +1002,17 @@ func (s *Sink) Close(ctx context.Context) error {
 		return nil
 	}
 	s.closed = true
-	nc, js := s.nc, s.js
+	nc, acks := s.nc, s.acks
 	s.mu.Unlock()
 	if nc == nil || nc.IsClosed() {
 		return nil
 	}
 	var err error
-	if js.PublishAsyncPending() > 0 && nc.IsConnected() {
+	if acks.pending() > 0 && nc.IsConnected() {
 		select {
-		case <-js.PublishAsyncComplete():
+		case <-acks.drained():
 		case <-ctx.Done():
-			err = fmt.Errorf("closing: waiting for %d acks: %w", js.PublishAsyncPending(), ctx.Err())
+			err = fmt.Errorf("closing: waiting for %d acks: %w", acks.pending(), ctx.Err())
 		}
 	}
 	if err == nil && nc.IsConnected() {

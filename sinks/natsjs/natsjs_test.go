@@ -586,7 +586,7 @@ func TestClose(t *testing.T) {
 		wctx, wcancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 		defer wcancel()
 		require.Error(t, s.Write(wctx, txs(producer, 0x1000, 5, 100)))
-		require.Positive(t, s.js.PublishAsyncPending())
+		require.Positive(t, s.acks.pending())
 
 		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 		defer cancel()
