@@ -169,7 +169,7 @@ func validSubject(s string) bool {
 	if !validFilter(s) {
 		return false
 	}
-	for _, t := range strings.Split(s, ".") {
+	for t := range strings.SplitSeq(s, ".") {
 		if t == "*" || t == ">" {
 			return false
 		}

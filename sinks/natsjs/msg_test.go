@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/sinks/internal/natsconn"
 )
 
 // TestToMsgRecycledHeaders checks the headers toMsg sets, also when the map
@@ -39,13 +40,15 @@ func TestToMsgRecycledHeaders(t *testing.T) {
 	wantMsg.Set(HeaderOp, "message")
 	wantMsg.Set(HeaderRun, "r1")
 	for range 3 {
-		m := s.toMsg(&row)
+		m, size := s.buildMsg(&row)
 		assert.Equal(t, want(&row), m.Header)
+		assert.Equal(t, natsconn.HeaderSize(m.Header), size, "the size buildMsg counts")
 		assert.Equal(t, "b.src.ep:00000016B374D848:3", m.Header.Get("Nats-Msg-Id"))
 		m.Header.Set("Nats-Expected-Stream", "CDC") // as nats.go does
 		s.recycle(m)
-		m = s.toMsg(&msg)
+		m, size = s.buildMsg(&msg)
 		assert.Equal(t, wantMsg, m.Header)
+		assert.Equal(t, natsconn.HeaderSize(m.Header), size)
 		s.recycle(m)
 	}
 }

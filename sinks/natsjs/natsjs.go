@@ -379,29 +379,36 @@ func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
 	var stopErr error  // why, when stopped before a failure of its own
 	// prepare builds change i's message, diverting or offloading it when the
 	// server would refuse it; false means it failed (recorded in w.err).
+	okSubject := "" // the last subject found valid and bound to the stream
+	limit, what := s.msgLimit(nc)
 	prepare := func(i int) (*nats.Msg, bool) {
 		c := &batch[i]
 		var refusal error // a reason the server would refuse c for good
-		valid := validSubject(c.Subject)
+		known := c.Subject == okSubject && okSubject != ""
+		valid := known || validSubject(c.Subject)
 		if !valid {
 			refusal = fmt.Errorf("publishing %s: invalid subject %q", c.ID(), c.Subject)
 		}
-		if valid && len(subjects) > 0 && !covered(subjects, c.Subject) && !refreshed {
+		if valid && !known && len(subjects) > 0 && !covered(subjects, c.Subject) && !refreshed {
 			refreshed = true // the stream may have been given the subject since
 			if err := s.ensureStream(ctx, nc, js); err == nil {
 				s.mu.Lock()
 				subjects = s.subjects
 				s.mu.Unlock()
+				limit, what = s.msgLimit(nc)
 			}
 		}
-		if valid && len(subjects) > 0 && !covered(subjects, c.Subject) {
+		if valid && !known && len(subjects) > 0 && !covered(subjects, c.Subject) {
 			refusal = fmt.Errorf("publishing %s: subject %q is not bound to stream %q (its subjects: %q); add it to the stream's subjects or change the route",
 				c.ID(), c.Subject, s.cfg.Stream, subjects)
 		}
-		msg := s.toMsg(c)
 		if refusal == nil {
-			size := len(msg.Data) + natsconn.HeaderSize(msg.Header) + len(msg.Subject)
-			if limit, what := s.msgLimit(nc); limit > 0 && size > limit {
+			okSubject = c.Subject
+		}
+		msg, hsize := s.buildMsg(c)
+		if refusal == nil {
+			size := len(msg.Data) + hsize + len(msg.Subject)
+			if limit > 0 && size > limit {
 				if s.cfg.LargePayloadBucket == "" {
 					refusal = fmt.Errorf("publishing %s to %q: the message is %d bytes, over %s of %d; set large_payload_bucket to carry it through the object store",
 						c.ID(), c.Subject, size, what, limit)
@@ -772,12 +779,21 @@ func isConnErr(err error) bool {
 // JetStream), and the bridge's headers. The header map comes from s.hdrs
 // (see recycle); the bridge's header values share one string.
 func (s *Sink) toMsg(c *cdc.Change) *nats.Msg {
+	m, _ := s.buildMsg(c)
+	return m
+}
+
+// buildMsg is toMsg, also returning the size of the header block it built
+// (natsconn.HeaderSize of the message's header, without computing it again).
+func (s *Sink) buildMsg(c *cdc.Change) (*nats.Msg, int) {
 	n := len(c.Headers) + 8
 	h := s.header(n + 1)         // +1: Nats-Expected-Stream
 	vals := make([]string, 0, n) // one allocation for every value
+	size := len("NATS/1.0\r\n\r\n")
 	set := func(k, v string) {
 		vals = append(vals, v)
 		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
+		size += len(k) + len(v) + 4
 	}
 	for k, v := range c.Headers {
 		if !natsconn.ValidHeader(k, v) {
@@ -816,7 +832,7 @@ func (s *Sink) toMsg(c *cdc.Change) *nats.Msg {
 	}
 	set(HeaderOp, string(c.Op))
 	set(HeaderRun, s.run)
-	return &nats.Msg{Subject: c.Subject, Data: c.Payload, Header: h}
+	return &nats.Msg{Subject: c.Subject, Data: c.Payload, Header: h}, size
 }
 
 // HeaderPayloadObject names the object ("<bucket>/<name>") holding a payload
