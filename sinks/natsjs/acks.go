@@ -44,6 +44,8 @@ type acker struct {
 // ackWait is the state of one Write's publishes.
 type ackWait struct {
 	base    uint64   // id of the Write's first publish
+	start   time.Time
+	sent    []time.Duration // per batch index: when it was last published, since start
 	idx     []int32  // batch index of publish id base+k
 	res     []ackRes // per batch index
 	open    int      // publishes awaiting their ack
@@ -121,7 +123,8 @@ func (a *acker) watch(status <-chan nats.Status) {
 // begin registers a Write of n changes; its acks are matched from now on.
 // An earlier Write still registered is given up (see end).
 func (a *acker) begin(n int) *ackWait {
-	w := &ackWait{idx: make([]int32, 0, n), res: make([]ackRes, n), waiting: -1, wake: make(chan struct{}, 1)}
+	w := &ackWait{idx: make([]int32, 0, n), res: make([]ackRes, n), sent: make([]time.Duration, n), start: time.Now(),
+		waiting: -1, wake: make(chan struct{}, 1)}
 	a.mu.Lock()
 	if a.cur != nil {
 		a.retire(a.cur)
@@ -209,6 +212,7 @@ func (a *acker) publish(w *ackWait, i int, m *nats.Msg) error {
 	w.res[i] = ackRes{state: ackOpen}
 	w.open++
 	a.mu.Unlock()
+	w.sent[i] = time.Since(w.start) // read by wait, in the same goroutine
 	var b [48]byte
 	m.Reply = string(strconv.AppendUint(append(b[:0], a.prefix...), id, 36))
 	if err := a.nc.PublishMsg(m); err != nil {
@@ -261,8 +265,10 @@ func (a *acker) handle(m *nats.Msg) {
 }
 
 // wait returns the outcome of change i's publish: ok is false when it was
-// not published. It waits for the ack up to timeout, and until ctx ends;
-// once ctx has ended it only takes an ack that has arrived already.
+// not published. It waits for the ack until timeout after the publish (so
+// the acks of a stalled server all fail about together, not one timeout
+// after another), and until ctx ends; once ctx has ended, or the time is
+// up, it only takes an ack that has arrived already.
 func (a *acker) wait(ctx context.Context, w *ackWait, i int, timeout time.Duration) (r ackRes, ok bool, err error) {
 	var deadline <-chan time.Time
 	defer func() {
@@ -288,10 +294,14 @@ func (a *acker) wait(ctx context.Context, w *ackWait, i int, timeout time.Durati
 			return r, true, err
 		}
 		if deadline == nil {
+			left := w.sent[i] + timeout - time.Since(w.start)
+			if left <= 0 {
+				return r, true, jetstream.ErrAsyncPublishTimeout
+			}
 			if w.timer == nil {
-				w.timer = time.NewTimer(timeout)
+				w.timer = time.NewTimer(left)
 			} else {
-				w.timer.Reset(timeout)
+				w.timer.Reset(left)
 			}
 			deadline = w.timer.C
 		}

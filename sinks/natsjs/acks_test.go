@@ -66,8 +66,10 @@ func TestAckParse(t *testing.T) {
 func TestAckTimeout(t *testing.T) {
 	srv := natsembed.StartT(t, natsembed.Options{})
 	p := newProxy(t, srv.NATS().Addr().String())
-	s := connected(t, srv, map[string]any{"url": p.URL(), "atomic_transactions": false, "ack_timeout": "300ms"})
-	all := txs(producer, 0x1000, 5, 4)
+	// Unfenced, so that every publish is in flight at once (a fenced Write
+	// awaits its first ack before the rest).
+	s := connected(t, srv, map[string]any{"url": p.URL(), "atomic_transactions": false, "expect_last_sequence": false, "ack_timeout": "300ms"})
+	all := txs(producer, 0x1000, 12, 4)
 	require.NoError(t, s.Write(t.Context(), all[:8]))
 
 	p.freeze()
@@ -77,8 +79,12 @@ func TestAckTimeout(t *testing.T) {
 	require.ErrorIs(t, err, jetstream.ErrAsyncPublishTimeout)
 	var berr *sinks.BatchError
 	require.ErrorAs(t, err, &berr)
-	assert.Len(t, berr.Failed, 12, "nothing acked is reported delivered")
+	assert.Len(t, berr.Failed, 40, "nothing acked is reported delivered")
 	assert.GreaterOrEqual(t, took, 300*time.Millisecond, "waited for ack_timeout")
+	// Each publish waits ack_timeout from its own publish, not from the
+	// end of the previous wait: 40 unanswered publishes fail together, not
+	// after 40 × ack_timeout (12 s).
+	assert.Less(t, took, 4*time.Second, "the unanswered publishes timed out one after another")
 	assert.False(t, errors.Is(err, sinks.ErrNotConnected))
 
 	p.thaw()
