@@ -43,13 +43,13 @@ type acker struct {
 
 // ackWait is the state of one Write's publishes.
 type ackWait struct {
-	base    uint64   // id of the Write's first publish
+	base    uint64 // id of the Write's first publish
 	start   time.Time
 	sent    []time.Duration // per batch index: when it was last published, since start
-	idx     []int32  // batch index of publish id base+k
-	res     []ackRes // per batch index
-	open    int      // publishes awaiting their ack
-	waiting int      // batch index the Write waits for; -1: none
+	idx     []int32         // batch index of publish id base+k
+	res     []ackRes        // per batch index
+	open    int             // publishes awaiting their ack
+	waiting int             // batch index the Write waits for; -1: none
 	wake    chan struct{}
 	failed  atomic.Bool // an ack carried an error: publish no more
 	timer   *time.Timer
