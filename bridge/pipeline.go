@@ -126,20 +126,22 @@ type txnItem struct {
 // changes of small transactions handed to the writer in one run.
 const chunk = 1000
 
-// queuedChanges bounds the changes routed and waiting for the writer: two
-// batches of max_changes' default, enough for the writer to find its next
-// batch ready when a Write returns.
-const queuedChanges = 2 * chunk
+// queueLimit bounds the changes routed and waiting for the writer: a
+// batch of max changes and two runs, so that the writer finds its next
+// batch ready when a Write returns (a writer waiting for the reader leaves
+// the sink idle), and the memory queued depends on the batch size, not on
+// the transactions'.
+func queueLimit(max int) int64 { return int64(max + 2*chunk) }
 
-// runWeight is what run counts against queuedChanges: its changes, at
-// least 1 (a commit without routed changes) and at most queuedChanges (a
-// run can exceed it, and must still go through alone).
-func runWeight(run []*txnItem) int64 {
+// runWeight is what run counts against limit: its changes, at least 1 (a
+// commit without routed changes) and at most limit (a run can exceed it,
+// and must still go through alone).
+func runWeight(run []*txnItem, limit int64) int64 {
 	n := 0
 	for _, it := range run {
 		n += len(it.changes)
 	}
-	return int64(min(max(n, 1), queuedChanges))
+	return min(max(int64(n), 1), limit)
 }
 
 // route routes and encodes t's changes and hands them to emit; a
@@ -297,8 +299,9 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 	// Bounded by changes, not runs: a run holds from one to about 2×chunk
 	// changes (small transactions handed over together, or a part of a
 	// large one), and the memory queued must not depend on which.
-	items := make(chan []*txnItem, queuedChanges)
-	queued := semaphore.NewWeighted(queuedChanges)
+	limit := queueLimit(p.batchMax())
+	items := make(chan []*txnItem, limit)
+	queued := semaphore.NewWeighted(limit)
 	var wg sync.WaitGroup
 	var readErr, writeErr error
 
@@ -316,7 +319,7 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 			if len(run) == 0 {
 				return nil
 			}
-			if err := queued.Acquire(rctx, runWeight(run)); err != nil {
+			if err := queued.Acquire(rctx, runWeight(run, limit)); err != nil {
 				return err
 			}
 			items <- run // never blocks: a run weighs at least 1
@@ -412,7 +415,7 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 		latest = m
 		markMu.Unlock()
 		progressed = true
-	}, latest, func(run []*txnItem) { queued.Release(runWeight(run)) })
+	}, latest, func(run []*txnItem) { queued.Release(runWeight(run, limit)) })
 	cancel()
 	wg.Wait()
 	<-ckptDone
@@ -447,18 +450,12 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 // waits much longer than max_wait.
 func (p *Pipeline) write(rctx, parent context.Context, items <-chan []*txnItem, skip []map[cdc.Pos]struct{}, publish func(mark), start mark, taken func([]*txnItem)) error {
 	per := make([][]cdc.Change, len(p.sinks))
-	maxN := 0
+	maxN := p.batchMax()
 	var wait time.Duration
 	for _, s := range p.sinks {
-		if m := s.cfg.Batch.MaxChanges; m > 0 && (maxN == 0 || m < maxN) {
-			maxN = m
-		}
 		if s.cfg.Batch.MaxWait > wait {
 			wait = s.cfg.Batch.MaxWait
 		}
-	}
-	if maxN == 0 {
-		maxN = 1000
 	}
 	cursors := start.cursors
 	n := 0                // changes buffered
@@ -607,6 +604,21 @@ func (p *Pipeline) write(rctx, parent context.Context, items <-chan []*txnItem, 
 			}
 		}
 	}
+}
+
+// batchMax is the writer's batch size: the smallest max_changes of the
+// sinks (1000 when none sets one).
+func (p *Pipeline) batchMax() int {
+	maxN := 0
+	for _, s := range p.sinks {
+		if m := s.cfg.Batch.MaxChanges; m > 0 && (maxN == 0 || m < maxN) {
+			maxN = m
+		}
+	}
+	if maxN == 0 {
+		maxN = 1000
+	}
+	return maxN
 }
 
 // maxWholeTxn is the largest transaction the writer keeps in one batch
