@@ -38,7 +38,11 @@ func StartNATSServer(ctx context.Context, bin, dir string) (*NATSServer, error) 
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "-js", "-sd", filepath.Join(dir, "store"), "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-n", "bench")
+	args := []string{"-js", "-sd", filepath.Join(dir, "store"), "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-n", "bench"}
+	if p := os.Getenv("BENCH_NATS_PROFPORT"); p != "" { // research: pprof of the server over HTTP
+		args = append(args, "--profile", p)
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
