@@ -154,11 +154,14 @@ func (p *Pipeline) route(ctx context.Context, t *cdc.Txn, producer string, emit 
 		p.tel.txn(ctx, t, it) // spans, traceparent headers, counters
 		return emit(it)
 	}
-	newItem := func(size int) *txnItem {
-		return &txnItem{commit: t.CommitLSN, changes: make([]cdc.Change, 0, size), dests: make([][]int, 0, size)}
-	}
-	it := newItem(min(len(t.Changes), chunk))
+	newItem := func() *txnItem { return &txnItem{commit: t.CommitLSN} }
+	it := newItem()
+	// add routes cs, changes read back from disk into a reused buffer, and
+	// appends copies of the routed ones to it.
 	add := func(cs []cdc.Change) error {
+		if it.changes == nil {
+			it.changes, it.dests = make([]cdc.Change, 0, chunk), make([][]int, 0, chunk)
+		}
 		for i := range cs {
 			c := &cs[i]
 			c.Producer = producer
@@ -174,24 +177,62 @@ func (p *Pipeline) route(ctx context.Context, t *cdc.Txn, producer string, emit 
 		}
 		return nil
 	}
+	// addHeld routes cs, a part of t's changes held in memory, into it, which
+	// is empty. When every change is routed, it takes cs in place (no copy;
+	// its capacity ends with cs, so an append copies); otherwise it takes
+	// copies of the routed ones, and addHeld reports copied.
+	addHeld := func(cs []cdc.Change) (copied bool, err error) {
+		ds := make([][]int, len(cs))
+		all := true
+		for i := range cs {
+			c := &cs[i]
+			c.Producer = producer
+			dests, ok, err := p.router.Route(c)
+			if err != nil {
+				return false, fatal{err}
+			}
+			if ok && len(dests) > 0 {
+				ds[i] = dests
+			} else {
+				all = false
+			}
+		}
+		if all {
+			it.changes, it.dests = cs[:len(cs):len(cs)], ds
+			return false, nil
+		}
+		it.changes, it.dests = make([]cdc.Change, 0, len(cs)), ds[:0]
+		for i := range cs {
+			if ds[i] != nil {
+				it.changes = append(it.changes, cs[i])
+				it.dests = append(it.dests, ds[i])
+			}
+		}
+		return true, nil
+	}
 	// The changes held in memory go in parts of chunk too, so a run never
 	// holds more than about chunk changes whatever the transaction's size.
-	// Once a part is sent, t's copies of its changes are cleared: the part
-	// holds them, and the GC can free them as soon as they are written
-	// (startTxn has read t by then: it runs on the first send).
+	// A part that was copied is cleared from t once sent, so the GC can
+	// free its changes as soon as they are written (startTxn has read t by
+	// then: it runs on the first send). A part with nothing routed is not
+	// sent. The last part stays in it, for the spilled changes to follow in
+	// the same part.
 	for from := 0; from < len(t.Changes); {
-		to := min(from+chunk-len(it.changes), len(t.Changes))
-		if err := add(t.Changes[from:to]); err != nil {
+		to := min(from+chunk, len(t.Changes))
+		copied, err := addHeld(t.Changes[from:to]) // it is empty: every part but the last is sent below
+		if err != nil {
 			return err
 		}
-		from = to
-		if len(it.changes) >= chunk && (from < len(t.Changes) || t.Rest != nil) {
+		if to < len(t.Changes) && len(it.changes) > 0 {
 			if err := send(it); err != nil {
 				return err
 			}
-			clear(t.Changes[:from])
-			it = newItem(min(len(t.Changes)-from, chunk))
+			if copied {
+				clear(t.Changes[from:to])
+			}
+			it = newItem()
 		}
+		from = to
 	}
 	if t.Rest == nil {
 		it.last = true
@@ -203,7 +244,7 @@ func (p *Pipeline) route(ctx context.Context, t *cdc.Txn, producer string, emit 
 			if err := send(it); err != nil {
 				return err
 			}
-			it = newItem(chunk)
+			it = newItem()
 		}
 		n, err := t.Rest.Next(buf)
 		if aerr := add(buf[:n]); aerr != nil {
