@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/internal/natsembed"
 	"github.com/bridgecdc/bridge/sinks"
 )
@@ -88,15 +87,6 @@ func TestAckTimeout(t *testing.T) {
 	assert.False(t, errors.Is(err, sinks.ErrNotConnected))
 
 	p.thaw()
-	require.NoError(t, s.Connect(t.Context()))
-	held, err := s.Delivered(t.Context(), producer, "")
-	require.NoError(t, err)
-	var rest []cdc.Change
-	for _, c := range all[8:] {
-		if _, ok := held[c.Pos()]; !ok {
-			rest = append(rest, c)
-		}
-	}
-	require.NoError(t, s.Write(t.Context(), rest))
+	writeRest(t, s, all[8:])
 	require.Equal(t, ids(all), storedIDs(t, srv.URL(), "CDC"))
 }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/internal/natsembed"
 )
 
@@ -138,15 +137,6 @@ func TestConnectDropsAbandonedAcks(t *testing.T) {
 	require.Zero(t, s.acks.pending(), "the abandoned Write's acks are given up")
 
 	p.thaw()
-	require.NoError(t, s.Connect(t.Context()))
-	held, err := s.Delivered(t.Context(), producer, "")
-	require.NoError(t, err)
-	var rest []cdc.Change
-	for _, c := range all[20:] {
-		if _, ok := held[c.Pos()]; !ok {
-			rest = append(rest, c)
-		}
-	}
-	require.NoError(t, s.Write(t.Context(), rest))
+	writeRest(t, s, all[20:])
 	require.Equal(t, ids(all), storedIDs(t, srv.URL(), "CDC"))
 }

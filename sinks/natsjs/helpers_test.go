@@ -261,3 +261,20 @@ func (p *proxy) close() {
 	p.thaw()
 	p.wg.Wait()
 }
+
+// writeRest resumes after a failed Write, as the pipeline does: Connect,
+// then Delivered, then a Write of the changes of cs the stream does not
+// hold yet.
+func writeRest(t *testing.T, s *Sink, cs []cdc.Change) {
+	t.Helper()
+	require.NoError(t, s.Connect(t.Context()))
+	held, err := s.Delivered(t.Context(), producer, "")
+	require.NoError(t, err)
+	var rest []cdc.Change
+	for _, c := range cs {
+		if _, ok := held[c.Pos()]; !ok {
+			rest = append(rest, c)
+		}
+	}
+	require.NoError(t, s.Write(t.Context(), rest))
+}
