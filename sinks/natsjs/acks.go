@@ -29,7 +29,6 @@ import (
 // what the stream holds.
 type acker struct {
 	nc     *nats.Conn
-	sub    *nats.Subscription
 	prefix string // reply subjects: prefix + the publish id in base 36
 	stream string // the stream acks must name
 	status chan nats.Status
@@ -76,10 +75,9 @@ func newAcker(nc *nats.Conn, stream string) (*acker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("subscribing to JetStream acks: %w", err)
 	}
-	// Acks come at the publish rate; the client's default limits would
-	// drop them as a slow consumer long before max_pending is reached.
+	// A dropped ack (the client's slow-consumer limits) would fail a
+	// stored change after ack_timeout; at most max_pending are due at once.
 	_ = sub.SetPendingLimits(-1, -1)
-	a.sub = sub
 	a.status = nc.StatusChanged(nats.RECONNECTING, nats.CLOSED)
 	go a.watch(a.status)
 	return a, nil
