@@ -35,12 +35,22 @@ func StreamMsgs(ctx context.Context, js jetstream.JetStream, stream string) (uin
 // returns the time it first saw them. alive returns an error when the
 // producer has died.
 func WaitStored(ctx context.Context, js jetstream.JetStream, stream string, n int, within, interval time.Duration, alive func() error) (time.Time, error) {
+	return WaitStoredFirst(ctx, js, stream, n, within, interval, alive, nil)
+}
+
+// WaitStoredFirst is WaitStored that also calls first, once, at the first
+// poll that finds the stream holding any message, with that count.
+func WaitStoredFirst(ctx context.Context, js jetstream.JetStream, stream string, n int, within, interval time.Duration, alive func() error, first func(got uint64)) (time.Time, error) {
 	deadline := time.Now().Add(within)
 	var last uint64
 	for {
 		got, err := StreamMsgs(ctx, js, stream)
 		now := time.Now()
 		if err == nil {
+			if got > 0 && first != nil {
+				first(got)
+				first = nil
+			}
 			last = got
 			if got >= uint64(n) {
 				return now, nil

@@ -181,6 +181,13 @@ type Backlog struct {
 	Rate         float64        `json:"changes_per_s"`   // Changes / Wall
 	SteadyRate   float64        `json:"steady_changes_per_s"`
 	Bridge       time.Duration  `json:"bridge_cpu_ns"`
+	// BridgeAtFirst is the bridge's CPU when the benchmark first saw a
+	// message stored (FirstCount of them): its start-up (config, connects,
+	// stream and bucket checks, the slot) plus those first messages.
+	// Bridge − BridgeAtFirst over Changes − FirstCount is its CPU per change
+	// once streaming.
+	BridgeAtFirst time.Duration `json:"bridge_cpu_at_first_ns"`
+	FirstCount    uint64        `json:"first_count"`
 	Walsender    time.Duration  `json:"walsender_cpu_ns"`
 	NATSServer   time.Duration  `json:"nats_server_cpu_ns"`
 	PeakRSS      int64          `json:"bridge_peak_rss_bytes"`
@@ -452,7 +459,11 @@ func (r *runner) bridgeBacklog(ctx context.Context, w, plugin, slot string, n in
 		return b, err
 	}
 	within := max(3*time.Minute, time.Duration(n/500)*time.Second)
-	at, err := bench.WaitStored(ctx, r.js, stream, n, within, r.o.poll, p.Exited)
+	at, err := bench.WaitStoredFirst(ctx, r.js, stream, n, within, r.o.poll, p.Exited, func(got uint64) {
+		if c, err := bench.ReadCPU(p.PID()); err == nil {
+			b.BridgeAtFirst, b.FirstCount = c.Self, got
+		}
+	})
 	if err != nil {
 		return b, err
 	}
@@ -797,6 +808,10 @@ func report(w io.Writer, res *Results, o options) {
 		}
 		fmt.Fprintf(w, "bridge %s %s: first message stored %.2fs after start, then %.0f changes/s; mean payload %.0f B + headers %.0f B; read back: %d msgs, %d dup, %d out of order: %s\n",
 			b.Plugin, b.Workload, b.FirstStored.Seconds(), b.SteadyRate, b.Verified.PayloadBytes, b.Verified.HeaderBytes, b.Verified.Msgs, b.Verified.Duplicates, b.Verified.OutOfOrder, ok)
+		if b.FirstCount > 0 && b.FirstCount < uint64(b.Changes) {
+			fmt.Fprintf(w, "  bridge CPU: %.0f ms until %d stored (start-up), then %s µs/chg for the other %d\n",
+				float64(b.BridgeAtFirst)/1e6, b.FirstCount, us(b.Bridge-b.BridgeAtFirst, b.Changes-int(b.FirstCount)), b.Changes-int(b.FirstCount))
+		}
 		if b.CPUProfile != "" {
 			fmt.Fprintf(w, "  profiles: %s %s\n", b.CPUProfile, b.AllocProfile)
 		}
