@@ -260,6 +260,14 @@ type snapRun struct {
 	cancel  context.CancelFunc
 	stopped bool
 
+	// The context Read hands the wrapped source: the caller's, also done
+	// when abort is. Made once per caller's context, not once per Read
+	// (reader only).
+	rparent context.Context
+	rctx    context.Context
+	rcancel context.CancelFunc
+	rstop   func() bool
+
 	keyIdx map[*cdc.Relation][]int
 	held   map[cdc.Pos]struct{} // read rows of Current every sink holds (reader only)
 }
@@ -419,11 +427,7 @@ func (r *snapRun) Read(ctx context.Context) (*cdc.Txn, error) {
 	if err := r.ended(); err != nil {
 		return nil, err
 	}
-	rctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(r.abort, cancel)
-	t, err := r.Source.Read(rctx)
-	stop()
-	cancel()
+	t, err := r.Source.Read(r.readCtx(ctx))
 	if err != nil {
 		if ctx.Err() == nil {
 			if eerr := r.ended(); eerr != nil {
@@ -433,6 +437,25 @@ func (r *snapRun) Read(ctx context.Context) (*cdc.Txn, error) {
 		return nil, err
 	}
 	return r.filter(ctx, t)
+}
+
+// readCtx returns a context done when ctx or r.abort is. It keeps the one
+// it made for the last ctx: Read is called once per transaction, always with
+// the pipeline run's context, and a context with an AfterFunc per call cost
+// 0.6 µs and five allocations per transaction. The last one made ends when
+// its parent or abort does (the run's end cancels abort).
+func (r *snapRun) readCtx(ctx context.Context) context.Context {
+	if r.rctx != nil && r.rparent == ctx {
+		return r.rctx
+	}
+	if r.rctx != nil {
+		r.rstop()
+		r.rcancel()
+	}
+	r.rctx, r.rcancel = context.WithCancel(ctx)
+	r.rstop = context.AfterFunc(r.abort, r.rcancel)
+	r.rparent = ctx
+	return r.rctx
 }
 
 // Buffered forwards the wrapped source's count of transactions Read
