@@ -4,29 +4,55 @@ import (
 	"strconv"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
 )
 
-// header returns an empty header map for about n keys, reused from an
-// acknowledged message when one is available.
-func (s *Sink) header(n int) nats.Header {
-	if h, ok := s.hdrs.Get().(nats.Header); ok {
-		return h
+// newMsg returns a message to fill, reused from an acknowledged one when
+// one is available. Its header map may still hold the keys of ownHeader,
+// each with a one-element slice of its own that buildMsg overwrites in
+// place; it holds no other key.
+func (s *Sink) newMsg(n int) *nats.Msg {
+	if m, ok := s.hdrs.Get().(*nats.Msg); ok {
+		return m
 	}
-	return make(nats.Header, n)
+	return &nats.Msg{Header: make(nats.Header, n)}
 }
 
-// recycle takes back the header map of m, a message whose publish is
-// resolved: nats.go encoded it during the publish call and keeps no
-// reference it reads later. m must not be used afterwards.
+// ownHeader reports whether buildMsg sets k with a value slice of its own
+// (one it allocated for that key, shared with nothing), which a recycled
+// map keeps so the next message can overwrite it without allocating.
+func ownHeader(k string) bool {
+	switch k {
+	case jetstream.MsgIDHeader, HeaderCommitLSN, HeaderSeq, HeaderTxSize, HeaderXid, HeaderTable, HeaderOp, HeaderRun:
+		return true
+	}
+	return false
+}
+
+// recycle takes back m, a message whose publish is resolved: nats.go
+// encoded it during the publish call and keeps no reference it reads
+// later. m must not be used afterwards. Its header keeps only the keys of
+// ownHeader: the rest (the change's own headers, Nats-Expected-Stream,
+// whose value is shared by every message, the fence's, a batch's) may
+// share their value slices and go.
 func (s *Sink) recycle(m *nats.Msg) {
 	if m == nil || m.Header == nil || len(m.Header) > 32 {
 		return
 	}
-	clear(m.Header)
-	s.hdrs.Put(m.Header)
-	m.Header = nil
+	h := m.Header
+	delete(h, jetstream.ExpectedStreamHeader)
+	delete(h, jetstream.ExpectedLastSeqHeader)
+	if len(h) > 8 { // more than the bridge's own: the change's headers, a batch's
+		for k := range h {
+			if !ownHeader(k) {
+				delete(h, k)
+			}
+		}
+	}
+	*m = nats.Msg{Header: h}
+	s.hdrs.Put(m)
 }
 
 // appendID appends c.ID() to dst without allocating.

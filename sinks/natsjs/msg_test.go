@@ -39,15 +39,20 @@ func TestToMsgRecycledHeaders(t *testing.T) {
 	wantMsg.Set(HeaderXid, "5")
 	wantMsg.Set(HeaderOp, "message")
 	wantMsg.Set(HeaderRun, "r1")
+	shared := []string{"CDC"} // Sink.expStream: one slice in every message
 	for range 3 {
 		m, size := s.buildMsg(&row)
 		assert.Equal(t, want(&row), m.Header)
 		assert.Equal(t, natsconn.HeaderSize(m.Header), size, "the size buildMsg counts")
 		assert.Equal(t, "b.src.ep:00000016B374D848:3", m.Header.Get("Nats-Msg-Id"))
-		m.Header.Set("Nats-Expected-Stream", "CDC") // as nats.go does
+		m.Header["Nats-Expected-Stream"] = shared // as write.publish does
+		m.Header.Set("Nats-Expected-Last-Sequence", "12")
+		m.Reply = "_INBOX.x.1"
 		s.recycle(m)
+		assert.Equal(t, []string{"CDC"}, shared, "a recycled message's shared values are left alone")
 		m, size = s.buildMsg(&msg)
 		assert.Equal(t, wantMsg, m.Header)
+		assert.Equal(t, nats.Msg{Subject: "cdc.msg", Header: m.Header}, *m, "nothing else kept from the recycled message")
 		assert.Equal(t, natsconn.HeaderSize(m.Header), size)
 		s.recycle(m)
 	}

@@ -120,7 +120,7 @@ type Sink struct {
 
 	cursor atomic.Uint64 // see Cursor; 0 = none yet
 	fence  fence         // fence.go: Nats-Expected-Last-Sequence chain
-	hdrs   sync.Pool     // nats.Header maps of acknowledged messages (msg.go)
+	hdrs   sync.Pool     // *nats.Msg of acknowledged messages, with their header maps (msg.go)
 }
 
 // New builds a sink from its config block: it fills the defaults, decodes
@@ -776,8 +776,8 @@ func isConnErr(err error) bool {
 
 // toMsg builds the message of c: its subject and payload as the router set
 // them, the change's own headers (except "Nats-*" ones, which would steer
-// JetStream), and the bridge's headers. The header map comes from s.hdrs
-// (see recycle); the bridge's header values share one string.
+// JetStream), and the bridge's headers. The message comes from s.hdrs (see
+// recycle); the bridge's header values share one string.
 func (s *Sink) toMsg(c *cdc.Change) *nats.Msg {
 	m, _ := s.buildMsg(c)
 	return m
@@ -786,21 +786,29 @@ func (s *Sink) toMsg(c *cdc.Change) *nats.Msg {
 // buildMsg is toMsg, also returning the size of the header block it built
 // (natsconn.HeaderSize of the message's header, without computing it again).
 func (s *Sink) buildMsg(c *cdc.Change) (*nats.Msg, int) {
-	n := len(c.Headers) + 8
-	h := s.header(n + 1)         // +1: Nats-Expected-Stream
-	vals := make([]string, 0, n) // one allocation for every value
+	m := s.newMsg(len(c.Headers) + 9) // +1: Nats-Expected-Stream
+	h := m.Header
 	size := len("NATS/1.0\r\n\r\n")
-	set := func(k, v string) {
-		vals = append(vals, v)
-		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
-		size += len(k) + len(v) + 4
-	}
 	for k, v := range c.Headers {
 		if !natsconn.ValidHeader(k, v) {
 			s.log.Warn("dropping an invalid or reserved header", "change", c.ID(), "header", k)
 			continue
 		}
-		set(k, v)
+		if ownHeader(k) {
+			continue // set below, to the bridge's value
+		}
+		h[k] = []string{v}
+		size += len(k) + len(v) + 4
+	}
+	// The bridge's own keys: a recycled map holds each with a slice of its
+	// own (see ownHeader), overwritten in place.
+	set := func(k, v string) {
+		if vs := h[k]; len(vs) == 1 {
+			vs[0] = v
+		} else {
+			h[k] = []string{v}
+		}
+		size += len(k) + len(v) + 4
 	}
 	// id, commit LSN, seq, tx size, xid and table in one string.
 	var b [160]byte
@@ -829,10 +837,13 @@ func (s *Sink) buildMsg(c *cdc.Change) (*nats.Msg, int) {
 	set(HeaderXid, all[ends[3]:ends[4]])
 	if table {
 		set(HeaderTable, all[ends[4]:ends[5]])
+	} else {
+		delete(h, HeaderTable)
 	}
 	set(HeaderOp, string(c.Op))
 	set(HeaderRun, s.run)
-	return &nats.Msg{Subject: c.Subject, Data: c.Payload, Header: h}, size
+	m.Subject, m.Data = c.Subject, c.Payload
+	return m, size
 }
 
 // HeaderPayloadObject names the object ("<bucket>/<name>") holding a payload
