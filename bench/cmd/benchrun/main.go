@@ -173,33 +173,33 @@ type Decode struct {
 
 // Backlog is the bridge over one backlog.
 type Backlog struct {
-	Workload     string         `json:"workload"`
-	Plugin       string         `json:"plugin"` // the bridge's source: pgoutput or wal2json
-	Changes      int            `json:"changes"`
-	Wall         time.Duration  `json:"wall_ns"`         // process start → the stream holds all
-	FirstStored  time.Duration  `json:"first_stored_ns"` // process start → first message stored
-	Rate         float64        `json:"changes_per_s"`   // Changes / Wall
-	SteadyRate   float64        `json:"steady_changes_per_s"`
-	Bridge       time.Duration  `json:"bridge_cpu_ns"`
+	Workload    string        `json:"workload"`
+	Plugin      string        `json:"plugin"` // the bridge's source: pgoutput or wal2json
+	Changes     int           `json:"changes"`
+	Wall        time.Duration `json:"wall_ns"`         // process start → the stream holds all
+	FirstStored time.Duration `json:"first_stored_ns"` // process start → first message stored
+	Rate        float64       `json:"changes_per_s"`   // Changes / Wall
+	SteadyRate  float64       `json:"steady_changes_per_s"`
+	Bridge      time.Duration `json:"bridge_cpu_ns"`
 	// BridgeAtFirst is the bridge's CPU when the benchmark first saw a
 	// message stored (FirstCount of them): its start-up (config, connects,
 	// stream and bucket checks, the slot) plus those first messages.
 	// Bridge − BridgeAtFirst over Changes − FirstCount is its CPU per change
 	// once streaming.
-	BridgeAtFirst time.Duration `json:"bridge_cpu_at_first_ns"`
-	FirstCount    uint64        `json:"first_count"`
-	Walsender    time.Duration  `json:"walsender_cpu_ns"`
-	NATSServer   time.Duration  `json:"nats_server_cpu_ns"`
-	PeakRSS      int64          `json:"bridge_peak_rss_bytes"`
-	Verified     bench.Verified `json:"verified"`
-	StoredAfter  uint64         `json:"stored_after_stop"`
-	VsDecode     float64        `json:"ratio_to_decode"`                 // to pg_recvlogical with the same plugin
-	VsJetStream  float64        `json:"ratio_to_jetstream_ingest"`       // the best nats bench mode
-	VsJSAsync    float64        `json:"ratio_to_jetstream_async_ingest"` // the best async mode (what the sink uses)
-	Cores        float64        `json:"cores"`                           // bridge + walsender + nats-server CPU / wall
-	CPUProfile   string         `json:"cpu_profile,omitempty"`
-	AllocProfile string         `json:"alloc_profile,omitempty"`
-	Other        float64        `json:"other_cores"` // machine CPU beyond bridge, walsender and nats-server, in cores
+	BridgeAtFirst time.Duration  `json:"bridge_cpu_at_first_ns"`
+	FirstCount    uint64         `json:"first_count"`
+	Walsender     time.Duration  `json:"walsender_cpu_ns"`
+	NATSServer    time.Duration  `json:"nats_server_cpu_ns"`
+	PeakRSS       int64          `json:"bridge_peak_rss_bytes"`
+	Verified      bench.Verified `json:"verified"`
+	StoredAfter   uint64         `json:"stored_after_stop"`
+	VsDecode      float64        `json:"ratio_to_decode"`                 // to pg_recvlogical with the same plugin
+	VsJetStream   float64        `json:"ratio_to_jetstream_ingest"`       // the best nats bench mode
+	VsJSAsync     float64        `json:"ratio_to_jetstream_async_ingest"` // the best async mode (what the sink uses)
+	Cores         float64        `json:"cores"`                           // bridge + walsender + nats-server CPU / wall
+	CPUProfile    string         `json:"cpu_profile,omitempty"`
+	AllocProfile  string         `json:"alloc_profile,omitempty"`
+	Other         float64        `json:"other_cores"` // machine CPU beyond bridge, walsender and nats-server, in cores
 }
 
 // Live is the bridge streaming at a fixed rate.
