@@ -39,7 +39,9 @@ func version() string {
 // Main runs the bridge command line and exits with its status: 0 on
 // success, 1 on errors (including every validation error), 2 on usage errors.
 // A custom binary calls it from main after blank-importing its plugins.
+// It first tunes the Go runtime's memory settings (TuneRuntime).
 func Main(opts ...Option) {
+	TuneRuntime()
 	os.Exit(Execute(os.Args[1:], os.Stdout, os.Stderr, opts...))
 }
 

@@ -51,6 +51,7 @@ func main() {
 	usr1 := make(chan os.Signal, 1)
 	signal.Notify(usr1, syscall.SIGUSR1)
 	go func() { <-usr1; stop() }()
+	bridge.TuneRuntime() // as bridge.Main does
 	code := bridge.Execute(os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
