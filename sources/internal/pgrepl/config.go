@@ -36,12 +36,13 @@ type Config struct {
 	// Buffer is how many decoded transactions may wait for the pipeline. Default 64.
 	Buffer int `koanf:"buffer"`
 	// SpillChanges is how many changes of one transaction are held in
-	// memory before the rest goes to a temporary file. Default 2048: about
-	// what the pipeline holds queued for small transactions, so memory does
-	// not depend on transaction size.
+	// memory before it goes to a temporary file; a transaction that passes
+	// it (or spill_bytes) keeps only its first 64 changes in memory. Default
+	// 2048: about what the pipeline holds queued for small transactions, so
+	// memory does not depend on transaction size.
 	SpillChanges int `koanf:"spill_changes"`
 	// SpillBytes is how many bytes of row data of one transaction are held
-	// in memory before the rest goes to a temporary file. Default 16MiB.
+	// in memory before it goes to a temporary file. Default 16MiB.
 	SpillBytes int64 `koanf:"spill_bytes"`
 	// SpillDir holds the temporary files; default the system's temp dir.
 	SpillDir string `koanf:"spill_dir"`

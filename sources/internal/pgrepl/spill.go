@@ -62,14 +62,32 @@ func (b *TxnBuffer) Add(c cdc.Change, size int) error {
 		b.f, b.w = f, bufio.NewWriterSize(f, spillBuf)
 		b.relx = map[*cdc.Relation]int{}
 		b.rels = nil
+		// The transaction goes to disk from its spillHead-th change on:
+		// held in memory, a spilled transaction waiting in the queue would
+		// hold up to maxChanges of them.
+		if len(b.mem) > spillHead {
+			for i := spillHead; i < len(b.mem); i++ {
+				if err := b.spill(&b.mem[i], uint32(i+1)); err != nil {
+					return err
+				}
+			}
+			head := make([]cdc.Change, spillHead)
+			copy(head, b.mem)
+			b.mem = head
+		}
 	}
+	return b.spill(&c, b.n)
+}
+
+// spill writes c, the transaction's n-th change (from 1), to the file.
+func (b *TxnBuffer) spill(c *cdc.Change, n uint32) error {
 	ri, ok := b.relx[c.Rel]
 	if !ok {
 		ri = len(b.rels)
 		b.rels = append(b.rels, c.Rel)
 		b.relx[c.Rel] = ri
 	}
-	rec, err := appendChange(b.rec[:0], &c, ri)
+	rec, err := appendChange(b.rec[:0], c, ri)
 	if err == nil {
 		var l [binary.MaxVarintLen64]byte
 		if _, err = b.w.Write(binary.AppendUvarint(l[:0], uint64(len(rec)))); err == nil {
@@ -77,13 +95,19 @@ func (b *TxnBuffer) Add(c cdc.Change, size int) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("spilling change %d of a large transaction: %w", b.n, err)
+		return fmt.Errorf("spilling change %d of a large transaction: %w", n, err)
 	}
 	if cap(rec) <= 1<<20 {
 		b.rec = rec
 	}
 	return nil
 }
+
+// spillHead is how many of a spilled transaction's first changes stay in
+// memory (Txn.Changes): the pipeline looks among them for the writer's
+// trace context (a logical message written first in the transaction), and
+// a transaction's first changes are routed while the rest is read back.
+const spillHead = 64
 
 // Finish ends the transaction: it sets every change's commit fields
 // (CommitLSN, Seq, TxSize, Xid, CommitTime) and returns the Txn, with Rest
@@ -106,7 +130,7 @@ func (b *TxnBuffer) Finish(t *cdc.Txn) (*cdc.Txn, error) {
 			b.reset()
 			return nil, fmt.Errorf("reading back a spilled transaction: %w", err)
 		}
-		t.Rest = &spillIter{f: b.f, r: bufio.NewReaderSize(b.f, spillBuf), rels: b.rels,
+		t.Rest = &spillIter{f: b.f, rels: b.rels,
 			next: uint32(len(b.mem)), size: n, commit: t.CommitLSN, xid: t.Xid, at: t.CommitTime}
 	}
 	b.reset()
@@ -128,7 +152,7 @@ func (b *TxnBuffer) reset() {
 
 type spillIter struct {
 	f      *os.File
-	r      *bufio.Reader
+	r      *bufio.Reader // made at the first read: a transaction waiting in the queue holds no buffer
 	rec    []byte
 	cr     changeReader
 	rels   []*cdc.Relation
@@ -168,6 +192,9 @@ func (it *spillIter) Next(dst []cdc.Change) (int, error) {
 // read reads the next record.
 func (it *spillIter) read() (cdc.Change, error) {
 	var c cdc.Change
+	if it.r == nil {
+		it.r = bufio.NewReaderSize(it.f, spillBuf)
+	}
 	l, err := binary.ReadUvarint(it.r)
 	if err != nil {
 		return c, err
@@ -198,6 +225,7 @@ func (it *spillIter) Close() error {
 		return nil
 	}
 	it.done = true
+	it.r, it.rec = nil, nil
 	return it.f.Close()
 }
 

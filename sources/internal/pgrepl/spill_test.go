@@ -132,3 +132,48 @@ func BenchmarkSpill(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*rows), "ns/change")
 }
+
+// TestSpillKeepsOnlyHead: once a transaction spills, only its first
+// spillHead changes stay in memory, whichever limit it passed, and reading
+// it back gives every change once, in order, with its ordinal.
+func TestSpillKeepsOnlyHead(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		changes  int
+		maxBytes int64
+		add      int
+	}{
+		{"by count", 500, 1 << 30, 700},
+		{"by bytes", 100000, 300 * 100, 700},
+		{"just past the count", 500, 1 << 30, 501},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := NewTxnBuffer(t.TempDir(), tc.changes, tc.maxBytes)
+			for i := range tc.add {
+				require.NoError(t, b.Add(cdc.Change{Op: cdc.OpInsert, Rel: relA, LSN: cdc.LSN(i + 1), After: []any{int64(i)}}, 100))
+			}
+			require.True(t, b.Spilled())
+			txn, err := b.Finish(&cdc.Txn{Xid: 9, CommitLSN: 0x100})
+			require.NoError(t, err)
+			require.Len(t, txn.Changes, spillHead)
+			assert.Equal(t, spillHead, cap(txn.Changes), "the in-memory array is let go, not kept behind a short slice")
+			got := append([]cdc.Change(nil), txn.Changes...)
+			buf := make([]cdc.Change, 100)
+			for {
+				n, err := txn.Rest.Next(buf)
+				got = append(got, buf[:n]...)
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				require.NoError(t, err)
+			}
+			require.Len(t, got, tc.add)
+			for i, c := range got {
+				assert.Equal(t, cdc.LSN(i+1), c.LSN, "change %d", i)
+				assert.Equal(t, []any{int64(i)}, c.After, "change %d", i)
+				assert.Equal(t, uint32(i), c.Seq, "change %d", i)
+				assert.Equal(t, uint32(tc.add), c.TxSize, "change %d", i)
+			}
+		})
+	}
+}
