@@ -358,11 +358,13 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 	// without a reset stays silent, and only this notices.
 	lastRecv := time.Now()
 	timeout := s.cfg.receiveTimeout()
+	// now is read once per message received (and after waiting on the
+	// pipeline): the loop runs three times per single-row transaction.
+	now := lastRecv
 	for {
 		if ctx.Err() != nil {
 			return
 		}
-		now := time.Now()
 		if cur := cdc.LSN(s.acked.Load()); cur > lastSent && now.Sub(lastSendAt) > 500*time.Millisecond {
 			if err := send(false); err != nil {
 				s.fail(err)
@@ -370,18 +372,19 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 			}
 		}
 		msg, err := s.repl.ReceiveMessage(context.Background())
+		now = time.Now()
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() && !s.repl.IsClosed() {
-				if silent := time.Since(lastRecv); silent > timeout {
+				if silent := now.Sub(lastRecv); silent > timeout {
 					s.fail(fmt.Errorf("replication connection on slot %q of database %q silent for %s (receive_timeout %s): taking it as lost: %w",
 						s.cfg.Slot, s.database, silent.Round(time.Millisecond), timeout, err))
 					return
 				}
-				if err := send(!dec.InTxn() || time.Since(lastRecv) > timeout/2); err != nil {
+				if err := send(!dec.InTxn() || now.Sub(lastRecv) > timeout/2); err != nil {
 					s.fail(err)
 					return
 				}
@@ -395,7 +398,7 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 			s.fail(fmt.Errorf("receiving from slot %q: %w", s.cfg.Slot, err))
 			return
 		}
-		lastRecv = time.Now()
+		lastRecv = now
 		switch m := msg.(type) {
 		case *pgproto3.CopyData:
 			if len(m.Data) == 0 {
@@ -464,9 +467,10 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 				}
 				return
 			}
-			lastRecv = time.Now() // not reading while the pipeline was busy
+			now = time.Now()
+			lastRecv = now // not reading while the pipeline was busy
 		}
-		if time.Now().After(nextStatus) {
+		if now.After(nextStatus) {
 			if err := send(false); err != nil {
 				s.fail(err)
 				return
