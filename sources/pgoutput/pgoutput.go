@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -92,65 +91,21 @@ type decoder struct {
 func (d *decoder) InTxn() bool { return d.in }
 
 func (d *decoder) Decode(ctx context.Context, walStart cdc.LSN, data []byte) (*cdc.Txn, error) {
+	if len(data) == 0 {
+		return nil, fmt.Errorf("empty pgoutput message at %s", walStart)
+	}
+	if rawKind(data[0]) {
+		return d.decodeRaw(walStart, data) // raw.go
+	}
 	msg, err := pglogrepl.Parse(data)
 	if err != nil {
 		return nil, fmt.Errorf("parsing pgoutput message %q: %w", string(data[:1]), err)
 	}
 	switch m := msg.(type) {
-	case *pglogrepl.BeginMessage:
-		d.in = true
-		d.buf.Discard()
-		d.txn = &cdc.Txn{Xid: m.Xid, CommitTime: m.CommitTime.UTC()}
-	case *pglogrepl.CommitMessage:
-		t := d.txn
-		d.in, d.txn = false, nil
-		if t == nil {
-			return nil, fmt.Errorf("commit at %s without begin", cdc.LSN(m.CommitLSN))
-		}
-		if d.buf.Len() == 0 {
-			return nil, nil
-		}
-		t.CommitLSN = cdc.LSN(m.TransactionEndLSN)
-		return d.buf.Finish(t)
 	case *pglogrepl.RelationMessage:
 		return nil, d.relation(ctx, m)
 	case *pglogrepl.TypeMessage, *pglogrepl.OriginMessage:
 		// Types are resolved from the catalog; origins are not needed.
-	case *pglogrepl.InsertMessage:
-		rel, types, err := d.rel(m.RelationID)
-		if err != nil {
-			return nil, err
-		}
-		after, err := d.tuple(rel, types, m.Tuple, false)
-		if err != nil {
-			return nil, fmt.Errorf("insert into %s.%s at %s: %w", rel.Schema, rel.Table, walStart, err)
-		}
-		return nil, d.add(cdc.Change{Op: cdc.OpInsert, Rel: rel, Schema: rel.Schema, Table: rel.Table, LSN: walStart, After: after})
-	case *pglogrepl.UpdateMessage:
-		rel, types, err := d.rel(m.RelationID)
-		if err != nil {
-			return nil, err
-		}
-		c := cdc.Change{Op: cdc.OpUpdate, Rel: rel, Schema: rel.Schema, Table: rel.Table, LSN: walStart}
-		if m.OldTuple != nil {
-			if c.Before, err = d.tuple(rel, types, m.OldTuple, m.OldTupleType == pglogrepl.UpdateMessageTupleTypeKey); err != nil {
-				return nil, fmt.Errorf("update of %s.%s at %s (old row): %w", rel.Schema, rel.Table, walStart, err)
-			}
-		}
-		if c.After, err = d.tuple(rel, types, m.NewTuple, false); err != nil {
-			return nil, fmt.Errorf("update of %s.%s at %s: %w", rel.Schema, rel.Table, walStart, err)
-		}
-		return nil, d.add(c)
-	case *pglogrepl.DeleteMessage:
-		rel, types, err := d.rel(m.RelationID)
-		if err != nil {
-			return nil, err
-		}
-		before, err := d.tuple(rel, types, m.OldTuple, m.OldTupleType == pglogrepl.DeleteMessageTupleTypeKey)
-		if err != nil {
-			return nil, fmt.Errorf("delete from %s.%s at %s: %w", rel.Schema, rel.Table, walStart, err)
-		}
-		return nil, d.add(cdc.Change{Op: cdc.OpDelete, Rel: rel, Schema: rel.Schema, Table: rel.Table, LSN: walStart, Before: before})
 	case *pglogrepl.TruncateMessage:
 		for _, id := range m.RelationIDs {
 			rel, _, err := d.rel(id)
@@ -243,40 +198,6 @@ func (d *decoder) rel(id uint32) (*cdc.Relation, []*pgtypes.Type, error) {
 		return nil, nil, fmt.Errorf("change for relation %d before its Relation message", id)
 	}
 	return rel, d.types2[id], nil
-}
-
-// tuple decodes a row. keyOnly marks an old-key tuple, whose non-key columns
-// are not sent and become cdc.Absent.
-func (d *decoder) tuple(rel *cdc.Relation, types []*pgtypes.Type, t *pglogrepl.TupleData, keyOnly bool) ([]any, error) {
-	if t == nil {
-		return nil, nil
-	}
-	for _, col := range t.Columns {
-		d.size += int(col.Length) + 16
-	}
-	if len(t.Columns) != len(rel.Columns) {
-		return nil, fmt.Errorf("row has %d columns, relation has %d", len(t.Columns), len(rel.Columns))
-	}
-	row := make([]any, len(t.Columns))
-	for i, col := range t.Columns {
-		switch col.DataType {
-		case pglogrepl.TupleDataTypeNull:
-			if keyOnly && !rel.Columns[i].Key {
-				row[i] = cdc.Absent
-			}
-		case pglogrepl.TupleDataTypeToast:
-			row[i] = cdc.Unchanged
-		case pglogrepl.TupleDataTypeText:
-			v, err := types[i].DecodeText(col.Data)
-			if err != nil {
-				return nil, fmt.Errorf("column %s (%s): %w", rel.Columns[i].Name, rel.Columns[i].Type, err)
-			}
-			row[i] = v
-		default:
-			return nil, fmt.Errorf("column %s: unexpected tuple data kind %q", rel.Columns[i].Name, strings.ToValidUTF8(string(rune(col.DataType)), "?"))
-		}
-	}
-	return row, nil
 }
 
 // primaryKey returns the primary key's column names of relation oid (none
