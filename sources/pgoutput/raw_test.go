@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,7 +60,7 @@ func msgRow(kind, oldKind byte, old, new []col) []byte {
 	return b
 }
 
-func testDecoder(t *testing.T) *decoder {
+func testDecoder(t testing.TB) *decoder {
 	t.Helper()
 	types := pgtypes.NewResolver(nil)
 	var ts []*pgtypes.Type
@@ -196,4 +197,22 @@ func TestDecodeRawShort(t *testing.T) {
 	require.ErrorContains(t, err, "old tuple marked 'N'")
 	_, err = d.Decode(context.Background(), 9, msgCommit(1, 2, at))
 	require.ErrorContains(t, err, "commit at 0/1 without begin")
+}
+
+// BenchmarkDecodeTxn decodes single-row transactions (begin, insert of the
+// benchmark table's shape, commit), as the single-row backlog sends them.
+func BenchmarkDecodeTxn(b *testing.B) {
+	at := time.Date(2026, 12, 3, 10, 11, 12, 0, time.UTC)
+	pad := strings.Repeat("x", 200)
+	msgs := [][]byte{msgBegin(0x500, at, 1), msgRow('I', 0, nil, []col{{'t', "123456"}, {'t', "42"}, {'t', pad}}), msgCommit(0x4F0, 0x500, at)}
+	d := testDecoder(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, m := range msgs {
+			if _, err := d.Decode(ctx, 1, m); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
 }
