@@ -53,16 +53,7 @@ func TestSpillRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, txn.Changes, 2)
 	require.NotNil(t, txn.Rest)
-	got := append([]cdc.Change(nil), txn.Changes...)
-	buf := make([]cdc.Change, 7)
-	for {
-		n, err := txn.Rest.Next(buf)
-		got = append(got, buf[:n]...)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		require.NoError(t, err)
-	}
+	got := readAll(t, txn, 7)
 	require.Len(t, got, len(want))
 	for i := range want {
 		w := want[i]
@@ -157,16 +148,7 @@ func TestSpillKeepsOnlyHead(t *testing.T) {
 			require.NoError(t, err)
 			require.Len(t, txn.Changes, spillHead)
 			assert.Equal(t, spillHead, cap(txn.Changes), "the in-memory array is let go, not kept behind a short slice")
-			got := append([]cdc.Change(nil), txn.Changes...)
-			buf := make([]cdc.Change, 100)
-			for {
-				n, err := txn.Rest.Next(buf)
-				got = append(got, buf[:n]...)
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				require.NoError(t, err)
-			}
+			got := readAll(t, txn, 100)
 			require.Len(t, got, tc.add)
 			for i, c := range got {
 				assert.Equal(t, cdc.LSN(i+1), c.LSN, "change %d", i)
@@ -175,5 +157,21 @@ func TestSpillKeepsOnlyHead(t *testing.T) {
 				assert.Equal(t, uint32(tc.add), c.TxSize, "change %d", i)
 			}
 		})
+	}
+}
+
+// readAll returns txn's changes: those in memory, then the spilled ones
+// read back chunk at a time.
+func readAll(t *testing.T, txn *cdc.Txn, chunk int) []cdc.Change {
+	t.Helper()
+	got := append([]cdc.Change(nil), txn.Changes...)
+	buf := make([]cdc.Change, chunk)
+	for {
+		n, err := txn.Rest.Next(buf)
+		got = append(got, buf[:n]...)
+		if errors.Is(err, io.EOF) {
+			return got
+		}
+		require.NoError(t, err)
 	}
 }
