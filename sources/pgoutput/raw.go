@@ -20,8 +20,6 @@ import (
 // still go through pglogrepl. Values are decoded by pgtypes, whose results
 // never alias the buffer.
 
-var be = binary.BigEndian
-
 // rawKind reports whether decodeRaw reads messages of type b.
 func rawKind(b byte) bool {
 	switch b {
@@ -52,7 +50,7 @@ func (d *decoder) decodeRaw(walStart cdc.LSN, data []byte) (*cdc.Txn, error) {
 		}
 		d.in = true
 		d.buf.Discard()
-		d.txn = &cdc.Txn{Xid: be.Uint32(data[17:]), CommitTime: pgTime(int64(be.Uint64(data[9:])))}
+		d.txn = &cdc.Txn{Xid: binary.BigEndian.Uint32(data[17:]), CommitTime: pgTime(int64(binary.BigEndian.Uint64(data[9:])))}
 		return nil, nil
 	case 'C': // flags (1), commit LSN (8), end LSN (8), commit time (8)
 		if len(data) < 26 {
@@ -61,12 +59,12 @@ func (d *decoder) decodeRaw(walStart cdc.LSN, data []byte) (*cdc.Txn, error) {
 		t := d.txn
 		d.in, d.txn = false, nil
 		if t == nil {
-			return nil, fmt.Errorf("commit at %s without begin", cdc.LSN(be.Uint64(data[2:])))
+			return nil, fmt.Errorf("commit at %s without begin", cdc.LSN(binary.BigEndian.Uint64(data[2:])))
 		}
 		if d.buf.Len() == 0 {
 			return nil, nil
 		}
-		t.CommitLSN = cdc.LSN(be.Uint64(data[10:]))
+		t.CommitLSN = cdc.LSN(binary.BigEndian.Uint64(data[10:]))
 		return d.buf.Finish(t)
 	}
 	// insert, update, delete: relation id (4), then tuples each after a
@@ -74,7 +72,7 @@ func (d *decoder) decodeRaw(walStart cdc.LSN, data []byte) (*cdc.Txn, error) {
 	if len(data) < 6 {
 		return nil, errShort(kind, 6, len(data))
 	}
-	rel, types, err := d.rel(be.Uint32(data[1:]))
+	rel, types, err := d.rel(binary.BigEndian.Uint32(data[1:]))
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +135,7 @@ func (d *decoder) rawTuple(rel *cdc.Relation, types []*pgtypes.Type, src []byte,
 	if len(src) < 2 {
 		return nil, 0, fmt.Errorf("tuple cut short: %d bytes", len(src))
 	}
-	n := int(be.Uint16(src))
+	n := int(binary.BigEndian.Uint16(src))
 	if n != len(rel.Columns) {
 		return nil, 0, fmt.Errorf("row has %d columns, relation has %d", n, len(rel.Columns))
 	}
@@ -161,7 +159,7 @@ func (d *decoder) rawTuple(rel *cdc.Relation, types []*pgtypes.Type, src []byte,
 			if len(src)-off < 4 {
 				return nil, 0, fmt.Errorf("tuple cut short in column %s", rel.Columns[i].Name)
 			}
-			l := int(be.Uint32(src[off:]))
+			l := int(binary.BigEndian.Uint32(src[off:]))
 			off += 4
 			if l > len(src)-off {
 				return nil, 0, fmt.Errorf("column %s: value of %d bytes, %d left in the message", rel.Columns[i].Name, l, len(src)-off)
