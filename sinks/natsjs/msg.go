@@ -44,7 +44,11 @@ func (s *Sink) recycle(m *nats.Msg) {
 	h := m.Header
 	delete(h, jetstream.ExpectedStreamHeader)
 	delete(h, jetstream.ExpectedLastSeqHeader)
-	if len(h) > 8 { // more than the bridge's own: the change's headers, a batch's
+	own := 7 // ownHeader's keys buildMsg always sets; HeaderTable when the change has a table
+	if _, ok := h[HeaderTable]; ok {
+		own++
+	}
+	if len(h) > own { // more than the bridge's own: the change's headers, a batch's
 		for k := range h {
 			if !ownHeader(k) {
 				delete(h, k)

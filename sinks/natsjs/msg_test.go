@@ -55,6 +55,18 @@ func TestToMsgRecycledHeaders(t *testing.T) {
 		assert.Equal(t, nats.Msg{Subject: "cdc.msg", Header: m.Header}, *m, "nothing else kept from the recycled message")
 		assert.Equal(t, natsconn.HeaderSize(m.Header), size)
 		s.recycle(m)
+		// A logical message (no table) with a header of its own, then a
+		// change without one: the header must not carry over.
+		traced := msg
+		traced.Headers = map[string]string{"traceparent": "00-y"}
+		m, _ = s.buildMsg(&traced)
+		assert.Equal(t, "00-y", m.Header.Get("traceparent"))
+		s.recycle(m)
+		plain := row
+		plain.Headers = nil
+		m, _ = s.buildMsg(&plain)
+		assert.NotContains(t, m.Header, "traceparent", "the headers of a change published before do not carry over")
+		s.recycle(m)
 	}
 }
 
