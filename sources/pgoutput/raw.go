@@ -89,24 +89,19 @@ func (d *decoder) decodeRaw(walStart cdc.LSN, data []byte) (*cdc.Txn, error) {
 	}
 	rest := data[5:]
 	switch kind {
-	case 'I':
+	case 'I', 'U':
 		c.Op = cdc.OpInsert
-		if rest[0] != 'N' {
-			return nil, fail("", fmt.Errorf("tuple marked %q, want 'N'", rest[0]))
-		}
-		if c.After, _, err = d.rawTuple(rel, types, rest[1:], false); err != nil {
-			return nil, fail("", err)
-		}
-	case 'U':
-		c.Op = cdc.OpUpdate
-		if m := rest[0]; m == 'K' || m == 'O' {
-			var n int
-			if c.Before, n, err = d.rawTuple(rel, types, rest[1:], m == 'K'); err != nil {
-				return nil, fail(" (old row)", err)
-			}
-			rest = rest[1+n:]
-			if len(rest) == 0 {
-				return nil, fail("", fmt.Errorf("message ends after the old row"))
+		if kind == 'U' {
+			c.Op = cdc.OpUpdate
+			if m := rest[0]; m == 'K' || m == 'O' { // the old key or row first
+				var n int
+				if c.Before, n, err = d.rawTuple(rel, types, rest[1:], m == 'K'); err != nil {
+					return nil, fail(" (old row)", err)
+				}
+				rest = rest[1+n:]
+				if len(rest) == 0 {
+					return nil, fail("", fmt.Errorf("message ends after the old row"))
+				}
 			}
 		}
 		if rest[0] != 'N' {
