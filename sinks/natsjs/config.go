@@ -89,8 +89,9 @@ type Config struct {
 	// change. Duplicates are still dropped by Nats-Msg-Id. Transactions that
 	// go out as atomic batches (atomic_transactions) do not use it; a stream
 	// that does not allow it gets per-message publishing, and so do Writes
-	// fenced by expect_last_sequence (a fast batch cannot chain it): set
-	// expect_last_sequence: false to use it. Default false.
+	// fenced by expect_last_sequence (the sink does not chain the fence
+	// through a fast batch): set expect_last_sequence: false to use it.
+	// Default false.
 	FastBatch bool `koanf:"fast_batch"`
 }
 

@@ -85,7 +85,7 @@ func main() {
 	flag.IntVar(&o.single, "single", envInt("BENCH_SINGLE", 0), "single-row transactions in the first backlog (default 200000; quick 30000)")
 	flag.IntVar(&o.bigTxns, "big-txns", envInt("BENCH_BIG_TXNS", 0), "transactions in the second backlog (default 10; quick 2)")
 	flag.IntVar(&o.bigRows, "big-rows", envInt("BENCH_BIG_ROWS", 0), "rows per transaction in the second backlog (default 100000; quick 30000)")
-	flag.IntVar(&o.jsMsgs, "js-msgs", envInt("BENCH_JS_MSGS", 0), "messages per nats bench run (default: -single)")
+	flag.IntVar(&o.jsMsgs, "js-msgs", envInt("BENCH_JS_MSGS", 0), "messages per nats bench run (default: each backlog's count, -single and -big-txns × -big-rows, so each backlog is compared with JetStream at its own size)")
 	flag.IntVar(&o.jsSize, "js-size", envInt("BENCH_JS_SIZE", 0), "payload bytes per nats bench message (default: the bridge's mean payload)")
 	flag.IntVar(&o.liveRate, "live-rate", envInt("BENCH_LIVE_RATE", 2000), "live mode: changes per second")
 	flag.DurationVar(&o.liveFor, "live-for", envDur("BENCH_LIVE_FOR", 0), "live mode: duration (default 20s; quick 10s)")
@@ -122,7 +122,6 @@ func main() {
 	def(&o.single, 200000, 30000)
 	def(&o.bigTxns, 10, 2)
 	def(&o.bigRows, 100000, 30000)
-	def(&o.jsMsgs, o.single, o.single)
 	if o.liveFor == 0 {
 		o.liveFor = 20 * time.Second
 		if o.quick {
@@ -196,6 +195,7 @@ type Backlog struct {
 	VsDecode      float64        `json:"ratio_to_decode"`                 // to pg_recvlogical with the same plugin
 	VsJetStream   float64        `json:"ratio_to_jetstream_ingest"`       // the best nats bench mode
 	VsJSAsync     float64        `json:"ratio_to_jetstream_async_ingest"` // the best async mode (what the sink uses)
+	JSMsgs        int            `json:"jetstream_msgs"`                  // the size of the nats bench runs the two ratios use
 	Cores         float64        `json:"cores"`                           // bridge + walsender + nats-server CPU / wall
 	CPUProfile    string         `json:"cpu_profile,omitempty"`
 	AllocProfile  string         `json:"alloc_profile,omitempty"`
@@ -472,8 +472,18 @@ func (r *runner) bridgeBacklog(ctx context.Context, w, plugin, slot string, n in
 	if c, err := bench.ReadCPU(p.PID()); err == nil {
 		b.Bridge = c.Self
 	}
+	// The walsender serving the slot now: a source that reconnected early
+	// has a later one than the first seen, which exited with little CPU
+	// (the wal2json source starts again without numbers-as-text when the
+	// installed wal2json does not know it, as Debian 12's 2.5 does not).
+	if now := r.pg.SlotPID(ctx, slot); now != 0 && now != ws {
+		if c, err := bench.ReadCPU(ws); err == nil {
+			b.Walsender = c.Self
+		}
+		ws = now
+	}
 	if c, err := bench.ReadCPU(ws); err == nil {
-		b.Walsender = c.Self
+		b.Walsender += c.Self
 	}
 	if c, err := bench.ReadCPU(r.ns.PID()); err == nil {
 		b.NATSServer = c.Self - nsBefore.Self
@@ -527,22 +537,39 @@ func (r *runner) jetstream(ctx context.Context) error {
 	if size == 0 {
 		size = 300
 	}
-	for _, m := range bench.JSModes {
-		logf("nats bench js pub %s: %d messages of %d bytes", m.Name, r.o.jsMsgs, size)
-		r.quiet()
-		win := bench.StartWindow()
-		jr, err := bench.RunJSBench(ctx, r.o.natsBin, r.ns, r.js, m, r.o.jsMsgs, size, headers, r.work)
-		if err != nil {
-			return err
+	for _, n := range r.o.jsCounts() {
+		for _, m := range bench.JSModes {
+			logf("nats bench js pub %s: %d messages of %d bytes", m.Name, n, size)
+			r.quiet()
+			win := bench.StartWindow()
+			jr, err := bench.RunJSBench(ctx, r.o.natsBin, r.ns, r.js, m, n, size, headers, r.work)
+			if err != nil {
+				return err
+			}
+			jr.Other = win.Other(jr.NATSServer + jr.Client)
+			logf("  %.0f msgs/s, stored %d", jr.Rate, jr.Stored)
+			if jr.Stored != uint64(jr.Msgs) {
+				r.fail("nats bench %s: stream holds %d messages, want %d", m.Name, jr.Stored, jr.Msgs)
+			}
+			r.res.JS = append(r.res.JS, jr)
 		}
-		jr.Other = win.Other(jr.NATSServer + jr.Client)
-		logf("  %.0f msgs/s, stored %d", jr.Rate, jr.Stored)
-		if jr.Stored != uint64(jr.Msgs) {
-			r.fail("nats bench %s: stream holds %d messages, want %d", m.Name, jr.Stored, jr.Msgs)
-		}
-		r.res.JS = append(r.res.JS, jr)
 	}
 	return nil
+}
+
+// jsCounts is how many messages each nats bench run publishes: -js-msgs
+// when given, else each backlog's change count. nats-server's cost per
+// message grows with the stream and its duplicate window (at 1M messages
+// `nats bench js pub async` spends a third more per message than at 200k
+// here), so a backlog is compared with JetStream ingesting as many.
+func (o options) jsCounts() []int {
+	if o.jsMsgs > 0 {
+		return []int{o.jsMsgs}
+	}
+	if big := o.bigTxns * o.bigRows; big != o.single {
+		return []int{o.single, big}
+	}
+	return []int{o.single}
 }
 
 func (r *runner) live(ctx context.Context) error {
@@ -661,21 +688,26 @@ func (r *runner) live(ctx context.Context) error {
 	return nil
 }
 
-// ratios relates each backlog to pgoutput's decode rate of the same
-// workload and to the best JetStream ingest rate.
+// ratios relates each backlog to the decode rate of the same workload and
+// plugin and to the best JetStream ingest rate at the backlog's size (the
+// nats bench runs whose message count is nearest its change count).
 func (r *runner) ratios() {
-	var bestJS, bestAsync float64
-	for _, j := range r.res.JS {
-		bestJS = max(bestJS, j.Rate)
-		if strings.HasPrefix(j.Mode, "async") {
-			bestAsync = max(bestAsync, j.Rate)
-		}
-	}
 	for i := range r.res.Backlogs {
 		b := &r.res.Backlogs[i]
 		for _, d := range r.res.Decodes[b.Workload] {
 			if d.Plugin == b.Plugin {
 				b.VsDecode = b.Rate / d.Rate
+			}
+		}
+		var bestJS, bestAsync float64
+		b.JSMsgs = nearestJS(r.res.JS, b.Changes)
+		for _, j := range r.res.JS {
+			if j.Msgs != b.JSMsgs {
+				continue
+			}
+			bestJS = max(bestJS, j.Rate)
+			if strings.HasPrefix(j.Mode, "async") {
+				bestAsync = max(bestAsync, j.Rate)
 			}
 		}
 		if bestJS > 0 {
@@ -685,6 +717,24 @@ func (r *runner) ratios() {
 			b.VsJSAsync = b.Rate / bestAsync
 		}
 	}
+}
+
+// nearestJS is the message count of the nats bench runs nearest n.
+func nearestJS(js []bench.JSRun, n int) int {
+	best := 0
+	for _, j := range js {
+		if best == 0 || abs(j.Msgs-n) < abs(best-n) {
+			best = j.Msgs
+		}
+	}
+	return best
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
 }
 
 // quiet waits, when asked to (-quiet-wait), until the rest of the machine
@@ -818,11 +868,11 @@ func report(w io.Writer, res *Results, o options) {
 	}
 	if len(res.JS) > 0 {
 		j0 := res.JS[0]
-		fmt.Fprintf(w, "\n## JetStream ingest (nats bench js pub, %d msgs of %d B, Nats-Msg-Id each, %d bridge headers, file storage, R1)\n\n", j0.Msgs, j0.Size, j0.Headers)
+		fmt.Fprintf(w, "\n## JetStream ingest (nats bench js pub, msgs of %d B, Nats-Msg-Id each, %d bridge headers, file storage, R1, at each backlog's size)\n\n", j0.Size, j0.Headers)
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "mode\tmsgs/s\tnats-server µs/msg\tclient µs/msg\tstored\tother cores\t")
+		fmt.Fprintln(tw, "msgs\tmode\tmsgs/s\tnats-server µs/msg\tclient µs/msg\tstored\tother cores\t")
 		for _, j := range res.JS {
-			fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%d\t%.2f\t\n", j.Mode, j.Rate, us(j.NATSServer, j.Msgs), us(j.Client, j.Msgs), j.Stored, j.Other)
+			fmt.Fprintf(tw, "%d\t%s\t%.0f\t%s\t%s\t%d\t%.2f\t\n", j.Msgs, j.Mode, j.Rate, us(j.NATSServer, j.Msgs), us(j.Client, j.Msgs), j.Stored, j.Other)
 		}
 		tw.Flush()
 	}
@@ -847,7 +897,7 @@ func report(w io.Writer, res *Results, o options) {
 		fmt.Fprintf(w, "pg_recvlogical pgoutput following the same live load (%d changes): walsender %s µs/chg, pg_recvlogical %s µs/chg, writer backend %s µs/chg\n",
 			d.Changes, us(d.Walsender, d.Changes), us(d.RecvLogical, d.Changes), us(d.Writer, d.Changes))
 	}
-	fmt.Fprintf(w, "\nvs decode: the bridge's rate over pg_recvlogical's with the same plugin on the same backlog; vs JS: over nats bench js pub's best async\nmode (what the sink does) and best mode overall. cores: CPU of bridge + walsender + nats-server per second of wall\ntime; with 2 cores, 2 / (sum of the three µs/chg) is the rate this machine can reach at those costs.\nother cores: CPU the machine spent during a measurement beyond the processes it accounts for (and the\nbenchmark's own polling); above ~0.2 something else shared the cores and the row is suspect.\n")
+	fmt.Fprintf(w, "\nvs decode: the bridge's rate over pg_recvlogical's with the same plugin on the same backlog; vs JS: over nats bench js pub's best async\nmode (what the sink does) and best mode overall, publishing as many messages as the backlog has changes. cores: CPU of bridge + walsender + nats-server per second of wall\ntime; with 2 cores, 2 / (sum of the three µs/chg) is the rate this machine can reach at those costs.\nother cores: CPU the machine spent during a measurement beyond the processes it accounts for (and the\nbenchmark's own polling); above ~0.2 something else shared the cores and the row is suspect.\n")
 	for _, f := range res.Failures {
 		fmt.Fprintf(w, "FAILED: %s\n", f)
 	}

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/bridgecdc/bridge/bench"
+)
+
+// TestJSCounts runs nats bench at each backlog's size unless -js-msgs
+// says otherwise.
+func TestJSCounts(t *testing.T) {
+	for _, tc := range []struct {
+		o    options
+		want []int
+	}{
+		{options{single: 200000, bigTxns: 10, bigRows: 100000}, []int{200000, 1000000}},
+		{options{single: 60000, bigTxns: 2, bigRows: 30000}, []int{60000}},
+		{options{single: 200000, bigTxns: 10, bigRows: 100000, jsMsgs: 5000}, []int{5000}},
+	} {
+		got := tc.o.jsCounts()
+		if len(got) != len(tc.want) {
+			t.Fatalf("%+v: got %v, want %v", tc.o, got, tc.want)
+		}
+		for i := range got {
+			if got[i] != tc.want[i] {
+				t.Fatalf("%+v: got %v, want %v", tc.o, got, tc.want)
+			}
+		}
+	}
+}
+
+// TestRatiosSameSize relates each backlog to the nats bench runs of its
+// own size: the big backlog to the 1M runs, the single one to the 200k ones.
+func TestRatiosSameSize(t *testing.T) {
+	res := &Results{
+		JS: []bench.JSRun{
+			{Mode: "async window 4096", Msgs: 200000, Rate: 100000},
+			{Mode: "fast batch 500", Msgs: 200000, Rate: 200000},
+			{Mode: "async window 4096", Msgs: 1000000, Rate: 50000},
+			{Mode: "fast batch 500", Msgs: 1000000, Rate: 80000},
+		},
+		Backlogs: []Backlog{
+			{Workload: "single", Plugin: "pgoutput", Changes: 200000, Rate: 40000},
+			{Workload: "big", Plugin: "pgoutput", Changes: 1000000, Rate: 40000},
+		},
+	}
+	r := &runner{res: res}
+	r.ratios()
+	for _, tc := range []struct {
+		b           Backlog
+		msgs        int
+		async, best float64
+	}{
+		{res.Backlogs[0], 200000, 0.4, 0.2},
+		{res.Backlogs[1], 1000000, 0.8, 0.5},
+	} {
+		if tc.b.JSMsgs != tc.msgs || tc.b.VsJSAsync != tc.async || tc.b.VsJetStream != tc.best {
+			t.Errorf("%s: compared with %d msgs, async %.2f, best %.2f; want %d, %.2f, %.2f",
+				tc.b.Workload, tc.b.JSMsgs, tc.b.VsJSAsync, tc.b.VsJetStream, tc.msgs, tc.async, tc.best)
+		}
+	}
+}
