@@ -5,6 +5,9 @@
 // at the same moment. BENCH_HEAPPROFILE receives an in-use heap profile
 // taken when the live heap was at its largest (sampled every 20 ms, written
 // again each time it grows by a tenth), to see what holds peak memory.
+// BENCH_TRACE receives an execution trace (runtime/trace) of the window
+// BENCH_TRACE_AFTER (default 5s) after start, lasting BENCH_TRACE_FOR
+// (default 2s), with the process id appended, for `go tool trace -pprof=sync|net|sched`.
 // Otherwise it is `bridge` unchanged.
 package main
 
@@ -14,6 +17,8 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"runtime/pprof"
+	"runtime/trace"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -48,6 +53,9 @@ func main() {
 	if heapPath := os.Getenv("BENCH_HEAPPROFILE"); heapPath != "" {
 		go heapPeak(heapPath)
 	}
+	if tracePath := os.Getenv("BENCH_TRACE"); tracePath != "" {
+		go traceWindow(tracePath, envDuration("BENCH_TRACE_AFTER", 5*time.Second), envDuration("BENCH_TRACE_FOR", 2*time.Second))
+	}
 	usr1 := make(chan os.Signal, 1)
 	signal.Notify(usr1, syscall.SIGUSR1)
 	go func() { <-usr1; stop() }()
@@ -76,4 +84,30 @@ func heapPeak(path string) {
 			_ = os.Rename(path+".tmp", path)
 		}
 	}
+}
+
+// traceWindow writes an execution trace of [after, after+dur) to path.
+func traceWindow(path string, after, dur time.Duration) {
+	path += "." + strconv.Itoa(os.Getpid()) // one per bridge process of a run
+	time.Sleep(after)
+	f, err := os.Create(path + ".tmp")
+	if err != nil {
+		return
+	}
+	if trace.Start(f) != nil {
+		f.Close()
+		return
+	}
+	time.Sleep(dur)
+	trace.Stop()
+	f.Close()
+	_ = os.Rename(path+".tmp", path)
+}
+
+// envDuration reads a duration from the environment, def when unset or bad.
+func envDuration(name string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(name)); err == nil {
+		return d
+	}
+	return def
 }
