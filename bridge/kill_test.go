@@ -56,7 +56,7 @@ func (p *proc) term(t *testing.T) {
 // a 1 s duplicate window so JetStream's dedupe alone cannot hide a replay.
 // It runs with transactions published message by message, as atomic
 // batches, and as fast-ingest batches (fast_batch, whose acks cover runs of
-// messages; it needs expect_last_sequence off).
+// messages), unfenced and fenced.
 func TestKill9MidStream(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -69,6 +69,9 @@ func TestKill9MidStream(t *testing.T) {
 		// second (docs/operations.md#atomic-transactions).
 		{"atomic", []string{"atomic_transactions: true"}, 20000, 0},
 		{"fast_batch", []string{"fast_batch: true", "expect_last_sequence: false"}, 30000, 0},
+		// Fenced: each Write that continues the last goes as one fast batch
+		// whose every message carries its expected last sequence.
+		{"fast_batch_fenced", []string{"fast_batch: true"}, 30000, 0},
 		// Transactions of up to 4000 changes among the small ones: handed
 		// to the writer in parts of 1000, spilled to disk past 2048.
 		{"large_txns", nil, 60000, 4000},

@@ -82,16 +82,19 @@ type Config struct {
 	// then relies on the checkpoint's compare-and-set and the duplicate
 	// window alone. Default true.
 	ExpectLastSequence bool `koanf:"expect_last_sequence"`
-	// FastBatch publishes each Write as one fast-ingest batch (ADR-50,
-	// nats-server >= 2.14, stream allow_batched, set when the bridge
-	// creates or updates the stream): flow-controlled acks every ~100
-	// messages instead of one per message, about 3x less client CPU per
-	// change. Duplicates are still dropped by Nats-Msg-Id. Transactions that
+	// FastBatch publishes each Write of 64 changes or more as one
+	// fast-ingest batch (ADR-50, nats-server >= 2.14, stream allow_batched,
+	// set when the bridge creates or updates the stream): flow-controlled
+	// acks every ~250 messages instead of one per message, less client CPU
+	// per change. Duplicates are still dropped by Nats-Msg-Id. Transactions that
 	// go out as atomic batches (atomic_transactions) do not use it; a stream
-	// that does not allow it gets per-message publishing, and so do Writes
-	// fenced by expect_last_sequence (the sink does not chain the fence
-	// through a fast batch): set expect_last_sequence: false to use it.
-	// Default false.
+	// that does not allow it gets per-message publishing. With
+	// expect_last_sequence, every message of the batch carries its
+	// Nats-Expected-Last-Sequence as in per-message publishing, and a Write
+	// goes out as a fast batch only when it follows a Write that stored all
+	// its changes fresh; the first Write of a run and replays go message by
+	// message. A fenced batch the stream refuses (another instance
+	// published) can take up to ack_timeout to fail. Default false.
 	FastBatch bool `koanf:"fast_batch"`
 }
 

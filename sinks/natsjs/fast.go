@@ -2,7 +2,10 @@ package natsjs
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -33,14 +36,45 @@ func (s *Sink) fastOK() bool {
 // after the last flow ack is reported failed (not known to be stored), so
 // the pipeline resumes through Delivered and dedupe as for any failure.
 // The server drops duplicates by Nats-Msg-Id inside a fast batch as in a
-// plain publish. It returns the first index not published and, when it
-// stopped for a reason of its own (ctx), that reason.
-func (s *Sink) writeFast(w *write, js jetstream.JetStream, prepare func(int) (*nats.Msg, bool)) (int, error) {
+// plain publish.
+//
+// When fenced, message i carries Nats-Expected-Last-Sequence exp+i, which
+// nats-server checks for every message of a fast batch as for a plain
+// publish: the batch stops at the first message that does not follow the
+// stream's last one (another writer stored something, or a duplicate broke
+// the chain), and that and everything after it is reported failed. The
+// server reports the refusal at once, but orbit.go v0.4.0 does not wake a
+// publish stalled on flow control for it, so a refused fenced batch may
+// take up to ack_timeout to fail. Write sends a fenced Write this way only
+// when it continues the sink's chain (fence.continues).
+//
+// It returns the first index not published and, when it stopped for a
+// reason of its own (ctx), that reason.
+func (s *Sink) writeFast(w *write, js jetstream.JetStream, prepare func(int) (*nats.Msg, bool), fenced bool, exp uint64) (int, error) {
 	batch := w.batch
+	var asyncMu sync.Mutex
+	var asyncErr error // the first error the server reported on the batch's control channel
 	fp, err := jetstreamext.NewFastPublisher(js,
-		jetstreamext.FastPublishFlowControl{Flow: fastFlow, MaxOutstandingAcks: 2, AckTimeout: s.cfg.AckTimeout})
+		jetstreamext.FastPublishFlowControl{Flow: fastFlow, MaxOutstandingAcks: 2, AckTimeout: s.cfg.AckTimeout},
+		jetstreamext.WithFastPublisherErrorHandler(func(err error) {
+			asyncMu.Lock()
+			if asyncErr == nil {
+				asyncErr = err
+			}
+			asyncMu.Unlock()
+		}))
 	if err != nil {
 		return 0, fmt.Errorf("starting a fast batch on stream %q: %w", s.cfg.Stream, err)
+	}
+	// withServer adds what the server reported, so that publishErr sees a
+	// fence refusal (wrong last sequence) behind a closed batch or a timeout.
+	withServer := func(err error) error {
+		asyncMu.Lock()
+		defer asyncMu.Unlock()
+		if asyncErr == nil || errors.Is(err, asyncErr) {
+			return err
+		}
+		return fmt.Errorf("%w (the server reported: %w)", err, asyncErr)
 	}
 	msgs := make([]*nats.Msg, 0, len(batch))
 	var acked uint64 // batch sequences 1..acked are stored
@@ -82,17 +116,22 @@ func (s *Sink) writeFast(w *write, js jetstream.JetStream, prepare func(int) (*n
 			return i + 1, nil
 		}
 		m.Header.Set(jetstream.ExpectedStreamHeader, s.cfg.Stream)
+		if fenced {
+			m.Header.Set(jetstream.ExpectedLastSeqHeader, strconv.FormatUint(exp+uint64(i), 10))
+		}
 		msgs = append(msgs, m)
 		if i == len(batch)-1 {
 			ack, err := fp.CommitMsg(w.ctx, m)
 			if err != nil {
-				failFrom(i, s.publishErr(w.nc, &batch[i], len(m.Data)+len(m.Subject), fmt.Errorf("committing the fast batch: %w", err)))
+				failFrom(i, s.publishErr(w.nc, &batch[i], len(m.Data)+len(m.Subject), withServer(fmt.Errorf("committing the fast batch: %w", err))))
 				return i + 1, nil
 			}
 			if ack.Sequence > 0 {
 				w.seqs[i] = ack.Sequence // the highest stored; 0 when all were duplicates
-			} else {
-				w.dups++
+				w.fresh = ack.Sequence
+			}
+			if ack.Sequence == 0 || (fenced && ack.Sequence != exp+uint64(len(batch))) {
+				w.dups++ // not every change stored fresh: the chain's tail is not known by position
 			}
 			for _, m := range msgs {
 				s.recycle(m)
@@ -101,7 +140,7 @@ func (s *Sink) writeFast(w *write, js jetstream.JetStream, prepare func(int) (*n
 		}
 		a, err := fp.AddMsg(m)
 		if err != nil {
-			failFrom(i, s.publishErr(w.nc, &batch[i], len(m.Data)+len(m.Subject), err))
+			failFrom(i, s.publishErr(w.nc, &batch[i], len(m.Data)+len(m.Subject), withServer(err)))
 			return i + 1, nil
 		}
 		acked = max(acked, a.AckSequence)

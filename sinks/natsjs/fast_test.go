@@ -2,12 +2,16 @@ package natsjs
 
 import (
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/internal/natsembed"
 )
 
@@ -67,4 +71,88 @@ func TestFastBatchStreamWithoutIt(t *testing.T) {
 	batch := txs(producer, 0x1000, 100, 2)
 	require.NoError(t, s.Write(t.Context(), batch))
 	require.Equal(t, ids(batch), storedIDs(t, srv.URL(), "CDC"))
+}
+
+// TestFastBatchFenced: with expect_last_sequence on, a Write that continues
+// the sink's chain goes out as one fast batch whose every message carries
+// its Nats-Expected-Last-Sequence; the first Write after Connect or
+// Delivered, a replay, and the Write after a replay go message by message;
+// a zombie's fast batch is refused with ErrFenced and stores nothing.
+func TestFastBatchFenced(t *testing.T) {
+	srv := natsembed.StartT(t, natsembed.Options{})
+	// How each message reaches the server: a fast batch's replies end in
+	// ".$FI" (orbit.go's control subject), a plain publish's do not.
+	nc, err := nats.Connect(srv.URL())
+	require.NoError(t, err)
+	defer nc.Close()
+	var mu sync.Mutex
+	type seen struct {
+		fast bool
+		exp  string
+	}
+	how := map[string]seen{} // by Nats-Msg-Id, the last publish of it
+	_, err = nc.Subscribe("cdc.>", func(m *nats.Msg) {
+		mu.Lock()
+		how[m.Header.Get(jetstream.MsgIDHeader)] = seen{strings.HasSuffix(m.Reply, ".$FI"), m.Header.Get(jetstream.ExpectedLastSeqHeader)}
+		mu.Unlock()
+	})
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	// check waits until every change of part has been seen, then compares
+	// how it went with fast and its expectations with want+i ("" for none).
+	check := func(part []cdc.Change, fast bool, want int) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			for i := range part {
+				if _, ok := how[part[i].ID()]; !ok {
+					return false
+				}
+			}
+			return true
+		}, 5*time.Second, 10*time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range part {
+			h := how[part[i].ID()]
+			exp := ""
+			if want >= 0 {
+				exp = strconv.Itoa(want + i)
+			}
+			require.Equal(t, seen{fast, exp}, h, "change #%d of the part, %s", i, part[i].ID())
+		}
+	}
+
+	opts := map[string]any{"fast_batch": true, "ack_timeout": "2s"}
+	all := txs(producer, 0x1000, 100, 5) // 500 changes
+	zombie := connected(t, srv, opts)
+	require.True(t, zombie.fastOK())
+
+	require.NoError(t, zombie.Write(t.Context(), all[:100]))
+	check(all[:100], false, 0) // first Write after Connect: message by message, fenced
+	require.NoError(t, zombie.Write(t.Context(), all[50:150]))
+	check(all[100:150], false, -1) // a replay: message by message, unfenced after its first
+	require.Equal(t, ids(all[:150]), storedIDs(t, srv.URL(), "CDC"))
+	require.NoError(t, zombie.Write(t.Context(), all[150:250]))
+	check(all[150:250], false, 150) // after a replay: message by message again
+	require.NoError(t, zombie.Write(t.Context(), all[250:350]))
+	check(all[250:350], true, 250) // continues the chain: one fenced fast batch
+	require.Equal(t, ids(all[:350]), storedIDs(t, srv.URL(), "CDC"))
+
+	owner := connected(t, srv, opts)
+	_, err = owner.Delivered(t.Context(), producer, zombie.Cursor())
+	require.NoError(t, err)
+	require.NoError(t, owner.Write(t.Context(), all[350:400]))
+
+	err = zombie.Write(t.Context(), all[400:500]) // a fast batch from where its chain stands
+	require.ErrorIs(t, err, ErrFenced)
+	check(all[400:401], true, 350)
+	require.Equal(t, ids(all[:400]), storedIDs(t, srv.URL(), "CDC"), "nothing of the zombie's stored")
+
+	// A new run of the former zombie reads the tail, then continues.
+	_, err = zombie.Delivered(t.Context(), producer, zombie.Cursor())
+	require.NoError(t, err)
+	require.NoError(t, zombie.Write(t.Context(), all[400:500]))
+	require.Equal(t, ids(all), storedIDs(t, srv.URL(), "CDC"))
 }

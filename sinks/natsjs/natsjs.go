@@ -466,13 +466,11 @@ func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
 		}
 	}
 	from := 0 // first index the loop below publishes
-	if !atomic && !fenced && len(batch) >= fastMin && s.fastOK() {
-		// Fenced Writes go message by message (see Config.FastBatch).
-		// nats-server 2.15 does check Nats-Expected-Last-Sequence on each
-		// message of a fast batch, but orbit.go v0.4.0 only notices such a
-		// refusal at its ack timeout, and a fast batch measured no faster
-		// end to end (docs/performance.md, third round).
-		stop, stopErr = s.writeFast(w, js, prepare) // fast.go
+	// A fenced Write goes out as a fast batch only when it continues the
+	// chain of the sink's previous Write (fence.go): a replay must go
+	// message by message, its first publish awaited alone.
+	if !atomic && len(batch) >= fastMin && s.fastOK() && (!fenced || s.fence.continues(batch[0].Pos())) {
+		stop, stopErr = s.writeFast(w, js, prepare, fenced, exp) // fast.go
 		from = len(batch)
 	}
 publish:
