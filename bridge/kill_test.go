@@ -69,7 +69,7 @@ func TestKill9MidStream(t *testing.T) {
 		// second (docs/operations.md#atomic-transactions).
 		{"atomic", []string{"atomic_transactions: true"}, 20000, 0},
 		{"fast_batch", []string{"fast_batch: true", "expect_last_sequence: false"}, 30000, 0},
-		// Fenced: each Write that continues the last goes as one fast batch
+		// Fenced: a Write's first change alone, the rest as one fast batch
 		// whose every message carries its expected last sequence.
 		{"fast_batch_fenced", []string{"fast_batch: true"}, 30000, 0},
 		// Transactions of up to 4000 changes among the small ones: handed

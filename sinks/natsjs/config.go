@@ -89,12 +89,12 @@ type Config struct {
 	// per change. Duplicates are still dropped by Nats-Msg-Id. Transactions that
 	// go out as atomic batches (atomic_transactions) do not use it; a stream
 	// that does not allow it gets per-message publishing. With
-	// expect_last_sequence, every message of the batch carries its
-	// Nats-Expected-Last-Sequence as in per-message publishing, and a Write
-	// goes out as a fast batch only when it follows a Write that stored all
-	// its changes fresh; the first Write of a run and replays go message by
-	// message. A fenced batch the stream refuses (another instance
-	// published) can take up to ack_timeout to fail. Default false.
+	// expect_last_sequence, a Write's first change goes alone and is
+	// awaited (a replay goes on message by message, as without fast_batch),
+	// then the rest as one fast batch whose every message carries its
+	// Nats-Expected-Last-Sequence. A fenced batch the stream refuses
+	// midway (another instance published) can take up to ack_timeout to
+	// fail. Default false.
 	FastBatch bool `koanf:"fast_batch"`
 }
 

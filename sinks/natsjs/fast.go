@@ -28,29 +28,29 @@ func (s *Sink) fastOK() bool {
 	return s.cfg.FastBatch && s.allowBatch
 }
 
-// writeFast publishes w.batch as one fast-ingest batch (ADR-50): every
-// message but the last with AddMsg, which blocks only when the server is
-// more than two flow acks behind, then the last with CommitMsg, whose ack
+// writeFast publishes w.batch[from:] as one fast-ingest batch (ADR-50):
+// every message but the last with AddMsg, which blocks only when the server
+// is more than two flow acks behind, then the last with CommitMsg, whose ack
 // covers the batch. With gap detection on ("fail"), a flow ack for batch
-// sequence k means messages 1..k are stored; on a failure every change
+// sequence k means its messages 1..k are stored; on a failure every change
 // after the last flow ack is reported failed (not known to be stored), so
 // the pipeline resumes through Delivered and dedupe as for any failure.
 // The server drops duplicates by Nats-Msg-Id inside a fast batch as in a
 // plain publish.
 //
-// When fenced, message i carries Nats-Expected-Last-Sequence exp+i, which
-// nats-server checks for every message of a fast batch as for a plain
+// When fenced, change i carries Nats-Expected-Last-Sequence exp+(i-from),
+// which nats-server checks for every message of a fast batch as for a plain
 // publish: the batch stops at the first message that does not follow the
 // stream's last one (another writer stored something, or a duplicate broke
-// the chain), and that and everything after it is reported failed. The
-// server reports the refusal at once, but orbit.go v0.4.0 does not wake a
+// the chain), and that and everything after it is reported failed. Write
+// sends a fenced Write's first change alone and awaits it before (fence.go).
+// The server reports a refusal at once, but orbit.go v0.4.0 does not wake a
 // publish stalled on flow control for it, so a refused fenced batch may
-// take up to ack_timeout to fail. Write sends a fenced Write this way only
-// when it continues the sink's chain (fence.continues).
+// take up to ack_timeout to fail.
 //
 // It returns the first index not published and, when it stopped for a
 // reason of its own (ctx), that reason.
-func (s *Sink) writeFast(w *write, js jetstream.JetStream, prepare func(int) (*nats.Msg, bool), fenced bool, exp uint64) (int, error) {
+func (s *Sink) writeFast(w *write, js jetstream.JetStream, prepare func(int) (*nats.Msg, bool), from int, fenced bool, exp uint64) (int, error) {
 	batch := w.batch
 	var asyncMu sync.Mutex
 	var asyncErr error // the first error the server reported on the batch's control channel
@@ -76,12 +76,12 @@ func (s *Sink) writeFast(w *write, js jetstream.JetStream, prepare func(int) (*n
 		}
 		return fmt.Errorf("%w (the server reported: %w)", err, asyncErr)
 	}
-	msgs := make([]*nats.Msg, 0, len(batch))
-	var acked uint64 // batch sequences 1..acked are stored
+	msgs := make([]*nats.Msg, 0, len(batch)-from)
+	var acked uint64 // batch sequences 1..acked (changes from..from+acked-1) are stored
 	// failFrom reports every change from the last flow ack up to i as not
 	// known to be stored, i itself with err.
 	failFrom := func(i int, err error) {
-		for k := int(acked); k < i; k++ {
+		for k := from + int(acked); k < i; k++ {
 			w.err.Fail(k, fmt.Errorf("not known to be stored: the fast batch failed at %s: %w", batch[i].ID(), err))
 		}
 		w.err.Fail(i, err)
@@ -94,30 +94,30 @@ func (s *Sink) writeFast(w *write, js jetstream.JetStream, prepare func(int) (*n
 		cancel()
 		_, _ = fp.Close(ctx)
 	}
-	for i := range batch {
+	for i := from; i < len(batch); i++ {
 		if w.ctx.Err() != nil {
 			err := w.ctxErr()
-			if i > int(acked) {
+			if i > from+int(acked) {
 				failFrom(i-1, fmt.Errorf("waiting for the fast batch's acks: %w", err))
 			}
-			if i > 0 {
+			if i > from {
 				abandon()
 			}
 			return i, err
 		}
 		m, ok := prepare(i)
 		if !ok { // refused; prepare recorded why
-			if i > int(acked) {
+			if i > from+int(acked) {
 				failFrom(i-1, fmt.Errorf("not known to be stored: change #%d of the fast batch was refused: %w", i, errSkipped))
 			}
-			if i > 0 {
+			if i > from {
 				abandon()
 			}
 			return i + 1, nil
 		}
 		m.Header.Set(jetstream.ExpectedStreamHeader, s.cfg.Stream)
 		if fenced {
-			m.Header.Set(jetstream.ExpectedLastSeqHeader, strconv.FormatUint(exp+uint64(i), 10))
+			m.Header.Set(jetstream.ExpectedLastSeqHeader, strconv.FormatUint(exp+uint64(i-from), 10))
 		}
 		msgs = append(msgs, m)
 		if i == len(batch)-1 {
@@ -126,12 +126,28 @@ func (s *Sink) writeFast(w *write, js jetstream.JetStream, prepare func(int) (*n
 				failFrom(i, s.publishErr(w.nc, &batch[i], len(m.Data)+len(m.Subject), withServer(fmt.Errorf("committing the fast batch: %w", err))))
 				return i + 1, nil
 			}
+			if n := len(batch) - from; ack.BatchSize < uint64(n) {
+				// The server ended the batch early, at the first message it
+				// refused (a fence that did not hold, a limit): its first
+				// BatchSize messages were taken (stored or duplicates), the
+				// rest not, though the commit's ack reports no error.
+				end := from + int(ack.BatchSize)
+				cause := withServer(fmt.Errorf("the fast batch ended after %d of its %d messages", ack.BatchSize, n))
+				w.err.Fail(end, s.publishErr(w.nc, &batch[end], len(msgs[end-from].Data)+len(msgs[end-from].Subject), cause))
+				for k := end + 1; k < len(batch); k++ {
+					w.err.Fail(k, fmt.Errorf("not stored: the fast batch ended at %s: %w", batch[end].ID(), errSkipped))
+				}
+				if end > from && ack.Sequence > 0 {
+					w.seqs[end-1] = ack.Sequence
+				}
+				return len(batch), nil
+			}
 			if ack.Sequence > 0 {
 				w.seqs[i] = ack.Sequence // the highest stored; 0 when all were duplicates
-				w.fresh = ack.Sequence
+				w.fresh = max(w.fresh, ack.Sequence)
 			}
-			if ack.Sequence == 0 || (fenced && ack.Sequence != exp+uint64(len(batch))) {
-				w.dups++ // not every change stored fresh: the chain's tail is not known by position
+			if ack.Sequence == 0 || (fenced && ack.Sequence != exp+uint64(len(batch)-from)) {
+				w.dups++ // not every change was stored fresh
 			}
 			for _, m := range msgs {
 				s.recycle(m)

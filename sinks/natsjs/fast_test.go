@@ -13,6 +13,7 @@ import (
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/internal/natsembed"
+	"github.com/bridgecdc/bridge/sinks"
 )
 
 // TestFastBatch publishes through fast-ingest batches: in order, with the
@@ -73,11 +74,12 @@ func TestFastBatchStreamWithoutIt(t *testing.T) {
 	require.Equal(t, ids(batch), storedIDs(t, srv.URL(), "CDC"))
 }
 
-// TestFastBatchFenced: with expect_last_sequence on, a Write that continues
-// the sink's chain goes out as one fast batch whose every message carries
-// its Nats-Expected-Last-Sequence; the first Write after Connect or
-// Delivered, a replay, and the Write after a replay go message by message;
-// a zombie's fast batch is refused with ErrFenced and stores nothing.
+// TestFastBatchFenced: with expect_last_sequence on, a Write's first change
+// goes alone, awaited, and the rest as one fast batch whose every message
+// carries its Nats-Expected-Last-Sequence. A replay goes message by message
+// (unfenced after its first, as without fast_batch); a zombie's Write is
+// refused at its first change; a fast batch stops where a message does not
+// follow the stream's last one, nothing after it stored.
 func TestFastBatchFenced(t *testing.T) {
 	srv := natsembed.StartT(t, natsembed.Options{})
 	// How each message reaches the server: a fast batch's replies end in
@@ -115,13 +117,18 @@ func TestFastBatchFenced(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		for i := range part {
-			h := how[part[i].ID()]
 			exp := ""
 			if want >= 0 {
 				exp = strconv.Itoa(want + i)
 			}
-			require.Equal(t, seen{fast, exp}, h, "change #%d of the part, %s", i, part[i].ID())
+			require.Equal(t, seen{fast, exp}, how[part[i].ID()], "change #%d of the part, %s", i, part[i].ID())
 		}
+	}
+	published := func(c cdc.Change) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		_, ok := how[c.ID()]
+		return ok
 	}
 
 	opts := map[string]any{"fast_batch": true, "ack_timeout": "2s"}
@@ -130,29 +137,73 @@ func TestFastBatchFenced(t *testing.T) {
 	require.True(t, zombie.fastOK())
 
 	require.NoError(t, zombie.Write(t.Context(), all[:100]))
-	check(all[:100], false, 0) // first Write after Connect: message by message, fenced
+	check(all[:1], false, 0)
+	check(all[1:100], true, 1)
 	require.NoError(t, zombie.Write(t.Context(), all[50:150]))
 	check(all[100:150], false, -1) // a replay: message by message, unfenced after its first
 	require.Equal(t, ids(all[:150]), storedIDs(t, srv.URL(), "CDC"))
 	require.NoError(t, zombie.Write(t.Context(), all[150:250]))
-	check(all[150:250], false, 150) // after a replay: message by message again
-	require.NoError(t, zombie.Write(t.Context(), all[250:350]))
-	check(all[250:350], true, 250) // continues the chain: one fenced fast batch
-	require.Equal(t, ids(all[:350]), storedIDs(t, srv.URL(), "CDC"))
+	check(all[150:151], false, 150)
+	check(all[151:250], true, 151)
+	require.Equal(t, ids(all[:250]), storedIDs(t, srv.URL(), "CDC"))
 
 	owner := connected(t, srv, opts)
 	_, err = owner.Delivered(t.Context(), producer, zombie.Cursor())
 	require.NoError(t, err)
-	require.NoError(t, owner.Write(t.Context(), all[350:400]))
+	require.NoError(t, owner.Write(t.Context(), all[250:300]))
 
-	err = zombie.Write(t.Context(), all[400:500]) // a fast batch from where its chain stands
+	err = zombie.Write(t.Context(), all[300:400]) // its chain stands at 250
 	require.ErrorIs(t, err, ErrFenced)
-	check(all[400:401], true, 350)
-	require.Equal(t, ids(all[:400]), storedIDs(t, srv.URL(), "CDC"), "nothing of the zombie's stored")
+	check(all[300:301], false, 250)
+	require.False(t, published(all[301]), "nothing after a refused first change is published")
+	require.Equal(t, ids(all[:300]), storedIDs(t, srv.URL(), "CDC"), "nothing of the zombie's stored")
 
-	// A new run of the former zombie reads the tail, then continues.
-	_, err = zombie.Delivered(t.Context(), producer, zombie.Cursor())
+	// The owner's fast batch meets a change stored out of turn (its
+	// duplicate is dropped, so the next message's expectation fails): it
+	// stops there, the rest not stored; the next run publishes the rest.
+	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	require.NoError(t, zombie.Write(t.Context(), all[400:500]))
-	require.Equal(t, ids(all), storedIDs(t, srv.URL(), "CDC"))
+	_, err = owner.Delivered(t.Context(), producer, owner.Cursor())
+	require.NoError(t, err)
+	_, err = js.Publish(t.Context(), all[350].Subject, all[350].Payload, jetstream.WithMsgID(all[350].ID()))
+	require.NoError(t, err)
+	_, err = owner.Delivered(t.Context(), producer, owner.Cursor())
+	require.NoError(t, err)
+	err = owner.Write(t.Context(), all[300:400])
+	require.ErrorIs(t, err, ErrFenced)
+	want := append(append(ids(all[:300]), all[350].ID()), ids(all[300:350])...)
+	require.Equal(t, want, storedIDs(t, srv.URL(), "CDC"), "stored up to the out-of-turn change, nothing after it")
+	writeRest(t, owner, all[:500])
+	require.Equal(t, append(want, ids(all[351:500])...), storedIDs(t, srv.URL(), "CDC"))
+}
+
+// TestFastBatchEndsEarly: when the server refuses a message in the middle
+// of a fast batch (here the stream is full, discard new), it ends the batch
+// there and acks the commit without an error, only a smaller count: the
+// Write reports that change and everything after it failed, none delivered.
+func TestFastBatchEndsEarly(t *testing.T) {
+	srv := natsembed.StartT(t, natsembed.Options{})
+	nc, err := nats.Connect(srv.URL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	_, err = js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "CDC", Subjects: []string{"cdc.>"},
+		MaxMsgs: 150, Discard: jetstream.DiscardNew, AllowBatchPublish: true})
+	require.NoError(t, err)
+	s := connected(t, srv, map[string]any{"fast_batch": true, "expect_last_sequence": false, "create_stream": false})
+	require.True(t, s.fastOK())
+
+	batch := txs(producer, 0x1000, 40, 5) // 200 changes, 150 fit
+	err = s.Write(t.Context(), batch)
+	var be *sinks.BatchError
+	require.ErrorAs(t, err, &be)
+	idx := be.Indexes()
+	require.NotEmpty(t, idx)
+	require.LessOrEqual(t, idx[0], 150, "the first change not stored is reported failed")
+	for i := idx[0]; i < len(batch); i++ {
+		_, failed := be.Failed[i]
+		require.True(t, failed, "change #%d is not stored and must not count as delivered", i)
+	}
+	require.Equal(t, ids(batch[:150]), storedIDs(t, srv.URL(), "CDC"))
 }

@@ -7,8 +7,6 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/bridgecdc/bridge/bridge/cdc"
 )
 
 // ErrFenced wraps the error of a publish the stream refused because its
@@ -50,11 +48,10 @@ var ErrFenced = errors.New("natsjs: fenced: the stream holds messages published 
 // window two publishers of the same sequence of ids store it once and in
 // order.
 //
-// A Write that continues the chain (its first change comes after the last
-// of the previous Write, which stored all its changes fresh) may go out as
-// a fast batch (fast_batch, fast.go): each of its messages carries its
-// expectation too, so nothing changes for the fence, only that the first
-// publish is not awaited alone (it cannot be a replay of this sink's).
+// With fast_batch, a fenced Write publishes its first change as above,
+// awaited alone, and the rest as one fast batch (fast.go) whose every
+// message carries its expectation: nats-server checks each one as for a
+// plain publish, and the batch stops at the first that does not hold.
 //
 // The restriction: nothing else may write to the stream (one stream per
 // source, as DESIGN.md §4.6 advises). Set expect_last_sequence: false for a
@@ -69,13 +66,6 @@ type fence struct {
 	last   uint64 // the stream's last sequence as the sink knows it
 	synced bool   // last is known
 	shared bool   // another writer was seen in the stream: fence off
-	// tail is the position of the last change of the last Write, which
-	// stored every one of its changes fresh (no duplicate) on the chain;
-	// tailOK says it holds. A Write starting after tail continues the
-	// chain and cannot be a replay of this sink's, so it may go out as a
-	// fenced fast batch without its first publish awaited alone.
-	tail   cdc.Pos
-	tailOK bool
 }
 
 // foundOther records that the stream holds a message another producer
@@ -116,21 +106,11 @@ func (f *fence) start(ctx context.Context, js jetstream.JetStream, stream string
 	return last, nil
 }
 
-// sync starts the chain at the stream's last sequence seq. What the
-// stream's tail holds by position is not known then: no continuation.
+// sync starts the chain at the stream's last sequence seq.
 func (f *fence) sync(seq uint64) {
 	f.mu.Lock()
-	f.last, f.synced, f.tailOK = seq, true, false
+	f.last, f.synced = seq, true
 	f.mu.Unlock()
-}
-
-// continues reports whether a Write starting at p continues the chain of
-// this sink's last Write: the chain is synced, that Write stored all its
-// changes fresh, and p comes after its last.
-func (f *fence) continues(p cdc.Pos) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.synced && f.tailOK && f.tail.Less(p)
 }
 
 // syncIf starts the chain at seq when cond holds.
@@ -153,14 +133,10 @@ func (f *fence) done(w *write) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if w.err.Failed != nil {
-		f.synced, f.tailOK = false, false
+		f.synced = false
 		return
 	}
 	if w.fresh > f.last {
 		f.last = w.fresh
-	}
-	f.tailOK = f.synced && w.dups == 0 && w.fresh > 0
-	if f.tailOK {
-		f.tail = w.batch[len(w.batch)-1].Pos()
 	}
 }

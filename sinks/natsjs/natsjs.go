@@ -466,12 +466,16 @@ func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
 		}
 	}
 	from := 0 // first index the loop below publishes
-	// A fenced Write goes out as a fast batch only when it continues the
-	// chain of the sink's previous Write (fence.go): a replay must go
-	// message by message, its first publish awaited alone.
-	if !atomic && len(batch) >= fastMin && s.fastOK() && (!fenced || s.fence.continues(batch[0].Pos())) {
-		stop, stopErr = s.writeFast(w, js, prepare, fenced, exp) // fast.go
-		from = len(batch)
+	// fastRest: a fenced Write's first publish goes alone (a replay shows
+	// there), the rest as one fenced fast batch (fence.go).
+	fastRest := false
+	if !atomic && len(batch) >= fastMin && s.fastOK() {
+		if fenced {
+			fastRest = true
+		} else {
+			stop, stopErr = s.writeFast(w, js, prepare, 0, false, 0) // fast.go
+			from = len(batch)
+		}
 	}
 publish:
 	for i := from; i < len(batch); i++ {
@@ -556,6 +560,10 @@ publish:
 			break publish
 		}
 		firstDone(i)
+		if fastRest && i == w.firstEnd && fenced && w.err.Failed == nil && !w.aw.failed.Load() && ctx.Err() == nil {
+			stop, stopErr = s.writeFast(w, js, prepare, i+1, true, exp) // fast.go
+			break
+		}
 	}
 	for w.next < stop {
 		w.resolve()
