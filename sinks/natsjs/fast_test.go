@@ -60,13 +60,7 @@ func TestFastBatch(t *testing.T) {
 // the stream does not allow fast batches (created by someone else).
 func TestFastBatchStreamWithoutIt(t *testing.T) {
 	srv := natsembed.StartT(t, natsembed.Options{})
-	nc, err := nats.Connect(srv.URL())
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	_, err = js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "CDC", Subjects: []string{"cdc.>"}})
-	require.NoError(t, err)
+	createStream(t, srv.URL(), jetstream.StreamConfig{Name: "CDC", Subjects: []string{"cdc.>"}})
 	s := connected(t, srv, map[string]any{"fast_batch": true, "expect_last_sequence": false, "create_stream": false})
 	require.False(t, s.fastOK())
 	batch := txs(producer, 0x1000, 100, 2)
@@ -183,19 +177,13 @@ func TestFastBatchFenced(t *testing.T) {
 // Write reports that change and everything after it failed, none delivered.
 func TestFastBatchEndsEarly(t *testing.T) {
 	srv := natsembed.StartT(t, natsembed.Options{})
-	nc, err := nats.Connect(srv.URL())
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	_, err = js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "CDC", Subjects: []string{"cdc.>"},
+	createStream(t, srv.URL(), jetstream.StreamConfig{Name: "CDC", Subjects: []string{"cdc.>"},
 		MaxMsgs: 150, Discard: jetstream.DiscardNew, AllowBatchPublish: true})
-	require.NoError(t, err)
 	s := connected(t, srv, map[string]any{"fast_batch": true, "expect_last_sequence": false, "create_stream": false})
 	require.True(t, s.fastOK())
 
 	batch := txs(producer, 0x1000, 40, 5) // 200 changes, 150 fit
-	err = s.Write(t.Context(), batch)
+	err := s.Write(t.Context(), batch)
 	var be *sinks.BatchError
 	require.ErrorAs(t, err, &be)
 	idx := be.Indexes()
