@@ -64,7 +64,7 @@ func (s *Sink) writeFast(w *write, js jetstream.JetStream, prepare func(int) (*n
 			asyncMu.Unlock()
 		}))
 	if err != nil {
-		return 0, fmt.Errorf("starting a fast batch on stream %q: %w", s.cfg.Stream, err)
+		return from, fmt.Errorf("starting a fast batch on stream %q: %w", s.cfg.Stream, err)
 	}
 	// withServer adds what the server reported, so that publishErr sees a
 	// fence refusal (wrong last sequence) behind a closed batch or a timeout.
