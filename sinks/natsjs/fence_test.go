@@ -45,11 +45,12 @@ func TestFence(t *testing.T) {
 
 // TestFenceLateDuplicate: changes another instance stored after this
 // sink's chain was synced (a killed or paused bridge whose publishes the
-// server applied late) come back to this sink's first publish as
-// duplicates, because the server checks duplicates before the expected
-// sequence. That is no replay of its own: the Write stops with ErrFenced
-// instead of publishing the rest unfenced, and stores nothing; after the
-// next Delivered it continues, every change stored once.
+// server applied late) meet this sink's first publish. An R1 stream checks
+// a plain publish's expected sequence first and refuses it; an atomic batch
+// is checked for duplicates first and comes back as one. Neither is a
+// replay of its own: the Write stops with ErrFenced instead of publishing
+// the rest unfenced, and stores nothing; after the next Delivered it
+// continues, every change stored once.
 func TestFenceLateDuplicate(t *testing.T) {
 	for _, atomic := range []bool{false, true} {
 		name := map[bool]string{false: "per_message", true: "atomic"}[atomic]

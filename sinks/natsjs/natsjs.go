@@ -448,8 +448,11 @@ func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
 			if wasFenced && w.dupMax > synced && end+1 < len(batch) && w.err.Failed == nil {
 				// Stored after the point the chain starts from: not a
 				// replay of ours but another writer's (a killed or paused
-				// instance whose publishes the server applied late; the
-				// server checks duplicates before the expected sequence).
+				// instance whose publishes the server applied late). Seen
+				// where the server checks duplicates before the expected
+				// sequence: atomic and fast batches, clustered streams. A
+				// plain publish to an R1 stream is refused by its
+				// expectation instead (wrong last sequence: ErrFenced).
 				// Publishing the rest unfenced could store what that
 				// writer stored beyond the duplicate window: stop, so the
 				// next run reads the stream's tail again.
