@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,7 +34,7 @@ func startCluster(t testing.TB, n int) *natsCluster {
 	t.Helper()
 	c := &natsCluster{t: t, servers: make([]*server.Server, n)}
 	dir := t.TempDir()
-	ports := distinctPorts(t, 2*n) // client ports, then cluster ports
+	ports := natsembed.Ports(t, 2*n) // client ports, then cluster ports
 	var routes []string
 	for i := range n {
 		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[n+i]))
@@ -63,20 +62,6 @@ func startCluster(t testing.TB, n int) *natsCluster {
 	})
 	c.waitMetaLeader()
 	return c
-}
-
-// distinctPorts returns n free loopback ports, all different: each is held
-// open until all are found (freePort twice may return the same port).
-func distinctPorts(t testing.TB, n int) []int {
-	t.Helper()
-	var out []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		defer l.Close()
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
-	}
-	return out
 }
 
 // start starts server i (again) on its ports and store.

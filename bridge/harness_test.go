@@ -39,7 +39,7 @@ type env struct {
 func newEnv(t testing.TB) *env {
 	t.Helper()
 	e := &env{t: t, pg: pgtest.StartT(t, pgtest.Options{}), dir: t.TempDir()}
-	e.nsOpts = natsembed.Options{Host: "127.0.0.1", Port: freePort(t), StoreDir: filepath.Join(e.dir, "nats")}
+	e.nsOpts = natsembed.Options{Host: "127.0.0.1", Port: natsembed.Ports(t, 1)[0], StoreDir: filepath.Join(e.dir, "nats")}
 	e.startNATS()
 	t.Cleanup(func() {
 		if e.ns != nil {
@@ -53,7 +53,7 @@ func newEnv(t testing.TB) *env {
 
 func (e *env) startNATS() {
 	e.t.Helper()
-	s, err := natsembed.Start(e.nsOpts)
+	s, err := natsembed.Restart(e.nsOpts, 30*time.Second)
 	require.NoError(e.t, err)
 	e.ns = s
 }

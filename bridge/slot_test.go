@@ -16,6 +16,7 @@ import (
 	"github.com/bridgecdc/bridge/bridge"
 	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/internal/natsembed"
 	"github.com/bridgecdc/bridge/internal/pgtest"
 )
 
@@ -23,7 +24,7 @@ import (
 func newEnvWith(t *testing.T, settings map[string]string) *env {
 	t.Helper()
 	e := &env{t: t, pg: pgtest.StartT(t, pgtest.Options{Settings: settings}), dir: t.TempDir()}
-	e.nsOpts.Host, e.nsOpts.Port, e.nsOpts.StoreDir = "127.0.0.1", freePort(t), filepath.Join(e.dir, "nats")
+	e.nsOpts.Host, e.nsOpts.Port, e.nsOpts.StoreDir = "127.0.0.1", natsembed.Ports(t, 1)[0], filepath.Join(e.dir, "nats")
 	e.startNATS()
 	t.Cleanup(func() {
 		if e.ns != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/bridgecdc/bridge/bridge"
 	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/internal/natsembed"
 	"github.com/bridgecdc/bridge/internal/pgtest"
 	"github.com/bridgecdc/bridge/sinks"
 )
@@ -52,7 +53,7 @@ func (g *gateSink) count() int {
 func TestKeepalivesWhileSinkStalls(t *testing.T) {
 	pg := pgtest.StartT(t, pgtest.Options{Settings: map[string]string{"wal_sender_timeout": "2s"}})
 	e := &env{t: t, pg: pg, dir: t.TempDir()}
-	e.nsOpts.Host, e.nsOpts.Port, e.nsOpts.StoreDir = "127.0.0.1", freePort(t), filepath.Join(e.dir, "nats")
+	e.nsOpts.Host, e.nsOpts.Port, e.nsOpts.StoreDir = "127.0.0.1", natsembed.Ports(t, 1)[0], filepath.Join(e.dir, "nats")
 	e.startNATS()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -27,7 +27,7 @@ import (
 func newEnvPG(t testing.TB, settings map[string]string) *env {
 	t.Helper()
 	e := &env{t: t, pg: pgtest.StartT(t, pgtest.Options{Settings: settings}), dir: t.TempDir()}
-	e.nsOpts = natsembed.Options{Host: "127.0.0.1", Port: freePort(t), StoreDir: filepath.Join(e.dir, "nats")}
+	e.nsOpts = natsembed.Options{Host: "127.0.0.1", Port: natsembed.Ports(t, 1)[0], StoreDir: filepath.Join(e.dir, "nats")}
 	e.startNATS()
 	t.Cleanup(func() {
 		if e.ns != nil {

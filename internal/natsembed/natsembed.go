@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -74,19 +75,26 @@ func Start(o Options) (*Server, error) {
 		so.SyncAlways = true
 		so.SyncInterval = 2 * time.Minute // ignored with SyncAlways, but must be set
 	}
+	hp := net.JoinHostPort(o.Host, strconv.Itoa(o.Port))
 	ns, err := server.NewServer(so)
 	if err != nil {
-		return nil, fmt.Errorf("starting embedded nats-server on %s: %w", net.JoinHostPort(o.Host, strconv.Itoa(o.Port)), err)
+		return nil, fmt.Errorf("starting embedded nats-server on %s: %w", hp, err)
 	}
-	if o.Logf != nil {
-		ns.SetLogger(logger{o.Logf}, false, false)
-	}
+	// The logger is set even without Logf: a server that cannot listen or
+	// start JetStream says so only through Fatalf, and keeps running.
+	lg := &logger{logf: o.Logf}
+	ns.SetLogger(lg, false, false)
 	ns.Start()
-	if !ns.ReadyForConnections(readyTimeout) {
+	if err := waitReady(ns, lg); err != nil {
 		ns.Shutdown()
 		ns.WaitForShutdown()
-		return nil, fmt.Errorf("starting embedded nats-server on %s: not ready after %s (port in use or store dir %q locked?)",
-			net.JoinHostPort(o.Host, strconv.Itoa(o.Port)), readyTimeout, o.StoreDir)
+		err = fmt.Errorf("starting embedded nats-server on %s (store %s): %w", hp, o.StoreDir, err)
+		if o.Port > 0 {
+			if held := portHolders(o.Port); held != "" {
+				err = fmt.Errorf("%w; port %d is held by %s", err, o.Port, held)
+			}
+		}
+		return nil, err
 	}
 	if a, ok := ns.Addr().(*net.TCPAddr); ok {
 		o.Port = a.Port
@@ -128,11 +136,56 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 }
 
-type logger struct{ logf func(string, ...any) }
+// waitReady waits up to readyTimeout for ns to accept clients. It returns
+// at once with the server's own words when the server reports a fatal
+// error (a port it cannot bind, a store it cannot open): the server does
+// not stop by itself then, and waiting would only add the timeout.
+func waitReady(ns *server.Server, lg *logger) error {
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		if ns.ReadyForConnections(50 * time.Millisecond) {
+			return nil
+		}
+		if f := lg.fatal(); f != "" {
+			return errors.New(f)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready after %s", readyTimeout)
+		}
+	}
+}
 
-func (l logger) Noticef(f string, v ...any) { l.logf("[INF] "+f, v...) }
-func (l logger) Warnf(f string, v ...any)   { l.logf("[WRN] "+f, v...) }
-func (l logger) Fatalf(f string, v ...any)  { l.logf("[FTL] "+f, v...) }
-func (l logger) Errorf(f string, v ...any)  { l.logf("[ERR] "+f, v...) }
-func (l logger) Debugf(f string, v ...any)  { l.logf("[DBG] "+f, v...) }
-func (l logger) Tracef(f string, v ...any)  { l.logf("[TRC] "+f, v...) }
+// logger forwards the server's log lines to logf, when set, and keeps the
+// first fatal one for Start's error.
+type logger struct {
+	logf func(string, ...any)
+
+	mu       sync.Mutex
+	firstFTL string
+}
+
+func (l *logger) fatal() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.firstFTL
+}
+
+func (l *logger) log(level, f string, v ...any) {
+	if l.logf != nil {
+		l.logf(level+f, v...)
+	}
+}
+
+func (l *logger) Noticef(f string, v ...any) { l.log("[INF] ", f, v...) }
+func (l *logger) Warnf(f string, v ...any)   { l.log("[WRN] ", f, v...) }
+func (l *logger) Errorf(f string, v ...any)  { l.log("[ERR] ", f, v...) }
+func (l *logger) Debugf(f string, v ...any)  { l.log("[DBG] ", f, v...) }
+func (l *logger) Tracef(f string, v ...any)  { l.log("[TRC] ", f, v...) }
+func (l *logger) Fatalf(f string, v ...any) {
+	l.mu.Lock()
+	if l.firstFTL == "" {
+		l.firstFTL = fmt.Sprintf(f, v...)
+	}
+	l.mu.Unlock()
+	l.log("[FTL] ", f, v...)
+}

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -20,6 +19,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/bridgecdc/bridge/internal/testport"
 )
 
 // BinDir returns the directory of the PostgreSQL server binaries: $PG_BINDIR,
@@ -58,6 +59,7 @@ type Server struct {
 	SockDir string
 	bin     string
 	asUser  bool
+	release func() // gives up the port's claim
 }
 
 // Start creates and starts a cluster.
@@ -96,11 +98,11 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	if out, err := s.run(ctx, "initdb", "-D", s.DataDir, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"); err != nil {
 		return nil, fmt.Errorf("initdb: %w\n%s", err, out)
 	}
-	port, err := freePort()
+	port, release, err := testport.Claim() // stays free across Stop and Start
 	if err != nil {
 		return nil, err
 	}
-	s.Port = port
+	s.Port, s.release = port, release
 	settings := map[string]string{
 		"wal_level":               "logical",
 		"max_wal_senders":         "20",
@@ -210,6 +212,9 @@ func (s *Server) Destroy() {
 	defer cancel()
 	_ = s.Stop(ctx, "immediate")
 	_ = os.RemoveAll(s.Dir)
+	if s.release != nil {
+		s.release()
+	}
 }
 
 // DSN returns a connection string for database db ("" means postgres).
@@ -254,13 +259,4 @@ func (s *Server) Conn(t testing.TB, db string) *pgx.Conn {
 	}
 	t.Cleanup(func() { c.Close(context.Background()) })
 	return c
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -369,14 +369,7 @@ func TestConformance(t *testing.T) {
 		},
 		Heal: func(t *testing.T) {
 			var err error
-			for range 20 { // the port may take a moment to come free
-				var next *natsembed.Server
-				if next, err = natsembed.Start(opts); err == nil {
-					srv = next
-					break
-				}
-				time.Sleep(250 * time.Millisecond)
-			}
+			srv, err = natsembed.Restart(opts, 30*time.Second)
 			require.NoError(t, err)
 			require.Eventually(t, r.nc.IsConnected, 10*time.Second, 5*time.Millisecond, "the subscriber did not reconnect")
 			require.NoError(t, r.nc.Flush(), "the subscription is back on the server")

@@ -48,7 +48,7 @@ func TestConformance(t *testing.T) {
 		},
 		Heal: func(t *testing.T) {
 			var err error
-			srv, err = natsembed.Start(opts)
+			srv, err = natsembed.Restart(opts, 30*time.Second)
 			require.NoError(t, err)
 		},
 		Dedupes: true,
