@@ -63,7 +63,7 @@ type Server struct {
 }
 
 // Start creates and starts a cluster.
-func Start(ctx context.Context, o Options) (*Server, error) {
+func Start(ctx context.Context, o Options) (_ *Server, err error) {
 	bin, err := BinDir()
 	if err != nil {
 		return nil, err
@@ -103,6 +103,11 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 	s.Port, s.release = port, release
+	defer func() {
+		if err != nil { // a cluster that did not start gives its port up
+			release()
+		}
+	}()
 	settings := map[string]string{
 		"wal_level":               "logical",
 		"max_wal_senders":         "20",
