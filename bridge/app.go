@@ -39,6 +39,18 @@ func WithSources(reg *sources.Registry) Option { return func(a *App) { a.srcReg 
 // WithLogger sets the logger.
 func WithLogger(l *slog.Logger) Option { return func(a *App) { a.log = l } }
 
+// ConfigOptions returns what config.Load needs to load a config for an App
+// built with opts: the batch defaults of its sink types (sinks.Plugin.Batch,
+// through config.WithBatchDefaults). Without them every sink gets the
+// framework's batch defaults.
+func ConfigOptions(opts ...Option) []config.Option {
+	a := &App{sinkReg: sinks.Default, srcReg: sources.Default}
+	for _, o := range opts {
+		o(a)
+	}
+	return []config.Option{config.WithBatchDefaults(sinks.BatchDefaults(a.sinkReg))}
+}
+
 // App is a configured bridge: one pipeline per source.
 type App struct {
 	cfg     *config.Config

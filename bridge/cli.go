@@ -81,7 +81,7 @@ func NewCommand(stdout, stderr io.Writer, opts ...Option) *cobra.Command {
 	// on failure the error lists every problem found, framework, plugin and
 	// route alike. load is loadWith without extra config options.
 	loadWith := func(co []config.Option, extra ...Option) (*config.Config, *App, error) {
-		var lo []config.Option
+		lo := ConfigOptions(opts...)
 		if logLevel != "" {
 			lo = append(lo, config.WithOverrides(map[string]any{"log.level": logLevel}))
 		}
@@ -173,6 +173,13 @@ func NewCommand(stdout, stderr io.Writer, opts ...Option) *cobra.Command {
 			for _, t := range a.sinkReg.Types() {
 				p, _ := a.sinkReg.Lookup(t)
 				printPlugin(stdout, t, p.Doc, p.Config)
+				// The framework's batch keys, where the type has defaults of its own.
+				if p.Batch.MaxChanges > 0 {
+					fmt.Fprintf(stdout, "      (framework) batch.max_changes (int, default %d)\n", p.Batch.MaxChanges)
+				}
+				if p.Batch.MaxWait > 0 {
+					fmt.Fprintf(stdout, "      (framework) batch.max_wait (duration, default %s)\n", p.Batch.MaxWait)
+				}
 			}
 			fmt.Fprintf(stdout, "formats: %s\n", strings.Join(sortedKeys(Formats()), ", "))
 			return nil

@@ -6,11 +6,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/bridgecdc/bridge/bridge"
 	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/sinks"
 )
 
 func execCLI(t *testing.T, args ...string) (int, string, string) {
@@ -75,9 +77,42 @@ routes:
 func TestPluginsListsKeys(t *testing.T) {
 	code, out, _ := execCLI(t, "plugins")
 	require.Equal(t, 0, code)
-	for _, want := range []string{"pgoutput", "nats_jetstream", "dsn (string)", "slot (string", "duplicate_window (duration, default 2m0s)", "formats: cloudevents, debezium, native", "wal2json", "nats_core", "webhook"} {
+	for _, want := range []string{"pgoutput", "nats_jetstream", "dsn (string)", "slot (string", "duplicate_window (duration, default 2m0s)", "formats: cloudevents, debezium, native", "wal2json", "nats_core", "webhook", "(framework) batch.max_changes (int, default 4096)"} {
 		require.Contains(t, out, want)
 	}
+}
+
+// TestSinkTypesBatchDefaults: a config loaded for the bridge gives each sink
+// its type's batch defaults (nats_jetstream: 4096 changes, nats_core the
+// framework's 1000) unless the config sets them, also for the types of a
+// custom registry.
+func TestSinkTypesBatchDefaults(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "bridge.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(`
+name: shop
+sources:
+  shop: { type: pgoutput, config: { dsn: "postgres://db/shop", slot: s } }
+sinks:
+  js: { type: nats_jetstream, config: { stream: CDC } }
+  jsset: { type: nats_jetstream, batch: { max_changes: 500 }, config: { stream: CDC2 } }
+  core: { type: nats_core }
+routes:
+  - sinks: [js, jsset, core]
+`), 0o600))
+	noEnv := config.WithEnv(func() []string { return nil })
+	cfg, err := config.Load(p, append(bridge.ConfigOptions(), noEnv)...)
+	require.NoError(t, err)
+	require.Equal(t, 4096, cfg.Sinks["js"].Batch.MaxChanges)
+	require.Equal(t, 500, cfg.Sinks["jsset"].Batch.MaxChanges)
+	require.Equal(t, 1000, cfg.Sinks["core"].Batch.MaxChanges)
+	require.Equal(t, time.Millisecond, cfg.Sinks["js"].Batch.MaxWait)
+
+	reg := sinks.NewRegistry()
+	require.NoError(t, reg.Register("nats_core", sinks.Plugin{Batch: config.Batch{MaxChanges: 7, MaxWait: time.Second}}))
+	cfg, err = config.Load(p, append(bridge.ConfigOptions(bridge.WithSinks(reg)), noEnv)...)
+	require.NoError(t, err)
+	require.Equal(t, config.Batch{MaxChanges: 7, MaxWait: time.Second}, cfg.Sinks["core"].Batch)
+	require.Equal(t, 1000, cfg.Sinks["js"].Batch.MaxChanges, "a type the registry does not have gets the framework's")
 }
 
 func TestVersionAndUsage(t *testing.T) {

@@ -114,7 +114,7 @@ type running struct {
 
 func (e *env) start(cfgPath string) *running {
 	e.t.Helper()
-	cfg, err := config.Load(cfgPath)
+	cfg, err := config.Load(cfgPath, bridge.ConfigOptions()...)
 	require.NoError(e.t, err)
 	a, err := bridge.New(cfg, bridge.WithLogger(testLogger(e.t)))
 	require.NoError(e.t, err)

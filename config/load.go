@@ -71,6 +71,16 @@ type Option func(*options)
 type options struct {
 	environ   func() []string
 	overrides []map[string]any
+	batch     func(sinkType string) Batch
+}
+
+// WithBatchDefaults gives each sink's batch keys defaults by the sink's type:
+// for a sink of type t, the non-zero fields of defaults(t) replace the
+// framework's (max_changes 1000, max_wait 1ms). A key any layer sets still
+// wins. The bridge passes its sink registry's (sinks.BatchDefaults), so that
+// a plugin can ask for the batch size it works best with.
+func WithBatchDefaults(defaults func(sinkType string) Batch) Option {
+	return func(o *options) { o.batch = defaults }
 }
 
 // WithEnv makes Load take environment variables, for BRIDGE_* overrides and
@@ -181,7 +191,7 @@ func Load(path string, opts ...Option) (*Config, error) {
 	}
 
 	raw := k.Raw()
-	setEntryDefaults(raw)
+	setEntryDefaults(raw, o.batch)
 	cfg := &Config{}
 	d := decoder{texts: l.texts}
 	d.decode("", raw, reflect.ValueOf(cfg).Elem())
@@ -325,10 +335,11 @@ func (l *loader) typeOverride(path string, v any) any {
 }
 
 // setEntryDefaults fills the defaults that depend on the merged tree: each
-// sink's batch and retry, each route's subject and format, and the embedded
-// store_dir. A key that is present, or a section that is not a mapping (a
-// decoding error to come), is left alone.
-func setEntryDefaults(raw map[string]any) {
+// sink's batch (batch(type)'s non-zero fields, when batch is not nil, over
+// the framework's) and retry, each route's subject and format, and the
+// embedded store_dir. A key that is present, or a section that is not a
+// mapping (a decoding error to come), is left alone.
+func setEntryDefaults(raw map[string]any, batch func(sinkType string) Batch) {
 	if sinks, ok := raw["sinks"].(map[string]any); ok {
 		for name, s := range sinks {
 			if s == nil {
@@ -336,8 +347,18 @@ func setEntryDefaults(raw map[string]any) {
 				sinks[name] = s
 			}
 			if m, ok := s.(map[string]any); ok {
-				setDefault(m, defaultMaxChanges, "batch", "max_changes")
-				setDefault(m, defaultMaxWait, "batch", "max_wait")
+				b := Batch{MaxChanges: defaultMaxChanges, MaxWait: defaultMaxWait}
+				if typ, ok := m["type"].(string); ok && batch != nil {
+					own := batch(typ)
+					if own.MaxChanges > 0 {
+						b.MaxChanges = own.MaxChanges
+					}
+					if own.MaxWait > 0 {
+						b.MaxWait = own.MaxWait
+					}
+				}
+				setDefault(m, b.MaxChanges, "batch", "max_changes")
+				setDefault(m, b.MaxWait, "batch", "max_wait")
 				setDefault(m, defaultRetryInitial, "retry", "initial")
 				setDefault(m, defaultRetryMax, "retry", "max")
 			}

@@ -169,6 +169,46 @@ func TestLoadDefaults(t *testing.T) {
 	assert.Equal(t, want, cfg)
 }
 
+func TestBatchDefaultsByType(t *testing.T) {
+	byType := WithBatchDefaults(func(typ string) Batch {
+		switch typ {
+		case "big":
+			return Batch{MaxChanges: 4096}
+		case "slow":
+			return Batch{MaxWait: time.Second}
+		}
+		return Batch{}
+	})
+	doc := withBase(t, `
+sinks:
+  main: { type: big }
+  set: { type: big, batch: { max_changes: 10 } }
+  other: { type: other }
+  slow: { type: slow }
+  slowset: { type: slow, batch: { max_wait: 5ms } }
+  fromenv: { type: big }
+`)
+	cfg, err := loadYAML(t, doc, byType, environ("BRIDGE_SINKS__FROMENV__BATCH__MAX_CHANGES=20"))
+	require.NoError(t, err)
+	got := map[string]Batch{}
+	for name, s := range cfg.Sinks {
+		got[name] = s.Batch
+	}
+	assert.Equal(t, map[string]Batch{
+		"main":    {MaxChanges: 4096, MaxWait: time.Millisecond}, // the type's own, the framework's for the rest
+		"set":     {MaxChanges: 10, MaxWait: time.Millisecond},   // the file wins
+		"other":   {MaxChanges: 1000, MaxWait: time.Millisecond}, // a type without its own
+		"slow":    {MaxChanges: 1000, MaxWait: time.Second},
+		"slowset": {MaxChanges: 1000, MaxWait: 5 * time.Millisecond},
+		"fromenv": {MaxChanges: 20, MaxWait: time.Millisecond}, // the environment wins
+	}, got)
+
+	// Without the option every type gets the framework's.
+	cfg, err = loadYAML(t, doc)
+	require.NoError(t, err)
+	assert.Equal(t, Batch{MaxChanges: 1000, MaxWait: time.Millisecond}, cfg.Sinks["main"].Batch)
+}
+
 func TestLoadDefaultsDetails(t *testing.T) {
 	t.Run("store_dir follows data_dir", func(t *testing.T) {
 		cfg, err := loadYAML(t, withBase(t, "data_dir: /srv/bridge\n"))

@@ -146,7 +146,7 @@ func referenceDefaults() *Config {
 	raw["sources"] = map[string]any{refName: map[string]any{}}
 	raw["sinks"] = map[string]any{refName: map[string]any{}}
 	raw["routes"] = []any{map[string]any{}}
-	setEntryDefaults(raw)
+	setEntryDefaults(raw, nil)
 	cfg := &Config{}
 	d := decoder{}
 	d.decode("", raw, reflect.ValueOf(cfg).Elem())

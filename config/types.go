@@ -102,8 +102,9 @@ type Sink struct {
 
 // Batch bounds a batch.
 type Batch struct {
-	// MaxChanges per batch. Default 1000. With several sinks on one source
-	// the smallest value applies.
+	// MaxChanges per batch. Default 1000, or the sink type's own
+	// (nats_jetstream: 4096, its max_pending). With several sinks on one
+	// source the smallest value applies.
 	MaxChanges int `koanf:"max_changes"`
 	// MaxWait is how long the first change of a partial batch waits for
 	// more before the batch is written (an age, not a gap between

@@ -152,6 +152,22 @@ type Plugin struct {
 	Config any
 	// Doc is one line describing the plugin.
 	Doc string
+	// Batch holds this type's defaults for the framework's batch keys
+	// (sinks.<name>.batch); a zero field keeps the framework's default
+	// (max_changes 1000, max_wait 1ms). What a sink's config sets wins.
+	Batch config.Batch
+}
+
+// BatchDefaults returns the batch defaults of reg's sink types, for
+// config.WithBatchDefaults; an unknown type gets none of its own.
+func BatchDefaults(reg *Registry) func(sinkType string) config.Batch {
+	return func(typ string) config.Batch {
+		p, err := reg.Lookup(typ)
+		if err != nil {
+			return config.Batch{}
+		}
+		return p.Batch
+	}
 }
 
 // Registry maps sink types to plugins.

@@ -75,7 +75,7 @@ routes:
 	fmt.Printf("\n--- bridge.yaml ---\n%s-------------------\n\n", yaml)
 
 	step("starting the bridge with embedded NATS")
-	cfg, err := config.Load(cfgPath)
+	cfg, err := config.Load(cfgPath, bridge.ConfigOptions()...)
 	if err != nil {
 		return err
 	}

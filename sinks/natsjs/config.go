@@ -98,6 +98,11 @@ type Config struct {
 	FastBatch bool `koanf:"fast_batch"`
 }
 
+// DefaultMaxChanges is this sink type's default for the framework key
+// sinks.<name>.batch.max_changes: the default max_pending, so one Write fills
+// the window of acks in flight.
+const DefaultMaxChanges = 4096
+
 // DefaultSubjects is the default of Config.Subjects.
 var DefaultSubjects = []string{"cdc.>"}
 
