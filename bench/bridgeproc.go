@@ -23,7 +23,7 @@ type BridgeConfig struct {
 }
 
 // Write writes bridge.yaml into dir and returns its path. Everything not set
-// here keeps the product's defaults (batch 1000 / 1ms, max_pending 4096,
+// here keeps the product's defaults (batch 4096 / 1ms, max_pending 4096,
 // checkpoint every 1s, duplicate_window 2m); any key can still be changed with
 // the BRIDGE_* variables, which the bridge process inherits.
 func (c BridgeConfig) Write(dir string) (string, error) {
