@@ -44,11 +44,17 @@ func WithLogger(l *slog.Logger) Option { return func(a *App) { a.log = l } }
 // through config.WithBatchDefaults). Without them every sink gets the
 // framework's batch defaults.
 func ConfigOptions(opts ...Option) []config.Option {
+	return []config.Option{config.WithBatchDefaults(sinks.BatchDefaults(registries(opts).sinkReg))}
+}
+
+// registries returns an App holding only the registries opts choose (the
+// defaults otherwise), for what needs the plugins before a config is loaded.
+func registries(opts []Option) *App {
 	a := &App{sinkReg: sinks.Default, srcReg: sources.Default}
 	for _, o := range opts {
 		o(a)
 	}
-	return []config.Option{config.WithBatchDefaults(sinks.BatchDefaults(a.sinkReg))}
+	return a
 }
 
 // App is a configured bridge: one pipeline per source.

@@ -19,8 +19,6 @@ import (
 	"go.opentelemetry.io/otel"
 
 	"github.com/bridgecdc/bridge/config"
-	"github.com/bridgecdc/bridge/sinks"
-	"github.com/bridgecdc/bridge/sources"
 )
 
 // Version is set at build time with -ldflags "-X github.com/bridgecdc/bridge/bridge.Version=v1.2.3".
@@ -160,10 +158,7 @@ func NewCommand(stdout, stderr io.Writer, opts ...Option) *cobra.Command {
 		Short: "List the compiled-in sources and sinks with their config keys",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			a := &App{sinkReg: sinks.Default, srcReg: sources.Default}
-			for _, o := range opts {
-				o(a)
-			}
+			a := registries(opts)
 			fmt.Fprintln(stdout, "sources:")
 			for _, t := range a.srcReg.Types() {
 				p, _ := a.srcReg.Lookup(t)
