@@ -12,7 +12,6 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
-	json "github.com/goccy/go-json" // ~5x faster than encoding/json on wal2json objects
 	"github.com/jackc/pgx/v5"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
@@ -35,34 +34,6 @@ const (
 	oidTimestampTZ = 1184
 )
 
-// message is one wal2json format-version 2 object: a begin ("B"), commit
-// ("C"), insert ("I"), update ("U"), delete ("D"), truncate ("T") or
-// logical decoding message ("M").
-type message struct {
-	Action        string          `json:"action"`
-	Xid           *uint32         `json:"xid"`
-	Timestamp     *string         `json:"timestamp"`
-	LSN           string          `json:"lsn"`
-	NextLSN       string          `json:"nextlsn"`
-	Schema        string          `json:"schema"`
-	Table         string          `json:"table"`
-	Columns       []column        `json:"columns"`
-	Identity      []column        `json:"identity"`
-	PK            []column        `json:"pk"`
-	Transactional bool            `json:"transactional"`
-	Prefix        string          `json:"prefix"`
-	Content       json.RawMessage `json:"content"`
-}
-
-// column is one column of "columns", "identity" or "pk".
-type column struct {
-	Name     string          `json:"name"`
-	Type     string          `json:"type"`
-	TypeOID  uint32          `json:"typeoid"`
-	Value    json.RawMessage `json:"value"`
-	Optional *bool           `json:"optional"` // include-not-null; only in "columns"
-}
-
 // decoder turns wal2json format-version 2 objects into transactions.
 type decoder struct {
 	source   string
@@ -71,6 +42,8 @@ type decoder struct {
 	types    *pgtypes.Resolver
 	log      *slog.Logger
 	tables   map[tableName]*table
+	last     *table // the table of the last change, looked up without a map key
+	ps       jsonParser
 
 	in      bool
 	txn     *cdc.Txn
@@ -89,13 +62,13 @@ func newDecoder(source string, prefixes []string, cat pgtypes.Querier, types *pg
 func (d *decoder) InTxn() bool { return d.in }
 
 func (d *decoder) Decode(ctx context.Context, walStart cdc.LSN, data []byte) (*cdc.Txn, error) {
-	var m message
-	if err := json.Unmarshal(data, &m); err != nil {
+	m, err := d.ps.parse(data)
+	if err != nil {
 		return nil, fmt.Errorf("parsing wal2json output %q: %w", shorten(data), err)
 	}
 	lsn := walStart
-	if m.LSN != "" {
-		l, err := cdc.ParseLSN(m.LSN)
+	if len(m.LSN) > 0 {
+		l, err := parseLSN(m.LSN)
 		if err != nil {
 			return nil, err
 		}
@@ -103,20 +76,17 @@ func (d *decoder) Decode(ctx context.Context, walStart cdc.LSN, data []byte) (*c
 	}
 	switch m.Action {
 	case "B":
-		t := &cdc.Txn{}
-		if m.Xid != nil {
-			t.Xid = *m.Xid
-		}
+		t := &cdc.Txn{Xid: m.Xid}
 		if m.Timestamp != nil {
-			ts, err := d.commitTime(ctx, *m.Timestamp)
+			ts, err := d.commitTime(ctx, m.Timestamp)
 			if err != nil {
 				return nil, err
 			}
 			t.CommitTime = ts
 		}
 		d.nextLSN = 0
-		if m.NextLSN != "" {
-			l, err := cdc.ParseLSN(m.NextLSN)
+		if len(m.NextLSN) > 0 {
+			l, err := parseLSN(m.NextLSN)
 			if err != nil {
 				return nil, err
 			}
@@ -135,8 +105,8 @@ func (d *decoder) Decode(ctx context.Context, walStart cdc.LSN, data []byte) (*c
 		}
 		// The commit's nextlsn is the end of its commit record, pgoutput's
 		// TransactionEndLSN: the transaction's identity.
-		if m.NextLSN != "" {
-			l, err := cdc.ParseLSN(m.NextLSN)
+		if len(m.NextLSN) > 0 {
+			l, err := parseLSN(m.NextLSN)
 			if err != nil {
 				return nil, err
 			}
@@ -148,19 +118,19 @@ func (d *decoder) Decode(ctx context.Context, walStart cdc.LSN, data []byte) (*c
 		t.CommitLSN = end
 		return d.buf.Finish(t)
 	case "I", "U", "D":
-		c, err := d.change(ctx, &m, lsn)
+		c, err := d.change(ctx, m, lsn)
 		if err != nil {
 			return nil, err
 		}
 		d.size = len(data) // about the size of the values
 		return nil, d.add(c)
 	case "T":
-		tb, err := d.table(ctx, &m, shapeNone)
+		tb, err := d.table(ctx, m, shapeNone)
 		if err != nil {
 			return nil, fmt.Errorf("truncate of %s.%s at %s: %w", m.Schema, m.Table, lsn, err)
 		}
 		// wal2json does not report CASCADE or RESTART IDENTITY.
-		return nil, d.add(cdc.Change{Op: cdc.OpTruncate, Rel: tb.rel, Schema: m.Schema, Table: m.Table, LSN: lsn})
+		return nil, d.add(cdc.Change{Op: cdc.OpTruncate, Rel: tb.rel, Schema: tb.rel.Schema, Table: tb.rel.Table, LSN: lsn})
 	case "M":
 		if !d.wanted(m.Prefix) {
 			return nil, nil
@@ -172,10 +142,10 @@ func (d *decoder) Decode(ctx context.Context, walStart cdc.LSN, data []byte) (*c
 				return nil, fmt.Errorf("message at %s: content: %w", lsn, err)
 			}
 			if len(b) > 0 {
-				content = b
+				content = bytes.Clone(b)
 			}
 		}
-		c := cdc.Change{Op: cdc.OpMessage, LSN: lsn, Prefix: m.Prefix, Content: content, Transactional: m.Transactional}
+		c := cdc.Change{Op: cdc.OpMessage, LSN: lsn, Prefix: string(m.Prefix), Content: content, Transactional: m.Transactional}
 		if m.Transactional && d.in {
 			return nil, d.add(c)
 		}
@@ -190,12 +160,12 @@ func (d *decoder) Decode(ctx context.Context, walStart cdc.LSN, data []byte) (*c
 	return nil, nil
 }
 
-func (d *decoder) commitTime(ctx context.Context, s string) (time.Time, error) {
+func (d *decoder) commitTime(ctx context.Context, s []byte) (time.Time, error) {
 	typ, err := d.types.Lookup(ctx, oidTimestampTZ)
 	if err != nil {
 		return time.Time{}, err
 	}
-	v, err := typ.DecodeText([]byte(s))
+	v, err := typ.DecodeText(s)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("commit timestamp: %w", err)
 	}
@@ -206,12 +176,12 @@ func (d *decoder) commitTime(ctx context.Context, s string) (time.Time, error) {
 	return ts.UTC(), nil
 }
 
-func (d *decoder) wanted(prefix string) bool {
-	if prefix == pgrepl.HeartbeatPrefix {
+func (d *decoder) wanted(prefix []byte) bool {
+	if string(prefix) == pgrepl.HeartbeatPrefix {
 		return false // the bridge's own heartbeat: never published
 	}
 	for _, p := range d.prefixes {
-		if p == "*" || p == prefix {
+		if p == "*" || p == string(prefix) {
 			return true
 		}
 	}
@@ -251,7 +221,7 @@ func (d *decoder) change(ctx context.Context, m *message, lsn cdc.LSN) (cdc.Chan
 	if err != nil {
 		return fail(err)
 	}
-	c := cdc.Change{Op: op, Rel: tb.rel, Schema: m.Schema, Table: m.Table, LSN: lsn}
+	c := cdc.Change{Op: op, Rel: tb.rel, Schema: tb.rel.Schema, Table: tb.rel.Table, LSN: lsn}
 	var lossy []string
 	if op != cdc.OpDelete {
 		if c.After, lossy, err = tb.row(m.Columns, cdc.Unchanged, lossy); err != nil {
@@ -277,7 +247,7 @@ func sameKey(identity, cols []column) bool {
 	for i := range identity {
 		found := false
 		for j := range cols {
-			if cols[j].Name == identity[i].Name {
+			if bytes.Equal(cols[j].Name, identity[i].Name) {
 				if !bytes.Equal(cols[j].Value, identity[i].Value) {
 					return false
 				}
@@ -337,10 +307,10 @@ func (t *table) fitsRow(cols []column, sh shape) bool {
 	}
 	for i := range cols {
 		c := &cols[i]
-		if t.skip[c.Name] {
+		if t.skip[string(c.Name)] {
 			continue
 		}
-		j, ok := t.pos[c.Name]
+		j, ok := t.pos[string(c.Name)]
 		if !ok || j <= last || c.TypeOID != 0 && c.TypeOID != t.rel.Columns[j].OID || gap(last+1, j) {
 			return false
 		}
@@ -354,10 +324,10 @@ func (t *table) fitsRow(cols []column, sh shape) bool {
 func (t *table) identFits(identity []column) bool {
 	n := 0
 	for i := range identity {
-		if t.skip[identity[i].Name] {
+		if t.skip[string(identity[i].Name)] {
 			continue
 		}
-		if j, ok := t.pos[identity[i].Name]; !ok || !t.ident[j] {
+		if j, ok := t.pos[string(identity[i].Name)]; !ok || !t.ident[j] {
 			return false
 		}
 		n++
@@ -369,17 +339,21 @@ func (t *table) identFits(identity []column) bool {
 // catalog's, else (the catalog changed since the change was written) one
 // made from m itself.
 func (d *decoder) table(ctx context.Context, m *message, sh shape) (*table, error) {
-	key := tableName{m.Schema, m.Table}
-	t := d.tables[key]
+	t := d.last
+	if t == nil || string(m.Schema) != t.rel.Schema || string(m.Table) != t.rel.Table {
+		t = d.tables[tableName{string(m.Schema), string(m.Table)}]
+	}
 	if t != nil && t.fits(m, sh) && (len(m.Identity) == 0 || !t.catalog || t.identFits(m.Identity)) {
+		d.last = t
 		return t, nil
 	}
-	ct, err := d.describe(ctx, m.Schema, m.Table)
+	key := tableName{string(m.Schema), string(m.Table)}
+	ct, err := d.describe(ctx, key.schema, key.table)
 	if err != nil {
 		return nil, err
 	}
 	if ct != nil && ct.fits(m, sh) {
-		d.tables[key] = ct
+		d.tables[key], d.last = ct, ct
 		return ct, nil
 	}
 	mt, err := d.fromMessage(ctx, m, ct)
@@ -387,8 +361,8 @@ func (d *decoder) table(ctx context.Context, m *message, sh shape) (*table, erro
 		return nil, err
 	}
 	d.log.Warn("the catalog does not describe a change's columns (DDL since it was written?); describing the table by the change",
-		"table", m.Schema+"."+m.Table)
-	d.tables[key] = mt
+		"table", key.schema+"."+key.table)
+	d.tables[key], d.last = mt, mt
 	return mt, nil
 }
 
@@ -464,7 +438,7 @@ func identByte(s string) byte {
 // from cat (the catalog's description) when the table still exists, else
 // from "pk" and the types.
 func (d *decoder) fromMessage(ctx context.Context, m *message, cat *table) (*table, error) {
-	t := &table{rel: &cdc.Relation{Schema: m.Schema, Table: m.Table, ReplicaIdentity: 'd'}, pos: map[string]int{}, skip: map[string]bool{}}
+	t := &table{rel: &cdc.Relation{Schema: string(m.Schema), Table: string(m.Table), ReplicaIdentity: 'd'}, pos: map[string]int{}, skip: map[string]bool{}}
 	key := map[string]bool{}
 	if cat != nil {
 		t.rel.ID, t.rel.ReplicaIdentity, t.skip = cat.rel.ID, cat.rel.ReplicaIdentity, cat.skip
@@ -473,7 +447,7 @@ func (d *decoder) fromMessage(ctx context.Context, m *message, cat *table) (*tab
 		}
 	} else {
 		for _, c := range m.PK {
-			key[c.Name] = true
+			key[string(c.Name)] = true
 		}
 	}
 	cols := m.Columns
@@ -481,7 +455,8 @@ func (d *decoder) fromMessage(ctx context.Context, m *message, cat *table) (*tab
 		cols = m.Identity
 	}
 	for _, c := range cols {
-		if t.skip[c.Name] {
+		name := string(c.Name)
+		if t.skip[name] {
 			continue
 		}
 		var typ *pgtypes.Type
@@ -489,17 +464,17 @@ func (d *decoder) fromMessage(ctx context.Context, m *message, cat *table) (*tab
 		if c.TypeOID != 0 {
 			typ, err = d.types.Lookup(ctx, c.TypeOID)
 		} else {
-			typ, err = d.types.LookupName(ctx, c.Type)
+			typ, err = d.types.LookupName(ctx, string(c.Type))
 		}
 		if err != nil {
-			return nil, fmt.Errorf("resolving type of column %s: %w", c.Name, err)
+			return nil, fmt.Errorf("resolving type of column %s: %w", name, err)
 		}
-		t.pos[c.Name] = len(t.rel.Columns)
-		t.rel.Columns = append(t.rel.Columns, cdc.Column{Name: c.Name, Type: typ.Name, OID: typ.OID, Key: key[c.Name]})
+		t.pos[name] = len(t.rel.Columns)
+		t.rel.Columns = append(t.rel.Columns, cdc.Column{Name: name, Type: typ.Name, OID: typ.OID, Key: key[name]})
 		t.types = append(t.types, typ)
-		varl, notNull, ident := maybeVarlena(typ), c.Optional != nil && !*c.Optional, key[c.Name] || t.rel.ReplicaIdentity == 'f'
+		varl, notNull, ident := maybeVarlena(typ), c.notNull(), key[name] || t.rel.ReplicaIdentity == 'f'
 		if cat != nil {
-			if j, ok := cat.pos[c.Name]; ok && cat.rel.Columns[j].OID == typ.OID {
+			if j, ok := cat.pos[name]; ok && cat.rel.Columns[j].OID == typ.OID {
 				varl, notNull, ident = cat.varlena[j], cat.notNull[j], cat.ident[j]
 			}
 		}
@@ -527,7 +502,7 @@ func maybeVarlena(t *pgtypes.Type) bool {
 func names(cols []column) string {
 	s := make([]string, len(cols))
 	for i, c := range cols {
-		s[i] = c.Name
+		s[i] = string(c.Name)
 	}
 	return strings.Join(s, ", ")
 }
@@ -542,16 +517,16 @@ func (t *table) row(cols []column, fill any, lossy []string) ([]any, []string, e
 	}
 	for i := range cols {
 		c := &cols[i]
-		if t.skip[c.Name] {
+		if t.skip[string(c.Name)] {
 			continue
 		}
-		j := t.pos[c.Name]
+		j := t.pos[string(c.Name)]
 		col := &t.rel.Columns[j]
 		v, err := decodeValue(t.types[j], col.OID, c.Value)
 		if err != nil {
 			return nil, lossy, fmt.Errorf("column %s (%s): %w", col.Name, col.Type, err)
 		}
-		if v == nil && (t.notNull[j] || c.Optional != nil && !*c.Optional) && (col.OID == oidFloat4 || col.OID == oidFloat8 || col.OID == oidNumeric) {
+		if v == nil && (t.notNull[j] || c.notNull()) && (col.OID == oidFloat4 || col.OID == oidFloat8 || col.OID == oidNumeric) {
 			// NaN or ±Infinity: wal2json < 2.6 prints them as null.
 			lossy = appendOnce(lossy, col.Name)
 		}
@@ -573,7 +548,7 @@ func appendOnce(s []string, v string) []string {
 // wal2json prints the type's text output as a JSON string, except numbers
 // (JSON numbers, the exact text), booleans (true, false) and bytea (the hex
 // output without its "\x").
-func decodeValue(typ *pgtypes.Type, oid uint32, raw json.RawMessage) (any, error) {
+func decodeValue(typ *pgtypes.Type, oid uint32, raw []byte) (any, error) {
 	if len(raw) == 0 {
 		return nil, errors.New("no value")
 	}
@@ -594,14 +569,15 @@ func decodeValue(typ *pgtypes.Type, oid uint32, raw json.RawMessage) (any, error
 }
 
 // unquote decodes a JSON string, keeping bytes that are not valid UTF-8 as
-// they are (wal2json copies them verbatim).
+// they are (wal2json copies them verbatim). Without escapes the result is
+// a slice of raw.
 func unquote(raw []byte) ([]byte, error) {
 	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
 		return nil, fmt.Errorf("not a JSON string: %q", shorten(raw))
 	}
 	s := raw[1 : len(raw)-1]
 	if bytes.IndexByte(s, '\\') < 0 {
-		return bytes.Clone(s), nil
+		return s, nil
 	}
 	out := make([]byte, 0, len(s))
 	for i := 0; i < len(s); i++ {
