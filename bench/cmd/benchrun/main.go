@@ -43,6 +43,7 @@ type options struct {
 	jsMsgs, jsSize           int
 	liveRate                 int
 	liveFor                  time.Duration
+	liveWarmup               time.Duration
 	pad                      int
 	bridgeBin, profBin       string
 	natsBin, natsServerBin   string
@@ -89,6 +90,7 @@ func main() {
 	flag.IntVar(&o.jsSize, "js-size", envInt("BENCH_JS_SIZE", 0), "payload bytes per nats bench message (default: the bridge's mean payload)")
 	flag.IntVar(&o.liveRate, "live-rate", envInt("BENCH_LIVE_RATE", 2000), "live mode: changes per second")
 	flag.DurationVar(&o.liveFor, "live-for", envDur("BENCH_LIVE_FOR", 0), "live mode: duration (default 20s; quick 10s)")
+	flag.DurationVar(&o.liveWarmup, "live-warmup", envDur("BENCH_LIVE_WARMUP", 5*time.Second), "live mode: write at the rate this long before the measured run, into the same new stream, and report it apart (0: none)")
 	flag.IntVar(&o.pad, "pad", envInt("BENCH_PAD", 16), "length of the text column: sets the message size")
 	flag.StringVar(&o.bridgeBin, "bridge", os.Getenv("BENCH_BRIDGE"), "bridge binary (default: go build ./cmd/bridge)")
 	flag.StringVar(&o.profBin, "bridgeprof", os.Getenv("BENCH_BRIDGEPROF"), "profiling bridge binary for -profile (default: go build ./bench/cmd/bridgeprof)")
@@ -208,6 +210,13 @@ type Live struct {
 	Changes  int               `json:"changes"`
 	Achieved float64           `json:"achieved_changes_per_s"`
 	Latency  bench.Percentiles `json:"latency_commit_to_stored"`
+	// The warm-up: the first changes of a new stream, written at the same
+	// rate before the measured run and reported apart from it. A new
+	// stream's first block makes nats-server grow into new memory twice
+	// (its 1 MiB block buffer becomes 4 MiB, then 8 MiB), which stalls it
+	// for the page faults that costs (docs/performance.md).
+	WarmupChanges int               `json:"warmup_changes"`
+	Warmup        bench.Percentiles `json:"latency_warmup"`
 	// ByQuarter splits the run in four by commit order: a latency that
 	// grows from one to the next means the bridge falls behind the rate.
 	ByQuarter  []bench.Percentiles `json:"latency_by_quarter"`
@@ -217,8 +226,13 @@ type Live struct {
 	PeakRSS    int64               `json:"bridge_peak_rss_bytes"`
 	Verified   bench.Verified      `json:"verified"`
 	Writer     time.Duration       `json:"writer_backend_cpu_ns"`
-	CPUProfile string              `json:"cpu_profile,omitempty"`
-	Other      float64             `json:"other_cores"` // machine CPU beyond bridge, walsender, nats-server, writer and benchrun
+	// Page faults during the run, per process: each stalls its thread for
+	// about the machine's first_touch_ns_per_page.
+	BridgeFaults     int64   `json:"bridge_page_faults"`
+	WalsenderFaults  int64   `json:"walsender_page_faults"`
+	NATSServerFaults int64   `json:"nats_server_page_faults"`
+	CPUProfile       string  `json:"cpu_profile,omitempty"`
+	Other            float64 `json:"other_cores"` // machine CPU beyond bridge, walsender, nats-server, writer and benchrun
 }
 
 type runner struct {
@@ -631,6 +645,13 @@ func (r *runner) live(ctx context.Context) error {
 	}
 	time.Sleep(time.Second) // past the start-up
 	r.quiet()
+	warm := 0
+	if o.liveWarmup > 0 {
+		logf("bridge: live warm-up, %d changes/s for %s into the new stream (reported apart)", o.liveRate, o.liveWarmup)
+		if warm, _, _, err = r.pg.WriteAtRate(ctx, o.liveRate, o.liveWarmup); err != nil {
+			return err
+		}
+	}
 	win := bench.StartWindow()
 	self0, _ := bench.ReadCPU(os.Getpid())
 	b0, _ := bench.ReadCPU(p.PID())
@@ -640,15 +661,16 @@ func (r *runner) live(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := bench.WaitStored(ctx, r.js, stream, n, time.Minute, r.o.poll, p.Exited); err != nil {
+	if _, err := bench.WaitStored(ctx, r.js, stream, warm+n, time.Minute, r.o.poll, p.Exited); err != nil {
 		return err
 	}
-	l := &Live{Rate: o.liveRate, Changes: n, Achieved: float64(n) / took.Seconds()}
+	l := &Live{Rate: o.liveRate, Changes: n, Achieved: float64(n) / took.Seconds(), WarmupChanges: warm}
 	b1, _ := bench.ReadCPU(p.PID())
 	w1, _ := bench.ReadCPU(ws)
 	n1, _ := bench.ReadCPU(r.ns.PID())
 	self1, _ := bench.ReadCPU(os.Getpid())
 	l.Bridge, l.Walsender, l.NATSServer, l.Writer = b1.Self-b0.Self, w1.Self-w0.Self, n1.Self-n0.Self, writer
+	l.BridgeFaults, l.WalsenderFaults, l.NATSServerFaults = b1.Faults-b0.Faults, w1.Faults-w0.Faults, n1.Faults-n0.Faults
 	l.Other = win.Other(l.Bridge + l.Walsender + l.NATSServer + l.Writer + self1.Self - self0.Self)
 	l.PeakRSS, _ = bench.PeakRSS(p.PID())
 	if cpuProfile != "" {
@@ -664,27 +686,49 @@ func (r *runner) live(ctx context.Context) error {
 		return err
 	}
 	l.Verified = v
-	l.Latency = bench.Percentile(v.Latencies)
+	all := v.Latencies
+	if err := l.summarize(all); err != nil {
+		return err
+	}
 	if f := r.o.latencyOut; f != "" {
 		var sb strings.Builder
-		for _, x := range v.Latencies {
+		for _, x := range all { // warm-up first: the stream from its first message
 			fmt.Fprintln(&sb, x.Nanoseconds())
 		}
 		if err := os.WriteFile(f, []byte(sb.String()), 0o644); err != nil {
 			r.fail("live: writing -latency-dump: %v", err)
 		}
 	}
-	for q := 0; q < 4; q++ {
-		lo, hi := q*len(v.Latencies)/4, (q+1)*len(v.Latencies)/4
-		l.ByQuarter = append(l.ByQuarter, bench.Percentile(v.Latencies[lo:hi]))
-	}
-	if !v.OK(n) {
+	if !v.OK(warm + n) {
 		r.fail("bridge live: stream holds %d messages (want %d): %d duplicates, %d out of order, %d bad ids",
 			v.Msgs, n, v.Duplicates, v.OutOfOrder, v.BadIDs)
 	}
-	logf("live: %d changes, latency p50 %s p99 %s p99.9 %s", n, l.Latency.P50, l.Latency.P99, l.Latency.P999)
+	logf("live: %d changes, latency p50 %s p99 %s p99.9 %s (warm-up, %d changes: p99 %s, max %s)", n, l.Latency.P50, l.Latency.P99, l.Latency.P999,
+		warm, l.Warmup.P99, l.Warmup.Max)
 	r.res.Live = l
 	bench.DeleteStream(ctx, r.js, stream)
+	return nil
+}
+
+// summarize sets l's latency figures from every change's latency in
+// stream (commit) order: the first l.WarmupChanges are the warm-up, the
+// next l.Changes the measured run, split in quarters too.
+func (l *Live) summarize(lat []time.Duration) error {
+	warm := l.WarmupChanges
+	if len(lat) != warm+l.Changes {
+		return fmt.Errorf("live: %d latencies read back for %d changes (%d warm-up)", len(lat), warm+l.Changes, warm)
+	}
+	l.Warmup = bench.Percentiles{}
+	if warm > 0 {
+		l.Warmup = bench.Percentile(lat[:warm])
+	}
+	run := lat[warm:]
+	l.Latency = bench.Percentile(run)
+	l.ByQuarter = l.ByQuarter[:0]
+	for q := 0; q < 4; q++ {
+		lo, hi := q*len(run)/4, (q+1)*len(run)/4
+		l.ByQuarter = append(l.ByQuarter, bench.Percentile(run[lo:hi]))
+	}
 	return nil
 }
 
@@ -804,7 +848,7 @@ func waitFile(p string, within time.Duration) {
 func report(w io.Writer, res *Results, o options) {
 	fmt.Fprintf(w, "\n# bridge benchmark, %s\n\n", res.Started.Format(time.RFC3339))
 	m := res.Machine
-	fmt.Fprintf(w, "machine: %d CPUs, %s, %s RAM, Linux %s\n", m.CPUs, m.CPUModel, m.MemTotal, m.Kernel)
+	fmt.Fprintf(w, "machine: %d CPUs, %s, %s RAM, Linux %s; first touch of a fresh page %.1f µs\n", m.CPUs, m.CPUModel, m.MemTotal, m.Kernel, m.FirstTouchNs/1e3)
 	fmt.Fprintf(w, "versions: postgres %s, nats-server %s, %s, bridge %s, %s\n",
 		res.Versions["postgres"], res.Versions["nats-server"], res.Versions["natscli"], res.Versions["bridge"], res.Versions["go"])
 	if src := res.Versions["source"]; src != "" {
@@ -886,12 +930,19 @@ func report(w io.Writer, res *Results, o options) {
 		for i, q := range l.ByQuarter {
 			fmt.Fprintf(tw, "quarter %d\t%s\t%s\t%s\t%s\t\t\t\t\t\t\t\n", i+1, ms(q.P50), ms(q.P99), ms(q.P999), ms(q.Max))
 		}
+		if l.WarmupChanges > 0 {
+			q := l.Warmup
+			fmt.Fprintf(tw, "warm-up before it (%d, new stream)\t%s\t%s\t%s\t%s\t\t\t\t\t\t\t\n", l.WarmupChanges, ms(q.P50), ms(q.P99), ms(q.P999), ms(q.Max))
+		}
 		tw.Flush()
 		ok := "OK"
-		if !l.Verified.OK(l.Changes) {
+		if !l.Verified.OK(l.WarmupChanges + l.Changes) {
 			ok = "FAILED"
 		}
 		fmt.Fprintf(w, "read back: %d msgs, %d dup, %d out of order: %s\n", l.Verified.Msgs, l.Verified.Duplicates, l.Verified.OutOfOrder, ok)
+		ft := time.Duration(res.Machine.FirstTouchNs)
+		fmt.Fprintf(w, "page faults during the run (each ~%.1f µs here): bridge %d (%s ms), walsender %d (%s ms), nats-server %d (%s ms)\n", res.Machine.FirstTouchNs/1e3,
+			l.BridgeFaults, ms(time.Duration(l.BridgeFaults)*ft), l.WalsenderFaults, ms(time.Duration(l.WalsenderFaults)*ft), l.NATSServerFaults, ms(time.Duration(l.NATSServerFaults)*ft))
 	}
 	if d := res.LiveDecode; d != nil {
 		fmt.Fprintf(w, "pg_recvlogical pgoutput following the same live load (%d changes): walsender %s µs/chg, pg_recvlogical %s µs/chg, writer backend %s µs/chg\n",

@@ -2,6 +2,7 @@ package main
 
 import (
 	"testing"
+	"time"
 
 	"github.com/bridgecdc/bridge/bench"
 )
@@ -58,5 +59,46 @@ func TestRatiosSameSize(t *testing.T) {
 			t.Errorf("%s: compared with %d msgs, async %.2f, best %.2f; want %d, %.2f, %.2f",
 				tc.b.Workload, tc.b.JSMsgs, tc.b.VsJSAsync, tc.b.VsJetStream, tc.msgs, tc.async, tc.best)
 		}
+	}
+}
+
+func TestLiveWarmupApart(t *testing.T) {
+	// 10 warm-up changes stalled 40 ms, then 100 at 2 ms, the last
+	// quarter's at 3 ms.
+	var lat []time.Duration
+	for i := 0; i < 10; i++ {
+		lat = append(lat, 40*time.Millisecond)
+	}
+	for i := 0; i < 100; i++ {
+		d := 2 * time.Millisecond
+		if i >= 75 {
+			d = 3 * time.Millisecond
+		}
+		lat = append(lat, d)
+	}
+	l := &Live{Changes: 100, WarmupChanges: 10}
+	if err := l.summarize(lat); err != nil {
+		t.Fatal(err)
+	}
+	if l.Warmup.N != 10 || l.Warmup.Max != 40*time.Millisecond {
+		t.Errorf("warm-up = %+v, want 10 changes at 40ms", l.Warmup)
+	}
+	if l.Latency.N != 100 || l.Latency.Max != 3*time.Millisecond || l.Latency.P50 != 2*time.Millisecond {
+		t.Errorf("measured = %+v, want 100 changes, p50 2ms, max 3ms", l.Latency)
+	}
+	if len(l.ByQuarter) != 4 || l.ByQuarter[2].Max != 2*time.Millisecond || l.ByQuarter[3].P50 != 3*time.Millisecond {
+		t.Errorf("quarters = %+v", l.ByQuarter)
+	}
+	// Without a warm-up everything is measured.
+	l = &Live{Changes: 110}
+	if err := l.summarize(lat); err != nil {
+		t.Fatal(err)
+	}
+	if l.Warmup.N != 0 || l.Latency.Max != 40*time.Millisecond {
+		t.Errorf("no warm-up: warm-up %+v, measured %+v", l.Warmup, l.Latency)
+	}
+	// A count that does not add up is an error, not a figure.
+	if err := (&Live{Changes: 100, WarmupChanges: 5}).summarize(lat); err == nil {
+		t.Error("110 latencies for 105 changes: no error")
 	}
 }
