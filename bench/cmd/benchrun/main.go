@@ -187,21 +187,25 @@ type Backlog struct {
 	// stream and bucket checks, the slot) plus those first messages.
 	// Bridge − BridgeAtFirst over Changes − FirstCount is its CPU per change
 	// once streaming.
-	BridgeAtFirst time.Duration  `json:"bridge_cpu_at_first_ns"`
-	FirstCount    uint64         `json:"first_count"`
-	Walsender     time.Duration  `json:"walsender_cpu_ns"`
-	NATSServer    time.Duration  `json:"nats_server_cpu_ns"`
-	PeakRSS       int64          `json:"bridge_peak_rss_bytes"`
-	Verified      bench.Verified `json:"verified"`
-	StoredAfter   uint64         `json:"stored_after_stop"`
-	VsDecode      float64        `json:"ratio_to_decode"`                 // to pg_recvlogical with the same plugin
-	VsJetStream   float64        `json:"ratio_to_jetstream_ingest"`       // the best nats bench mode
-	VsJSAsync     float64        `json:"ratio_to_jetstream_async_ingest"` // the best async mode (what the sink uses)
-	JSMsgs        int            `json:"jetstream_msgs"`                  // the size of the nats bench runs the two ratios use
-	Cores         float64        `json:"cores"`                           // bridge + walsender + nats-server CPU / wall
-	CPUProfile    string         `json:"cpu_profile,omitempty"`
-	AllocProfile  string         `json:"alloc_profile,omitempty"`
-	Other         float64        `json:"other_cores"` // machine CPU beyond bridge, walsender and nats-server, in cores
+	BridgeAtFirst time.Duration `json:"bridge_cpu_at_first_ns"`
+	FirstCount    uint64        `json:"first_count"`
+	Walsender     time.Duration `json:"walsender_cpu_ns"`
+	NATSServer    time.Duration `json:"nats_server_cpu_ns"`
+	// Page faults during the backlog: each costs the faulting process about
+	// the machine's first_touch_ns_per_page, inside its CPU time.
+	BridgeFaults     int64          `json:"bridge_page_faults"`
+	NATSServerFaults int64          `json:"nats_server_page_faults"`
+	PeakRSS          int64          `json:"bridge_peak_rss_bytes"`
+	Verified         bench.Verified `json:"verified"`
+	StoredAfter      uint64         `json:"stored_after_stop"`
+	VsDecode         float64        `json:"ratio_to_decode"`                 // to pg_recvlogical with the same plugin
+	VsJetStream      float64        `json:"ratio_to_jetstream_ingest"`       // the best nats bench mode
+	VsJSAsync        float64        `json:"ratio_to_jetstream_async_ingest"` // the best async mode (what the sink uses)
+	JSMsgs           int            `json:"jetstream_msgs"`                  // the size of the nats bench runs the two ratios use
+	Cores            float64        `json:"cores"`                           // bridge + walsender + nats-server CPU / wall
+	CPUProfile       string         `json:"cpu_profile,omitempty"`
+	AllocProfile     string         `json:"alloc_profile,omitempty"`
+	Other            float64        `json:"other_cores"` // machine CPU beyond bridge, walsender and nats-server, in cores
 }
 
 // Live is the bridge streaming at a fixed rate.
@@ -484,7 +488,7 @@ func (r *runner) bridgeBacklog(ctx context.Context, w, plugin, slot string, n in
 	b.Wall = at.Sub(p.Start)
 	b.Rate = float64(n) / b.Wall.Seconds()
 	if c, err := bench.ReadCPU(p.PID()); err == nil {
-		b.Bridge = c.Self
+		b.Bridge, b.BridgeFaults = c.Self, c.Faults
 	}
 	// The walsender serving the slot now: a source that reconnected early
 	// has a later one than the first seen, which exited with little CPU
@@ -500,7 +504,7 @@ func (r *runner) bridgeBacklog(ctx context.Context, w, plugin, slot string, n in
 		b.Walsender += c.Self
 	}
 	if c, err := bench.ReadCPU(r.ns.PID()); err == nil {
-		b.NATSServer = c.Self - nsBefore.Self
+		b.NATSServer, b.NATSServerFaults = c.Self-nsBefore.Self, c.Faults-nsBefore.Faults
 	}
 	b.PeakRSS, _ = bench.PeakRSS(p.PID())
 	b.Other = win.Other(b.Bridge + b.Walsender + b.NATSServer)
@@ -905,6 +909,11 @@ func report(w io.Writer, res *Results, o options) {
 		if b.FirstCount > 0 && b.FirstCount < uint64(b.Changes) {
 			fmt.Fprintf(w, "  bridge CPU: %.0f ms until %d stored (start-up), then %s µs/chg for the other %d\n",
 				float64(b.BridgeAtFirst)/1e6, b.FirstCount, us(b.Bridge-b.BridgeAtFirst, b.Changes-int(b.FirstCount)), b.Changes-int(b.FirstCount))
+		}
+		if ft := res.Machine.FirstTouchNs; ft > 0 && b.Changes > 0 {
+			perChg := func(faults int64) string { return fmt.Sprintf("%.2f", float64(faults)*ft/1e3/float64(b.Changes)) }
+			fmt.Fprintf(w, "  page faults: bridge %d (~%s µs/chg at %.1f µs each), nats-server %d (~%s µs/chg)\n",
+				b.BridgeFaults, perChg(b.BridgeFaults), ft/1e3, b.NATSServerFaults, perChg(b.NATSServerFaults))
 		}
 		if b.CPUProfile != "" {
 			fmt.Fprintf(w, "  profiles: %s %s\n", b.CPUProfile, b.AllocProfile)
