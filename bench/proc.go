@@ -154,8 +154,9 @@ type Machine struct {
 	MemTotal string `json:"mem_total"`
 	Kernel   string `json:"kernel"`
 	// FirstTouch is what the first write to a fresh anonymous page costs
-	// (the page fault that backs it), in ns: ~100-250 on bare metal, far
-	// more in some VMs. A process stalls that long per page whenever it
+	// (the page fault that backs it), in ns: well under 1,000 on bare
+	// metal, ~11,000 in the Firecracker VM the figures in
+	// docs/performance.md come from. A process stalls that long per page whenever it
 	// grows into new memory.
 	FirstTouchNs float64 `json:"first_touch_ns_per_page"`
 }
