@@ -69,14 +69,9 @@ func (ps *jsonParser) parse(data []byte) (*message, error) {
 	*m = message{}
 	ps.scratch = ps.scratch[:0]
 	// Values go into scratch, which may move as it grows: their offsets
-	// are kept in Value until every one is in, then turned into slices.
+	// are kept until every one is in, then turned into slices.
 	var content [2]int
-	var ferr error
-	o.Visit(func(key []byte, f *fastjson.Value) {
-		if ferr != nil {
-			return
-		}
-		var err error
+	err = visit(o, func(key []byte, f *fastjson.Value) (err error) {
 		switch string(key) {
 		case "action":
 			var b []byte
@@ -110,12 +105,10 @@ func (ps *jsonParser) parse(data []byte) (*message, error) {
 			ps.scratch = f.MarshalTo(ps.scratch)
 			content[1] = len(ps.scratch)
 		}
-		if err != nil {
-			ferr = fmt.Errorf("%q: %w", key, err)
-		}
+		return err
 	})
-	if ferr != nil {
-		return nil, ferr
+	if err != nil {
+		return nil, err
 	}
 	for _, cs := range [...][]column{cols, ident, pk} {
 		for i := range cs {
@@ -147,12 +140,7 @@ func (ps *jsonParser) columns(f *fastjson.Value, cs []column) ([]column, error) 
 			return cs, fmt.Errorf("element %d: %w", i, err)
 		}
 		var c column
-		var ferr error
-		o.Visit(func(key []byte, f *fastjson.Value) {
-			if ferr != nil {
-				return
-			}
-			var err error
+		err = visit(o, func(key []byte, f *fastjson.Value) (err error) {
 			switch string(key) {
 			case "name":
 				c.Name, err = str(f)
@@ -172,16 +160,29 @@ func (ps *jsonParser) columns(f *fastjson.Value, cs []column) ([]column, error) 
 					c.HasOpt = true
 				}
 			}
-			if err != nil {
-				ferr = fmt.Errorf("%q: %w", key, err)
-			}
+			return err
 		})
-		if ferr != nil {
-			return cs, fmt.Errorf("element %d: %w", i, ferr)
+		if err != nil {
+			return cs, fmt.Errorf("element %d: %w", i, err)
 		}
 		cs = append(cs, c)
 	}
 	return cs, nil
+}
+
+// visit calls f for each key of o in order until f fails, and returns
+// that error naming the key.
+func visit(o *fastjson.Object, f func(key []byte, v *fastjson.Value) error) error {
+	var ferr error
+	o.Visit(func(key []byte, v *fastjson.Value) {
+		if ferr != nil {
+			return
+		}
+		if err := f(key, v); err != nil {
+			ferr = fmt.Errorf("%q: %w", key, err)
+		}
+	})
+	return ferr
 }
 
 // str returns a string value's bytes, or nil for null.
