@@ -324,6 +324,19 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 		}
 		return false, fmt.Errorf("opening source: %w", err)
 	}
+	// The slot is this run's now: Postgres streams it to one connection
+	// at a time. The checkpoint was loaded before, though, and a standby
+	// waits for the slot with what it loaded first: the slot's previous
+	// owner may have saved after that, up to its last moment. Saving over
+	// that revision would be refused as a fence and stop the instance that
+	// now owns the slot, so start again from the newer checkpoint.
+	if _, now, err := p.store.Load(ctx, p.key); err != nil || now != rev {
+		_ = src.Close(context.Background())
+		if err != nil {
+			return false, p.bucketGone(fmt.Errorf("loading checkpoint %q: %w", p.key, err))
+		}
+		return false, fmt.Errorf("checkpoint %q moved from revision %d to %d while this run opened the slot (the slot's previous owner saved it last); starting again from it", p.key, rev, now)
+	}
 	p.ready.Store(true)
 	opened := time.Now()
 
