@@ -15,19 +15,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh
 
+./scripts/benchtools.sh
 tools="${BENCH_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/bridge-bench/bin}"
-mkdir -p "$tools"
-if [ ! -x "$tools/nats" ]; then
-  echo "installing natscli v0.5.0 into $tools" >&2
-  GOBIN="$tools" go install github.com/nats-io/natscli/nats@v0.5.0
-fi
-# The nats-server the bridge's go.mod pins.
 ns_version="$(go list -m -f '{{.Version}}' github.com/nats-io/nats-server/v2)"
-if [ ! -x "$tools/nats-server-$ns_version" ]; then
-  echo "installing nats-server $ns_version into $tools" >&2
-  GOBIN="$tools" go install "github.com/nats-io/nats-server/v2@$ns_version"
-  mv "$tools/nats-server" "$tools/nats-server-$ns_version"
-fi
 
 bin="$(mktemp -d)"
 trap 'rm -rf "$bin"' EXIT

@@ -100,16 +100,20 @@ func TestSmoke(t *testing.T) {
 
 type tools struct{ nats, natsServer string }
 
-// benchTools installs what ./scripts/bench.sh installs, where it does:
-// natscli v0.5.0 and the nats-server version go.mod pins, with go install
-// into ${XDG_CACHE_HOME:-~/.cache}/bridge-bench/bin (kept between runs).
+// benchTools finds or installs what scripts/benchtools.sh installs, where
+// it does: natscli v0.5.0 and the nats-server version go.mod pins, with go
+// install into $BENCH_TOOLS or ${XDG_CACHE_HOME:-~/.cache}/bridge-bench/bin
+// (kept between runs; scripts/test.sh installs them before the tests).
 func benchTools(t *testing.T) tools {
 	t.Helper()
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		t.Fatal(err)
+	bin := os.Getenv("BENCH_TOOLS")
+	if bin == "" {
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		bin = filepath.Join(cache, "bridge-bench", "bin")
 	}
-	bin := filepath.Join(cache, "bridge-bench", "bin")
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
