@@ -114,9 +114,16 @@ type running struct {
 
 func (e *env) start(cfgPath string) *running {
 	e.t.Helper()
+	return e.startWith(cfgPath)
+}
+
+// startWith is start with App options of the test's own (registries; the
+// test's logger comes first and may be replaced).
+func (e *env) startWith(cfgPath string, opts ...bridge.Option) *running {
+	e.t.Helper()
 	cfg, err := config.Load(cfgPath, bridge.ConfigOptions()...)
 	require.NoError(e.t, err)
-	a, err := bridge.New(cfg, bridge.WithLogger(testLogger(e.t)))
+	a, err := bridge.New(cfg, append([]bridge.Option{bridge.WithLogger(testLogger(e.t))}, opts...)...)
 	require.NoError(e.t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	require.NoError(e.t, a.Start(ctx))

@@ -84,16 +84,7 @@ func TestTakeoverAfterALateSave(t *testing.T) {
 			}}, nil
 		}}))
 
-	cfg, err := config.Load(cfgPath, bridge.ConfigOptions()...)
-	require.NoError(t, err)
-	a, err := bridge.New(cfg, bridge.WithLogger(testLogger(t)), bridge.WithSources(reg))
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	require.NoError(t, a.Start(ctx))
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-
+	r := e.startWith(cfgPath, bridge.WithSources(reg))
 	waitSlotActive(t, e, "slot_late") // rows before the slot exists are not in it
 	for i := 1; i <= 50; i++ {
 		e.pg.ExecT(t, fmt.Sprintf(`INSERT INTO items VALUES (%d, 'x')`, i))
@@ -108,7 +99,7 @@ func TestTakeoverAfterALateSave(t *testing.T) {
 	var st checkpoint.State
 	require.Eventually(t, func() bool {
 		select {
-		case err := <-done:
+		case err := <-r.done:
 			t.Fatalf("the bridge stopped: %v", err)
 		default:
 		}
@@ -118,11 +109,5 @@ func TestTakeoverAfterALateSave(t *testing.T) {
 	}, 30*time.Second, 50*time.Millisecond, "no checkpoint of this instance after the previous owner's")
 	msgs := e.messages("CDC_late")
 	require.Len(t, msgs, 50)
-	cancel()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the bridge did not stop")
-	}
+	r.stop(t) // fails the test if the run ended with an error
 }
