@@ -29,8 +29,8 @@ import (
 	"time"
 
 	"github.com/bridgecdc/bridge/bench"
-	"github.com/bridgecdc/bridge/bridge"
 	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/bridge/route"
 	"github.com/bridgecdc/bridge/config"
 	"github.com/bridgecdc/bridge/internal/natsembed"
 	_ "github.com/bridgecdc/bridge/plugins"
@@ -134,10 +134,10 @@ func benchChange(i int) cdc.Change {
 		After: []any{int64(i + 1), int64(i), strings.Repeat("x", 16)}}
 }
 
-func newRouter(b *testing.B) *bridge.Router {
-	r, err := bridge.NewRouter(&config.Config{Unrouted: "drop", Routes: []config.Route{
+func newRouter(b *testing.B) *route.Router {
+	r, err := route.New(&config.Config{Unrouted: "drop", Routes: []config.Route{
 		{Sinks: []string{"js"}, Subject: "bench.{{.Schema}}.{{.Table}}"},
-	}}, map[string]int{"js": 0})
+	}}, map[string]int{"js": 0}, "")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -39,7 +39,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/bridgecdc/bridge/bridge"
+	"github.com/bridgecdc/bridge/bridge/app"
 	"github.com/bridgecdc/bridge/config"
 	"github.com/bridgecdc/bridge/internal/natsembed"
 	"github.com/bridgecdc/bridge/internal/pgtest"
@@ -65,8 +65,8 @@ func loadConfig(t *testing.T, y string, env map[string]string) *config.Config {
 	}
 	cfg, err := config.Load(p, config.WithEnv(func() []string { return list }))
 	require.NoError(t, err, "config.Load")
-	_, err = bridge.New(cfg)
-	require.NoError(t, err, "bridge.New")
+	_, err = app.New(cfg)
+	require.NoError(t, err, "app.New")
 	return cfg
 }
 
@@ -404,7 +404,7 @@ func TestDockerfile(t *testing.T) {
 			run = in.Args
 		}
 	}
-	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", `-ldflags "-s -w -X github.com/bridgecdc/bridge/bridge.Version=${VERSION}"`, "./cmd/bridge"} {
+	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", `-ldflags "-s -w -X github.com/bridgecdc/bridge/internal/buildinfo.Version=${VERSION}"`, "./cmd/bridge"} {
 		require.Contains(t, run, want)
 	}
 

@@ -43,6 +43,13 @@ type Idler interface {
 	Idle() (safe, after cdc.LSN, ok bool)
 }
 
+// Buffered is implemented by sources that can tell how many transactions
+// they hold decoded, ready for Read without blocking. The pipeline hands
+// such transactions to its writer together, in one hand-off.
+type Buffered interface {
+	Buffered() int
+}
+
 // Env is what the runtime gives a source factory.
 type Env struct {
 	// Name is the source's name in bridge.yaml.

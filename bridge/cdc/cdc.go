@@ -3,6 +3,7 @@
 package cdc
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -112,6 +113,21 @@ type Control struct {
 	Producer    string    `json:"producer"`               // producer the stream continues with
 	LSN         string    `json:"lsn,omitempty"`          // where the new epoch starts, Postgres form
 	Time        time.Time `json:"time"`
+}
+
+// Change returns the control message ctl as a change of producer: a
+// one-change transaction at position (0, 0) whose Content and Payload are
+// ctl as JSON, whatever the route's format.
+func (ctl Control) Change(producer, source, database string) (Change, error) {
+	body, err := json.Marshal(ctl)
+	if err != nil {
+		return Change{}, fmt.Errorf("encoding %s control message: %w", ctl.Kind, err)
+	}
+	return Change{
+		Producer: producer, Source: source, Database: database,
+		Op: OpControl, Schema: ControlSchema, Table: ctl.Kind,
+		TxSize: 1, CommitTime: ctl.Time, Content: body, Payload: body,
+	}, nil
 }
 
 // Column describes one column of a relation.

@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/bridgecdc/bridge/bridge"
+	"github.com/bridgecdc/bridge/bridge/app"
 	"github.com/bridgecdc/bridge/config"
 	"github.com/bridgecdc/bridge/internal/pgtest"
 	_ "github.com/bridgecdc/bridge/plugins"
@@ -75,27 +75,27 @@ routes:
 	fmt.Printf("\n--- bridge.yaml ---\n%s-------------------\n\n", yaml)
 
 	step("starting the bridge with embedded NATS")
-	cfg, err := config.Load(cfgPath, bridge.ConfigOptions()...)
+	cfg, err := config.Load(cfgPath, app.ConfigOptions()...)
 	if err != nil {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	app, err := bridge.New(cfg, bridge.WithLogger(log))
+	br, err := app.New(cfg, app.WithLogger(log))
 	if err != nil {
 		return err
 	}
 	runCtx, stop := context.WithCancel(ctx)
-	if err := app.Start(runCtx); err != nil {
+	if err := br.Start(runCtx); err != nil {
 		stop()
 		return err
 	}
 	done := make(chan error, 1)
-	go func() { done <- app.Run(runCtx) }()
+	go func() { done <- br.Run(runCtx) }()
 	defer func() {
 		stop()
 		<-done
 	}()
-	for !app.Pipelines()[0].Ready() {
+	for !br.Pipelines()[0].Ready() {
 		select {
 		case err := <-done:
 			return fmt.Errorf("bridge stopped: %w", err)
@@ -118,7 +118,7 @@ routes:
 	}
 
 	step("reading the JetStream stream CDC")
-	nc, err := nats.Connect(app.NATSURL())
+	nc, err := nats.Connect(br.NATSURL())
 	if err != nil {
 		return err
 	}
@@ -159,10 +159,10 @@ routes:
 		fmt.Printf("    %s\n", pretty.String())
 	}
 	// The checkpoint follows within checkpoint.interval (1s by default).
-	for deadline := time.Now().Add(5 * time.Second); app.Pipelines()[0].Checkpointed() == 0 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(5 * time.Second); br.Pipelines()[0].Checkpointed() == 0 && time.Now().Before(deadline); {
 		time.Sleep(50 * time.Millisecond)
 	}
-	fmt.Printf("\nEvery committed change arrived once, in commit order. Checkpoint (KV bucket bridge_checkpoints, key demo.shop): %s.\n", app.Pipelines()[0].Checkpointed())
+	fmt.Printf("\nEvery committed change arrived once, in commit order. Checkpoint (KV bucket bridge_checkpoints, key demo.shop): %s.\n", br.Pipelines()[0].Checkpointed())
 	return nil
 }
 

@@ -23,7 +23,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/bridgecdc/bridge/bridge"
+	"github.com/bridgecdc/bridge/bridge/cli"
 	_ "github.com/bridgecdc/bridge/plugins"
 )
 
@@ -59,8 +59,8 @@ func main() {
 	usr1 := make(chan os.Signal, 1)
 	signal.Notify(usr1, syscall.SIGUSR1)
 	go func() { <-usr1; stop() }()
-	bridge.TuneRuntime() // as bridge.Main does
-	code := bridge.Execute(os.Args[1:], os.Stdout, os.Stderr)
+	cli.TuneRuntime() // as bridge.Main does
+	code := cli.Execute(os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

@@ -1,0 +1,432 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/bridgecdc/bridge/bridge/checkpoint"
+	"github.com/bridgecdc/bridge/bridge/pgslot"
+	"github.com/bridgecdc/bridge/bridge/pipeline"
+	"github.com/bridgecdc/bridge/bridge/route"
+	"github.com/bridgecdc/bridge/bridge/serve"
+	"github.com/bridgecdc/bridge/bridge/snapshot"
+	"github.com/bridgecdc/bridge/bridge/telemetry"
+	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/internal/buildinfo"
+	"github.com/bridgecdc/bridge/internal/natsconn"
+	"github.com/bridgecdc/bridge/internal/natsembed"
+	"github.com/bridgecdc/bridge/sinks"
+	"github.com/bridgecdc/bridge/sources"
+)
+
+// Defaults for a Config built in code, where zero values stand for them.
+const (
+	defaultSlotPoll         = 10 * time.Second
+	defaultMaxCheckpointAge = time.Minute
+)
+
+// Option changes how an App is built.
+type Option func(*App)
+
+// WithSinks uses reg instead of sinks.Default.
+func WithSinks(reg *sinks.Registry) Option { return func(a *App) { a.sinkReg = reg } }
+
+// WithSources uses reg instead of sources.Default.
+func WithSources(reg *sources.Registry) Option { return func(a *App) { a.srcReg = reg } }
+
+// WithLogger sets the logger.
+func WithLogger(l *slog.Logger) Option { return func(a *App) { a.log = l } }
+
+// WithTracerProvider makes the App trace with tp instead of building a
+// provider from bridge.yaml's telemetry.tracing section and the OTEL_*
+// variables. The App does not shut tp down. The trace context prefix still
+// comes from telemetry.tracing.context_prefix.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(a *App) { a.tp = tp }
+}
+
+// ConfigOptions returns what config.Load needs to load a config for an App
+// built with opts: the batch defaults of its sink types (sinks.Plugin.Batch,
+// through config.WithBatchDefaults). Without them every sink gets the
+// framework's batch defaults.
+func ConfigOptions(opts ...Option) []config.Option {
+	sinkReg, _ := Registries(opts...)
+	return []config.Option{config.WithBatchDefaults(sinks.BatchDefaults(sinkReg))}
+}
+
+// Registries returns the plugin registries opts choose (sinks.Default and
+// sources.Default otherwise), for what needs the plugins before a config
+// is loaded, such as `bridge plugins`.
+func Registries(opts ...Option) (*sinks.Registry, *sources.Registry) {
+	a := &App{sinkReg: sinks.Default, srcReg: sources.Default}
+	for _, o := range opts {
+		o(a)
+	}
+	return a.sinkReg, a.srcReg
+}
+
+// App is a configured bridge: one pipeline per source.
+type App struct {
+	cfg     *config.Config
+	sinkReg *sinks.Registry
+	srcReg  *sources.Registry
+	log     *slog.Logger
+	run     string
+
+	embedded  *natsembed.Server
+	nc        *nats.Conn
+	pipelines []*pipeline.Pipeline
+	sinkConns []sinks.Sink
+
+	// Telemetry.
+	tp         trace.TracerProvider // WithTracerProvider, or built by Start when tracing is on
+	tpShutdown func(context.Context) error
+	ctxPrefix  string // trace context message prefix; "" when tracing is off
+	metrics    *telemetry.Metrics
+	httpSrv    *http.Server
+	httpAddr   string
+	bgCancel   context.CancelFunc
+	bg         sync.WaitGroup
+	snapCol    *snapshot.Collector
+}
+
+// New validates cfg against the registries and builds the App without any
+// network I/O. Every problem is reported at once, each naming its YAML path.
+func New(cfg *config.Config, opts ...Option) (*App, error) {
+	a := &App{cfg: cfg, sinkReg: sinks.Default, srcReg: sources.Default, run: checkpoint.NewEpoch()}
+	for _, o := range opts {
+		o(a)
+	}
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
+	}
+	var errs []error
+	// Build one throwaway instance of everything to validate plugin blocks.
+	names := sortedKeys(cfg.Sources)
+	for _, n := range names {
+		if _, err := a.newSource(n); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	sinkIndex := map[string]int{}
+	for i, n := range sortedKeys(cfg.Sinks) {
+		sinkIndex[n] = i
+		if _, err := a.newSink(n, sinks.NATSEnv{}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if _, err := route.New(cfg, sinkIndex, ""); err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, telemetry.Validate(cfg)...)
+	errs = append(errs, serve.Validate(cfg)...) // serve.where
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return a, nil
+}
+
+func (a *App) newSource(name string) (sources.Source, error) {
+	sc := a.cfg.Sources[name]
+	p, err := a.srcReg.Lookup(sc.Type)
+	if err != nil {
+		return nil, &config.FieldError{Path: "sources." + name + ".type", Msg: err.Error()}
+	}
+	path := "sources." + name + ".config"
+	env := sources.Env{Name: name, Logger: a.log.With("source", name)}
+	if a.ctxPrefix != "" {
+		env.MessagePrefixes = []string{a.ctxPrefix}
+	}
+	env.MessagePrefixes = append(env.MessagePrefixes, sources.SnapshotPrefix) // snapshot watermarks
+	return p.New(a.cfg.Decoder(path, sc.Config), env)
+}
+
+func (a *App) newSink(name string, ne sinks.NATSEnv) (sinks.Sink, error) {
+	sc := a.cfg.Sinks[name]
+	p, err := a.sinkReg.Lookup(sc.Type)
+	if err != nil {
+		return nil, &config.FieldError{Path: "sinks." + name + ".type", Msg: err.Error()}
+	}
+	path := "sinks." + name + ".config"
+	return p.New(a.cfg.Decoder(path, sc.Config), sinks.Env{Name: name, Logger: a.log.With("sink", name), NATS: ne})
+}
+
+// NATSURL returns the URL of the NATS server in use (embedded or configured);
+// valid after Start.
+func (a *App) NATSURL() string {
+	if a.embedded != nil {
+		return a.embedded.URL()
+	}
+	return a.cfg.NATS.URL
+}
+
+// Pipelines returns the pipelines, one per source, sorted by source name;
+// valid after Start.
+func (a *App) Pipelines() []*pipeline.Pipeline { return a.pipelines }
+
+// HTTPAddr returns the address the /metrics server listens on ("" when
+// http.listen is empty); valid after Start.
+func (a *App) HTTPAddr() string { return a.httpAddr }
+
+// Gatherer returns the App's metrics registry (what /metrics serves); valid
+// after Start.
+func (a *App) Gatherer() prometheus.Gatherer {
+	if a.metrics == nil {
+		return prometheus.NewRegistry()
+	}
+	return a.metrics.Registry()
+}
+
+// Start starts the /metrics server, tracing and the embedded NATS server
+// when needed, opens the checkpoint store and builds the pipelines. Call
+// Close when it fails.
+func (a *App) Start(ctx context.Context) error {
+	a.metrics = telemetry.NewMetrics()
+	if err := a.startHTTP(); err != nil {
+		return err
+	}
+	if err := a.startTracing(ctx); err != nil {
+		return err
+	}
+	bg, bgCancel := context.WithCancel(context.Background())
+	a.bgCancel = bgCancel
+	nc := a.cfg.NATS
+	url := nc.URL
+	if url == "" {
+		store := nc.Embedded.StoreDir
+		if store == "" {
+			store = filepath.Join(a.cfg.DataDir, "nats")
+		}
+		srv, err := natsembed.Start(natsembed.Options{Host: nc.Embedded.Host, Port: nc.Embedded.Port, StoreDir: store, SyncAlways: nc.Embedded.SyncAlways})
+		if err != nil {
+			return fmt.Errorf("starting embedded NATS (nats.embedded in bridge.yaml; store %s): %w", store, err)
+		}
+		a.embedded = srv
+		url = srv.URL()
+		a.log.Info("embedded NATS server started", "url", url, "store_dir", store)
+	}
+	ne := sinks.NATSEnv{URL: url, Creds: nc.Creds, User: nc.User, Password: nc.Password, Token: nc.Token}
+	opts := []nats.Option{nats.Name("bridge " + a.cfg.Name + " checkpoints"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
+	opts = append(opts, natsconn.AuthOptions(ne)...)
+	conn, err := nats.Connect(url, opts...)
+	if err != nil {
+		return fmt.Errorf("connecting to NATS at %s: %w", config.Redact(url), err)
+	}
+	a.nc = conn
+	js, err := jetstream.New(conn)
+	if err != nil {
+		return fmt.Errorf("opening JetStream: %w", err)
+	}
+	store, err := checkpoint.Open(ctx, js, a.cfg.Checkpoint.Bucket, a.cfg.Checkpoint.Replicas)
+	if err != nil {
+		return fmt.Errorf("opening checkpoint bucket %q: %w", a.cfg.Checkpoint.Bucket, err)
+	}
+	sinkNames := sortedKeys(a.cfg.Sinks)
+	sinkIndex := make(map[string]int, len(sinkNames))
+	for i, sn := range sinkNames {
+		sinkIndex[sn] = i
+	}
+	for _, srcName := range sortedKeys(a.cfg.Sources) {
+		log := a.log.With("source", srcName)
+		var ps []pipeline.Sink
+		for _, sn := range sinkNames {
+			s, err := a.newSink(sn, ne)
+			if err != nil {
+				return err
+			}
+			a.sinkConns = append(a.sinkConns, s)
+			ps = append(ps, pipeline.Sink{Name: sn, Sink: s, Batch: a.cfg.Sinks[sn].Batch})
+		}
+		router, err := route.New(a.cfg, sinkIndex, a.ctxPrefix)
+		if err != nil {
+			return err
+		}
+		snap, err := a.newSnapshots(ctx, js, srcName, log)
+		if err != nil {
+			return err
+		}
+		pgsrc, polled := pgslot.SourceOf(srcName, a.cfg.Sources[srcName])
+		var gauge *pgslot.Gauge
+		if polled {
+			gauge = &pgslot.Gauge{}
+		}
+		var tracer trace.Tracer
+		if a.tp != nil {
+			tracer = a.tp.Tracer(telemetry.Instrumentation, trace.WithInstrumentationVersion(buildinfo.String()))
+		}
+		pt := a.metrics.NewPipe(srcName, sinkNames, tracer, a.ctxPrefix, gauge, log)
+		name := srcName
+		p := pipeline.New(pipeline.Config{
+			Bridge: a.cfg.Name, Source: srcName,
+			NewSource: func() (sources.Source, error) { return a.newSource(name) },
+			Sinks:     ps, Router: router, Store: store,
+			Interval: a.cfg.Checkpoint.Interval, ConfirmDelay: a.cfg.Checkpoint.ConfirmDelay, Shutdown: a.cfg.Shutdown.Timeout,
+			Run: a.run, Snapshots: snap, Slot: gauge, Observer: pt, Log: log,
+		})
+		a.pipelines = append(a.pipelines, p)
+		a.metrics.Add(pt, p)
+		if polled {
+			every := a.cfg.Telemetry.Metrics.SlotPollInterval
+			if every <= 0 {
+				every = defaultSlotPoll
+			}
+			a.bg.Add(1)
+			go func() {
+				defer a.bg.Done()
+				pgslot.Poll(bg, gauge, name, pgsrc, every, log, func() { a.metrics.SlotPollFailed(name) })
+			}()
+		}
+	}
+	return nil
+}
+
+// startTracing sets up the tracer provider unless WithTracerProvider gave
+// one: from telemetry.tracing and the OTEL_* variables, or none.
+func (a *App) startTracing(ctx context.Context) error {
+	if a.tp == nil {
+		plan, err := telemetry.PlanTracing(a.cfg.Telemetry.Tracing, os.Getenv)
+		if err != nil {
+			return fmt.Errorf("telemetry.tracing: %w", err)
+		}
+		if !plan.Enabled {
+			a.log.Debug("tracing off", "why", plan.Why)
+			return nil
+		}
+		tp, err := telemetry.NewTracerProvider(ctx, plan, a.cfg.Name)
+		if err != nil {
+			return fmt.Errorf("telemetry.tracing: %w", err)
+		}
+		a.tp, a.tpShutdown = tp, tp.Shutdown
+		endpoint := config.Redact(plan.Endpoint)
+		if endpoint == "" {
+			endpoint = "from OTEL_EXPORTER_OTLP_* or the exporter's default"
+		}
+		a.log.Info("tracing on", "why", plan.Why, "protocol", plan.Protocol, "endpoint", endpoint)
+	}
+	a.ctxPrefix = a.cfg.Telemetry.Tracing.ContextPrefix
+	return nil
+}
+
+// Run runs every pipeline until ctx ends (nil) or one stops with a fatal
+// error, which stops the others and is returned. Then it closes the sinks,
+// the checkpoint connection and the embedded server, each bounded by the
+// shutdown timeout.
+func (a *App) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, len(a.pipelines))
+	for _, p := range a.pipelines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := p.Run(ctx); err != nil {
+				errc <- err
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	var errs []error
+	for err := range errc {
+		errs = append(errs, err)
+	}
+	a.Close()
+	return errors.Join(errs...)
+}
+
+// Close releases everything Start opened, each goodbye bounded.
+func (a *App) Close() {
+	d := a.cfg.Shutdown.Timeout
+	if a.bgCancel != nil {
+		a.bgCancel()
+		a.bg.Wait()
+		a.bgCancel = nil
+	}
+	for _, s := range a.sinkConns {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		_ = s.Close(ctx)
+		cancel()
+	}
+	a.sinkConns = nil
+	if a.nc != nil {
+		done := make(chan struct{})
+		go func() { _ = a.nc.Drain(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(d):
+			a.nc.Close()
+		}
+		a.nc = nil
+	}
+	if a.embedded != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		_ = a.embedded.Shutdown(ctx)
+		cancel()
+		a.embedded = nil
+	}
+	if a.tpShutdown != nil {
+		// Exports the spans still buffered.
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		if err := a.tpShutdown(ctx); err != nil {
+			a.log.Warn("flushing traces", "err", err)
+		}
+		cancel()
+		a.tpShutdown, a.tp = nil, nil
+	}
+	if a.httpSrv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		if err := a.httpSrv.Shutdown(ctx); err != nil {
+			_ = a.httpSrv.Close()
+		}
+		cancel()
+		a.httpSrv = nil
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// newSnapshots returns the snapshot runtime of source name, or nil when the
+// source cannot snapshot.
+func (a *App) newSnapshots(ctx context.Context, js jetstream.JetStream, name string, log *slog.Logger) (*snapshot.Manager, error) {
+	src, err := a.newSource(name)
+	if err != nil {
+		return nil, err
+	}
+	sn, ok := src.(sources.Snapshotter)
+	if !ok {
+		return nil, nil
+	}
+	kv, err := js.KeyValue(ctx, a.cfg.Checkpoint.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("opening checkpoint bucket %q for snapshots: %w", a.cfg.Checkpoint.Bucket, err)
+	}
+	m := snapshot.New(a.cfg.Name, name, kv, sn.SnapshotOptions(), log)
+	if a.snapCol == nil {
+		a.snapCol = &snapshot.Collector{}
+		a.metrics.Registry().MustRegister(a.snapCol)
+	}
+	a.snapCol.Add(m)
+	return m, nil
+}

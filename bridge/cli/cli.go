@@ -1,0 +1,394 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"os/signal"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel"
+
+	"github.com/bridgecdc/bridge/bridge/app"
+	"github.com/bridgecdc/bridge/bridge/format"
+	"github.com/bridgecdc/bridge/bridge/status"
+	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/internal/buildinfo"
+)
+
+// Main runs the bridge command line and exits with its status: 0 on
+// success, 1 on errors (including every validation error), 2 on usage errors.
+// A custom binary calls it from main after blank-importing its plugins.
+// It first tunes the Go runtime's memory settings (TuneRuntime).
+func Main(opts ...app.Option) {
+	TuneRuntime()
+	os.Exit(Execute(os.Args[1:], os.Stdout, os.Stderr, opts...))
+}
+
+// Execute runs the command line with args and returns the exit status.
+func Execute(args []string, stdout, stderr io.Writer, opts ...app.Option) int {
+	root := NewCommand(stdout, stderr, opts...)
+	root.SetArgs(args)
+	err := root.Execute()
+	if err == nil {
+		return 0
+	}
+	var ue usageError
+	if errors.As(err, &ue) {
+		return 2
+	}
+	return 1
+}
+
+type usageError struct{ error }
+
+// NewCommand builds the cobra command tree.
+func NewCommand(stdout, stderr io.Writer, opts ...app.Option) *cobra.Command {
+	var cfgPath, logLevel string
+	root := &cobra.Command{
+		Use:           "bridge",
+		Short:         "Stream committed PostgreSQL changes into NATS, exactly once, in commit order",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
+	root.PersistentFlags().StringVarP(&cfgPath, "config", "c", "bridge.yaml", "path to bridge.yaml")
+	root.PersistentFlags().StringVar(&logLevel, "log-level", "", "override log.level (debug, info, warn, error)")
+
+	// loadWith reads bridge.yaml with co layered over it and builds the App;
+	// on failure the error lists every problem found, framework, plugin and
+	// route alike. load is loadWith without extra config options.
+	loadWith := func(co []config.Option, extra ...app.Option) (*config.Config, *app.App, error) {
+		lo := app.ConfigOptions(opts...)
+		if logLevel != "" {
+			lo = append(lo, config.WithOverrides(map[string]any{"log.level": logLevel}))
+		}
+		cfg, err := config.Load(cfgPath, append(lo, co...)...)
+		var ferrs config.Errors
+		if err != nil && (cfg == nil || !errors.As(err, &ferrs)) {
+			return nil, nil, err
+		}
+		a, aerr := app.New(cfg, append(append([]app.Option{}, opts...), extra...)...)
+		if err == nil && aerr == nil {
+			return cfg, a, nil
+		}
+		return nil, nil, mergeErrs(err, aerr)
+	}
+	load := func(extra ...app.Option) (*config.Config, *app.App, error) { return loadWith(nil, extra...) }
+	printErrs := func(err error) {
+		fmt.Fprintf(stderr, "%s: invalid configuration:\n", cfgPath)
+		for _, line := range errorLines(err) {
+			fmt.Fprintf(stderr, "  %s\n", line)
+		}
+	}
+
+	run := &cobra.Command{
+		Use:   "run",
+		Short: "Stream changes until SIGTERM or SIGINT",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, _, err := load()
+			if err != nil {
+				printErrs(err)
+				return err
+			}
+			log := NewLogger(cfg.Log, stderr)
+			_, a, err := load(app.WithLogger(log))
+			if err != nil {
+				printErrs(err)
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			// Exporter failures go to our log, redacted, not to stderr.
+			otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+				log.Warn("telemetry", "err", config.Redact(err.Error()))
+			}))
+			if err := a.Start(ctx); err != nil {
+				log.Error("start failed", "err", err)
+				a.Close()
+				return err
+			}
+			log.Info("bridge running", "name", cfg.Name, "version", buildinfo.String(), "nats", config.Redact(a.NATSURL()))
+			err = a.Run(ctx)
+			if err != nil {
+				log.Error("bridge stopped", "err", err)
+				return err
+			}
+			log.Info("bridge stopped")
+			return nil
+		},
+	}
+	validate := &cobra.Command{
+		Use:   "validate",
+		Short: "Check bridge.yaml, every plugin block and every route; exit 1 listing all errors",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, _, err := load()
+			if err != nil {
+				printErrs(err)
+				return err
+			}
+			fmt.Fprintf(stdout, "%s: ok (%d sources, %d sinks, %d routes)\n", cfgPath, len(cfg.Sources), len(cfg.Sinks), len(cfg.Routes))
+			return nil
+		},
+	}
+	plugins := &cobra.Command{
+		Use:   "plugins",
+		Short: "List the compiled-in sources and sinks with their config keys",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			sinkReg, srcReg := app.Registries(opts...)
+			fmt.Fprintln(stdout, "sources:")
+			for _, t := range srcReg.Types() {
+				p, _ := srcReg.Lookup(t)
+				printPlugin(stdout, t, p.Doc, p.Config)
+			}
+			fmt.Fprintln(stdout, "sinks:")
+			for _, t := range sinkReg.Types() {
+				p, _ := sinkReg.Lookup(t)
+				printPlugin(stdout, t, p.Doc, p.Config)
+				// The framework's batch keys, where the type has defaults of its own.
+				if p.Batch.MaxChanges > 0 {
+					fmt.Fprintf(stdout, "      (framework) batch.max_changes (int, default %d)\n", p.Batch.MaxChanges)
+				}
+				if p.Batch.MaxWait > 0 {
+					fmt.Fprintf(stdout, "      (framework) batch.max_wait (duration, default %s)\n", p.Batch.MaxWait)
+				}
+			}
+			fmt.Fprintf(stdout, "formats: %s\n", strings.Join(format.Names(), ", "))
+			return nil
+		},
+	}
+	ver := &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintf(stdout, "bridge %s\n", buildinfo.String())
+		},
+	}
+	var output string
+	statusCmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show each source's slot, checkpoint, streams and lag; works while the bridge is down",
+		Long: `Show, for each source: its replication slot (exists, active, confirmed flush,
+retained WAL, wal_status), its checkpoint (LSN, epoch, age) from the KV bucket,
+the JetStream streams its routes reach (messages, last sequence), and the lag in
+bytes between the server's WAL end and the checkpoint. Exits 1 when a query
+failed. With nats.url empty it connects to the embedded server's port, or, when
+nothing listens there (the bridge is down), starts the embedded server on its
+store for the time of the query.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "text" && output != "json" {
+				return usageError{fmt.Errorf("--output must be text or json, got %q", output)}
+			}
+			cfg, _, err := load()
+			if err != nil {
+				printErrs(err)
+				return err
+			}
+			rep := status.Query(cmd.Context(), cfg)
+			if output == "json" {
+				enc := json.NewEncoder(stdout)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(rep); err != nil {
+					return err
+				}
+			} else {
+				status.Print(stdout, rep)
+			}
+			if !rep.OK {
+				return errors.New("some queries failed")
+			}
+			return nil
+		},
+	}
+	statusCmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json (stable field names)")
+	var resyncSource, resyncReason string
+	resync := &cobra.Command{
+		Use:   "resync",
+		Short: "With the bridge stopped: start a new epoch and publish a resync message, so consumers re-read",
+		Long: `Publish a resync control message for a source under a new epoch and
+checkpoint that epoch at the same position; the next "bridge run" streams on
+from there under the new producer id. Consumers that follow control messages
+re-read their state. Refuses while a bridge streams from the source's slot.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, _, err := load()
+			if err != nil {
+				printErrs(err)
+				return err
+			}
+			_, a, err := load(app.WithLogger(NewLogger(cfg.Log, stderr)))
+			if err != nil {
+				printErrs(err)
+				return err
+			}
+			defer a.Close()
+			if err := a.Start(cmd.Context()); err != nil {
+				fmt.Fprintf(stderr, "resync: %v\n", err)
+				return err
+			}
+			src := resyncSource
+			if src == "" && len(cfg.Sources) == 1 {
+				src = slices.Sorted(maps.Keys(cfg.Sources))[0]
+			}
+			if src == "" {
+				return usageError{fmt.Errorf("--source is required when the configuration has %d sources", len(cfg.Sources))}
+			}
+			producer, err := a.Resync(cmd.Context(), src, resyncReason)
+			if err != nil {
+				fmt.Fprintf(stderr, "resync of source %s: %v\n", src, err)
+				return err
+			}
+			fmt.Fprintf(stdout, "source %s: resync published; new producer %s\n", src, producer)
+			return nil
+		},
+	}
+	resync.Flags().StringVar(&resyncSource, "source", "", "the source to resync (default: the only one)")
+	resync.Flags().StringVar(&resyncReason, "reason", "", "text added to the message's reason")
+	root.AddCommand(run, validate, statusCmd, plugins, ver, resync)
+	root.AddCommand(newSnapshotCommand(load, printErrs, stdout)) // snapshot.go
+	root.AddCommand(serveCommand(loadWith, printErrs, stderr))   // feeds over HTTP: serve.go
+	return root
+}
+
+func errorLines(err error) []string {
+	var lines []string
+	var walk func(error)
+	walk = func(e error) {
+		if j, ok := e.(interface{ Unwrap() []error }); ok {
+			for _, x := range j.Unwrap() {
+				walk(x)
+			}
+			return
+		}
+		lines = append(lines, strings.Split(e.Error(), "\n")...)
+	}
+	walk(err)
+	sort.Strings(lines)
+	out := lines[:0]
+	for i, l := range lines {
+		if l == "" || (i > 0 && l == lines[i-1]) {
+			continue
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func printPlugin(w io.Writer, typ, doc string, cfg any) {
+	fmt.Fprintf(w, "  %s\t%s\n", typ, doc)
+	for _, k := range ConfigKeys(cfg) {
+		fmt.Fprintf(w, "      %s\n", k)
+	}
+}
+
+// ConfigKeys lists a config struct's koanf keys as "key (type, default X)".
+func ConfigKeys(cfg any) []string {
+	v := reflect.ValueOf(cfg)
+	for v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return nil
+		}
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return nil
+	}
+	var out []string
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		key := strings.Split(f.Tag.Get("koanf"), ",")[0]
+		if key == "" || key == "-" || !f.IsExported() {
+			continue
+		}
+		fv := v.Field(i)
+		typ := f.Type.String()
+		if f.Type == reflect.TypeOf(time.Duration(0)) {
+			typ = "duration"
+		}
+		def := ""
+		if !fv.IsZero() {
+			switch x := fv.Interface().(type) {
+			case time.Duration:
+				def = x.String()
+			default:
+				def = fmt.Sprint(x)
+			}
+		}
+		if def != "" {
+			out = append(out, fmt.Sprintf("%s (%s, default %s)", key, typ, def))
+		} else {
+			out = append(out, fmt.Sprintf("%s (%s)", key, typ))
+		}
+	}
+	return out
+}
+
+// NewLogger builds the slog logger of bridge.yaml's log section: text on a
+// terminal, JSON otherwise, unless the format says.
+func NewLogger(l config.Log, w io.Writer) *slog.Logger {
+	var lvl slog.Level
+	switch strings.ToLower(l.Level) {
+	case "debug":
+		lvl = slog.LevelDebug
+	case "warn":
+		lvl = slog.LevelWarn
+	case "error":
+		lvl = slog.LevelError
+	}
+	ho := &slog.HandlerOptions{Level: lvl}
+	format := l.Format
+	if format == "" || format == "auto" {
+		format = "json"
+		if f, ok := w.(*os.File); ok {
+			if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+				format = "text"
+			}
+		}
+	}
+	if format == "text" {
+		return slog.New(slog.NewTextHandler(w, ho))
+	}
+	return slog.New(slog.NewJSONHandler(w, ho))
+}
+
+// mergeErrs joins config errors with App errors, dropping App errors at a
+// YAML path the config errors already cover.
+func mergeErrs(cfgErr, appErr error) error {
+	if cfgErr == nil {
+		return appErr
+	}
+	if appErr == nil {
+		return cfgErr
+	}
+	seen := map[string]bool{}
+	for _, l := range errorLines(cfgErr) {
+		path, _, _ := strings.Cut(l, ": ")
+		seen[path] = true
+	}
+	out := []error{cfgErr}
+	for _, l := range errorLines(appErr) {
+		path, _, _ := strings.Cut(l, ": ")
+		if !seen[path] {
+			out = append(out, errors.New(l))
+		}
+	}
+	return errors.Join(out...)
+}

@@ -1,0 +1,230 @@
+package cli
+
+// `bridge snapshot`: ask the running bridge (through the checkpoint bucket)
+// for a snapshot of some tables, and follow its progress.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/bridgecdc/bridge/bridge/app"
+	"github.com/bridgecdc/bridge/bridge/checkpoint"
+	"github.com/bridgecdc/bridge/bridge/snapshot"
+	"github.com/bridgecdc/bridge/bridge/status"
+	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/internal/natsconn"
+	"github.com/bridgecdc/bridge/sinks"
+)
+
+func newSnapshotCommand(load func(...app.Option) (*config.Config, *app.App, error), printErrs func(error), stdout io.Writer) *cobra.Command {
+	var source, tables, progress string
+	var wait, follow bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "snapshot",
+		Short: "Snapshot tables into the stream while the bridge runs (read changes, consistent with the stream)",
+		Long: `Ask the bridge to read the current rows of tables into the stream as "read"
+changes, in chunks between watermarks, so that rows changed meanwhile are never
+published older than their latest change (docs/snapshots.md). The request goes
+to the checkpoint bucket; a running bridge takes it within snapshot.request_poll,
+a stopped one at its next start. With --wait (the default) the command follows
+the progress: a bar per table on a terminal, plain lines otherwise. --follow
+only follows the snapshot running now, such as the initial one.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, _, err := load()
+			if err != nil {
+				printErrs(err)
+				return err
+			}
+			if source == "" {
+				if len(cfg.Sources) != 1 {
+					return usageError{fmt.Errorf("--source is required: the config has %d sources (%s)", len(cfg.Sources), strings.Join(slices.Sorted(maps.Keys(cfg.Sources)), ", "))}
+				}
+				source = slices.Sorted(maps.Keys(cfg.Sources))[0]
+			}
+			if _, ok := cfg.Sources[source]; !ok {
+				return usageError{fmt.Errorf("--source %q is not in the config (sources: %s)", source, strings.Join(slices.Sorted(maps.Keys(cfg.Sources)), ", "))}
+			}
+			var list []string
+			for _, t := range strings.Split(tables, ",") {
+				if t = strings.TrimSpace(t); t != "" {
+					list = append(list, t)
+				}
+			}
+			ctx := cmd.Context()
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			url, stop, err := status.FindNATS(cfg)
+			if err != nil {
+				return err
+			}
+			if stop != nil {
+				defer stop()
+			}
+			ne := sinks.NATSEnv{URL: url, Creds: cfg.NATS.Creds, User: cfg.NATS.User, Password: cfg.NATS.Password, Token: cfg.NATS.Token}
+			nc, err := nats.Connect(url, append([]nats.Option{nats.Name("bridge " + cfg.Name + " snapshot"), nats.Timeout(5 * time.Second)}, natsconn.AuthOptions(ne)...)...)
+			if err != nil {
+				return fmt.Errorf("connecting to NATS at %s: %w", config.Redact(url), err)
+			}
+			defer nc.Close()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				return err
+			}
+			if _, err := checkpoint.Open(ctx, js, cfg.Checkpoint.Bucket, cfg.Checkpoint.Replicas); err != nil {
+				return err
+			}
+			kv, err := js.KeyValue(ctx, cfg.Checkpoint.Bucket)
+			if err != nil {
+				return fmt.Errorf("opening checkpoint bucket %q: %w", cfg.Checkpoint.Bucket, err)
+			}
+			if follow {
+				if len(list) > 0 {
+					return usageError{errors.New("--follow watches the running snapshot; it takes no --tables")}
+				}
+				st, _, err := snapshot.Load(ctx, kv, cfg.Name, source)
+				if err != nil {
+					return err
+				}
+				if st.Current == nil {
+					last := "none"
+					if st.Last != nil {
+						last = st.Last.ID + " (" + st.Last.Reason + ")"
+					}
+					fmt.Fprintf(stdout, "no snapshot running on source %s; last: %s\n", source, last)
+					return nil
+				}
+				fmt.Fprintf(stdout, "following snapshot %s (%s) of source %s\n", st.Current.ID, st.Current.Reason, source)
+				return followSnapshot(ctx, kv, cfg.Name, source, st.Current.ID, stdout, progress)
+			}
+			req := snapshot.Request{ID: "r" + checkpoint.NewEpoch(), Tables: list, Reason: "request", At: time.Now().UTC()}
+			b, _ := json.Marshal(req)
+			if _, err := kv.Create(ctx, snapshot.RequestKey(cfg.Name, source, req.ID), b); err != nil {
+				return fmt.Errorf("writing the snapshot request to bucket %q: %w", cfg.Checkpoint.Bucket, err)
+			}
+			what := "every table of the source"
+			if len(list) > 0 {
+				what = strings.Join(list, ", ")
+			}
+			fmt.Fprintf(stdout, "snapshot %s requested for %s (source %s)\n", req.ID, what, source)
+			if !wait {
+				return nil
+			}
+			return followSnapshot(ctx, kv, cfg.Name, source, req.ID, stdout, progress)
+		},
+	}
+	cmd.Flags().StringVar(&source, "source", "", "source to snapshot (needed when the config has several)")
+	cmd.Flags().StringVar(&tables, "tables", "", "comma-separated schema.table list; empty: every table the source streams")
+	cmd.Flags().BoolVar(&follow, "follow", false, "request nothing: follow the running snapshot (e.g. the initial one) until it is checkpointed")
+	cmd.Flags().BoolVar(&wait, "wait", true, "follow the progress until the snapshot is checkpointed")
+	cmd.Flags().StringVar(&progress, "progress", "auto", "progress display: auto (bars on a terminal, else lines), bar, plain or none")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "give up waiting after this long (0: never)")
+	return cmd
+}
+
+// followSnapshot polls the snapshot state until run id finished, showing
+// its durable progress.
+func followSnapshot(ctx context.Context, kv jetstream.KeyValue, bridge, source, id string, w io.Writer, mode string) error {
+	if mode == "auto" {
+		mode = "plain"
+		if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+			mode = "bar"
+		}
+	}
+	bars := map[string]*progressbar.ProgressBar{}
+	lastLine := time.Time{}
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	started := map[string]time.Time{}
+	for {
+		st, _, err := snapshot.Load(ctx, kv, bridge, source)
+		if err != nil {
+			return err
+		}
+		var run *snapshot.Run
+		finished := false
+		switch {
+		case st.Current != nil && st.Current.ID == id:
+			run = st.Current
+		case st.Last != nil && st.Last.ID == id:
+			run, finished = st.Last, true
+		}
+		if run != nil {
+			for _, t := range run.Tables {
+				switch mode {
+				case "bar":
+					b := bars[t.Table]
+					if b == nil {
+						max := t.Estimate
+						if max <= 0 {
+							max = -1
+						}
+						b = progressbar.NewOptions64(max, progressbar.OptionSetWriter(w), progressbar.OptionSetDescription(t.Table),
+							progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("rows"),
+							progressbar.OptionSetPredictTime(true), progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) }))
+						bars[t.Table] = b
+					}
+					_ = b.Set64(t.Rows)
+					if t.Done {
+						_ = b.Finish()
+					}
+				case "plain":
+					if time.Since(lastLine) < 2*time.Second && !finished {
+						continue
+					}
+					if _, ok := started[t.Table]; !ok && t.Started != nil {
+						started[t.Table] = *t.Started
+					}
+					perS, eta := 0.0, "unknown"
+					if t.Started != nil {
+						var left time.Duration
+						if perS, left = t.Progress(time.Now()); left >= 0 {
+							eta = left.Truncate(time.Second).String()
+						}
+					}
+					fmt.Fprintf(w, "%s: %d/%d rows, %.0f rows/s, eta %s, done %t\n", t.Table, t.Rows, t.Estimate, perS, eta, t.Done)
+				}
+			}
+			if mode == "plain" && (time.Since(lastLine) >= 2*time.Second || finished) {
+				lastLine = time.Now()
+			}
+		}
+		if finished {
+			if run.Error != "" {
+				return fmt.Errorf("snapshot %s failed: %s", id, run.Error)
+			}
+			var rows int64
+			for _, t := range run.Tables {
+				rows += t.Rows
+			}
+			fmt.Fprintf(w, "snapshot %s complete: %d tables, %d rows\n", id, len(run.Tables), rows)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return fmt.Errorf("snapshot %s not complete before --timeout; it goes on in the bridge", id)
+			}
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,341 @@
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/internal/natsembed"
+	"github.com/bridgecdc/bridge/internal/pgtest"
+)
+
+// natsCluster is a JetStream cluster of in-process nats-servers on
+// loopback, each with its own store directory, joined by routes.
+type natsCluster struct {
+	t       testing.TB
+	opts    []*server.Options
+	servers []*server.Server // nil while stopped
+}
+
+// startCluster starts n servers and waits until JetStream has a meta leader
+// that every server follows.
+func startCluster(t testing.TB, n int) *natsCluster {
+	t.Helper()
+	c := &natsCluster{t: t, servers: make([]*server.Server, n)}
+	dir := t.TempDir()
+	ports := natsembed.Ports(t, 2*n) // client ports, then cluster ports
+	var routes []string
+	for i := range n {
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[n+i]))
+	}
+	for i := range n {
+		c.opts = append(c.opts, &server.Options{
+			ServerName: fmt.Sprintf("n%d", i+1),
+			Host:       "127.0.0.1",
+			Port:       ports[i],
+			JetStream:  true,
+			StoreDir:   filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
+			NoSigs:     true,
+			NoLog:      true,
+			Cluster:    server.ClusterOpts{Name: "bridge-test", Host: "127.0.0.1", Port: ports[n+i]},
+			Routes:     server.RoutesFromStr(strings.Join(routes, ",")),
+		})
+	}
+	for i := range n {
+		c.start(i)
+	}
+	t.Cleanup(func() {
+		for i := range c.servers {
+			c.stop(i)
+		}
+	})
+	c.waitMetaLeader()
+	return c
+}
+
+// start starts server i (again) on its ports and store.
+func (c *natsCluster) start(i int) {
+	c.t.Helper()
+	o := *c.opts[i]
+	s, err := server.NewServer(&o)
+	require.NoError(c.t, err)
+	s.Start()
+	require.True(c.t, s.ReadyForConnections(10*time.Second), "server %s not ready", o.ServerName)
+	c.servers[i] = s
+}
+
+// stop shuts server i down; a no-op when it is stopped.
+func (c *natsCluster) stop(i int) {
+	if s := c.servers[i]; s != nil {
+		s.Shutdown()
+		s.WaitForShutdown()
+		c.servers[i] = nil
+	}
+}
+
+func (c *natsCluster) port(i int) int { return c.opts[i].Port }
+
+// urls is the comma-separated list of every server's client URL.
+func (c *natsCluster) urls() string {
+	var u []string
+	for i := range c.opts {
+		u = append(u, fmt.Sprintf("nats://127.0.0.1:%d", c.port(i)))
+	}
+	return strings.Join(u, ",")
+}
+
+func (c *natsCluster) waitMetaLeader() {
+	c.t.Helper()
+	require.Eventually(c.t, func() bool {
+		leader := false
+		for _, s := range c.servers {
+			if s == nil {
+				continue
+			}
+			if !s.JetStreamIsCurrent() {
+				return false
+			}
+			leader = leader || s.JetStreamIsLeader()
+		}
+		return leader
+	}, 30*time.Second, 50*time.Millisecond, "no JetStream meta leader")
+}
+
+// streamLeader returns the index of the server leading stream, or -1.
+func (c *natsCluster) streamLeader(stream string) int {
+	for i, s := range c.servers {
+		if s != nil && s.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
+			return i
+		}
+	}
+	return -1
+}
+
+// TestClusterR3LeaderRestart runs the bridge against a three-server
+// JetStream cluster with an R3 stream and an R3 checkpoint bucket, and
+// shuts down the stream's leader (then restarts it) while writers commit.
+// Every committed change must be in the stream exactly once, in order.
+// It runs with transactions published message by message and as atomic
+// batches.
+func TestClusterR3LeaderRestart(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		atomic bool
+	}{{"per_message", false}, {"atomic", true}} {
+		t.Run(tc.name, func(t *testing.T) { clusterR3LeaderRestart(t, tc.atomic) })
+	}
+}
+
+func clusterR3LeaderRestart(t *testing.T, atomic bool) {
+	c := startCluster(t, 3)
+	e := &env{t: t, pg: pgtest.StartT(t, pgtest.Options{}), dir: t.TempDir(),
+		nsOpts: natsembed.Options{Host: "127.0.0.1", Port: c.port(0)}}
+	w := newWorkload(t, e)
+	t.Cleanup(func() { w.stopped.Store(true) })
+
+	cfgPath := filepath.Join(e.dir, "cluster.yaml")
+	require.NoError(t, os.WriteFile(cfgPath, []byte(fmt.Sprintf(`name: cluster
+data_dir: %s
+nats:
+  url: %s
+sources:
+  app:
+    type: pgoutput
+    config:
+      dsn: %s
+      slot: slot_cluster
+      publication: pub_cluster
+checkpoint:
+  interval: 200ms
+  replicas: 3
+http:
+  listen: "127.0.0.1:0"
+sinks:
+  js:
+    type: nats_jetstream
+    config:
+      stream: CDC_cluster
+      subjects: ["cdc.cluster.>"]
+      duplicate_window: 1s
+      replicas: 3
+      ack_timeout: 5s
+      atomic_transactions: %t
+routes:
+  - sinks: [js]
+    subject: "cdc.cluster.{{.Schema}}.{{.Table}}"
+`, filepath.Join(e.dir, "data"), c.urls(), e.pg.DSN(""), atomic)), 0o644))
+
+	r := e.start(cfgPath)
+	waitReady(t, r)
+	checkReplicas(t, c.urls(), "CDC_cluster", "KV_bridge_checkpoints")
+
+	wait := w.run(t, 2, 1<<30, 5*time.Millisecond)
+	time.Sleep(time.Second)
+	leader := c.streamLeader("CDC_cluster")
+	if leader < 0 {
+		leader = 2 // no leader known right now: any server will do
+	}
+	t.Logf("shutting down n%d, the stream leader, after %d changes", leader+1, w.total.Load())
+	c.stop(leader)
+	// The other two elect a new leader; the bridge carries on with it.
+	require.Eventually(t, func() bool { return c.streamLeader("CDC_cluster") >= 0 }, 30*time.Second, 50*time.Millisecond,
+		"no new stream leader")
+	t.Logf("n%d leads the stream after %d changes", c.streamLeader("CDC_cluster")+1, w.total.Load())
+	time.Sleep(time.Second)
+	t.Logf("restarting n%d after %d changes", leader+1, w.total.Load())
+	c.start(leader)
+	time.Sleep(time.Second)
+	w.stopped.Store(true)
+	wait()
+	t.Logf("%d changes committed", w.total.Load())
+
+	// Every server catches up; then read back through one that stayed up.
+	c.waitMetaLeader()
+	c.waitStreamCurrent("CDC_cluster")
+	url := fmt.Sprintf("nats://127.0.0.1:%d", c.port((leader+1)%3))
+	w.verifyStored(t, func(n int) []msg { return clusterMessages(t, url, "CDC_cluster", n) })
+}
+
+// verifyStored is verifyExactlyOnce over messages read by read (which
+// waits, within reason, for n messages): every recorded event once, nothing
+// else, in commit order, and nothing more arriving later.
+func (w *workload) verifyStored(t *testing.T, read func(n int) []msg) {
+	t.Helper()
+	w.mu.Lock()
+	want := map[string]int{}
+	total := 0
+	for k, v := range w.events {
+		want[k] = v
+		total += v
+	}
+	w.mu.Unlock()
+	ms := read(total)
+	checkOrdered(t, ms)
+	got := map[string]int{}
+	for _, m := range ms {
+		got[eventKey(t, m)]++
+	}
+	var missing, extra []string
+	for k, v := range want {
+		if got[k] < v {
+			missing = append(missing, k)
+		}
+	}
+	for k, v := range got {
+		if v > want[k] {
+			extra = append(extra, fmt.Sprintf("%s×%d", k, v))
+		}
+	}
+	if len(missing) > 0 || len(extra) > 0 {
+		t.Fatalf("stream holds %d messages for %d committed changes; missing %d (e.g. %v), duplicated or unexpected %d (e.g. %v)",
+			len(ms), total, len(missing), head(missing), len(extra), head(extra))
+	}
+	require.Len(t, ms, total)
+	time.Sleep(500 * time.Millisecond)
+	require.Len(t, read(total), total)
+}
+
+// clusterMessages waits up to a minute for stream to hold n messages, then
+// reads every message of it like env.messages, through url, retrying what a
+// cluster refuses for a moment: a new consumer's interest takes a little
+// while to reach every server ("no responders").
+func clusterMessages(t *testing.T, url, stream string, n int) []msg {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var s jetstream.Stream
+	var info *jetstream.StreamInfo
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if s, err = js.Stream(ctx, stream); err == nil {
+			info, err = s.Info(ctx)
+		}
+		if err == nil && info.State.Msgs >= uint64(n) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.NoError(t, err, "stream %s", stream)
+	if info.State.Msgs == 0 {
+		return nil
+	}
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	require.NoError(t, err)
+	var out []msg
+	for uint64(len(out)) < info.State.Msgs {
+		require.NoError(t, ctx.Err(), "reading %s: %d of %d messages", stream, len(out), info.State.Msgs)
+		batch, err := cons.FetchNoWait(1000)
+		if err != nil {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			md, err := m.Metadata()
+			require.NoError(t, err)
+			id := m.Headers().Get("Nats-Msg-Id")
+			_, pos, err := cdc.ParseID(id)
+			require.NoError(t, err, "message %d", md.Sequence.Stream)
+			var body map[string]any
+			require.NoError(t, json.Unmarshal(m.Data(), &body), "message %d: %s", md.Sequence.Stream, m.Data())
+			out = append(out, msg{Seq: md.Sequence.Stream, Subject: m.Subject(), ID: id, Pos: pos, Header: m.Headers(), Body: body})
+		}
+		if batch.Error() != nil || n == 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return out
+}
+
+// waitStreamCurrent waits until stream has a leader and every server's
+// replica of it is current.
+func (c *natsCluster) waitStreamCurrent(stream string) {
+	c.t.Helper()
+	require.Eventually(c.t, func() bool {
+		if c.streamLeader(stream) < 0 {
+			return false
+		}
+		for _, s := range c.servers {
+			if s == nil || !s.JetStreamIsStreamCurrent(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 50*time.Millisecond, "stream %s never became current on every server", stream)
+}
+
+// checkReplicas asserts that every named stream has three replicas.
+func checkReplicas(t *testing.T, url string, streams ...string) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, name := range streams {
+		s, err := js.Stream(ctx, name)
+		require.NoError(t, err, name)
+		info, err := s.Info(ctx)
+		require.NoError(t, err, name)
+		require.Equal(t, 3, info.Config.Replicas, "%s replicas", name)
+	}
+}

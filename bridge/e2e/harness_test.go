@@ -1,0 +1,341 @@
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bridgecdc/bridge/bridge/app"
+	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/internal/natsembed"
+	"github.com/bridgecdc/bridge/internal/pgtest"
+	_ "github.com/bridgecdc/bridge/plugins"
+)
+
+// env is one test's private Postgres and NATS.
+type env struct {
+	t      testing.TB
+	pg     *pgtest.Server
+	ns     *natsembed.Server
+	nsOpts natsembed.Options
+	dir    string
+}
+
+func newEnv(t testing.TB) *env {
+	t.Helper()
+	e := &env{t: t, pg: pgtest.StartT(t, pgtest.Options{}), dir: t.TempDir()}
+	e.nsOpts = natsembed.Options{Host: "127.0.0.1", Port: natsembed.Ports(t, 1)[0], StoreDir: filepath.Join(e.dir, "nats")}
+	e.startNATS()
+	t.Cleanup(func() {
+		if e.ns != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = e.ns.Shutdown(ctx)
+		}
+	})
+	return e
+}
+
+func (e *env) startNATS() {
+	e.t.Helper()
+	s, err := natsembed.Restart(e.nsOpts, 30*time.Second)
+	require.NoError(e.t, err)
+	e.ns = s
+}
+
+func (e *env) stopNATS() {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(e.t, e.ns.Shutdown(ctx))
+	e.ns = nil
+}
+
+func (e *env) natsURL() string { return fmt.Sprintf("nats://127.0.0.1:%d", e.nsOpts.Port) }
+
+// config writes a bridge.yaml for source "app" → sink "js" (stream CDC) and
+// returns its path. extra is appended to the pgoutput config block.
+func (e *env) config(name, extra string) string {
+	e.t.Helper()
+	y := fmt.Sprintf(`name: %s
+data_dir: %s
+nats:
+  url: %s
+sources:
+  app:
+    type: pgoutput
+    config:
+      dsn: %s
+      slot: slot_%s
+      publication: pub_%s
+      message_prefixes: ["app"]
+%s
+checkpoint:
+  interval: 200ms
+http:
+  listen: "127.0.0.1:0"
+sinks:
+  js:
+    type: nats_jetstream
+    config:
+      stream: CDC_%s
+      subjects: ["cdc.%s.>"]
+      duplicate_window: 1s
+routes:
+  - sinks: [js]
+    subject: "cdc.%s.{{.Schema}}.{{.Table}}"
+`, name, filepath.Join(e.dir, "data"), e.natsURL(), e.pg.DSN(""), name, name, extra, name, name, name)
+	p := filepath.Join(e.dir, name+".yaml")
+	require.NoError(e.t, os.WriteFile(p, []byte(y), 0o644))
+	return p
+}
+
+// running is an App running in this process.
+type running struct {
+	cancel context.CancelFunc
+	done   chan error
+	app    *app.App
+}
+
+func (e *env) start(cfgPath string) *running {
+	e.t.Helper()
+	return e.startWith(cfgPath)
+}
+
+// startWith is start with App options of the test's own (registries; the
+// test's logger comes first and may be replaced).
+func (e *env) startWith(cfgPath string, opts ...app.Option) *running {
+	e.t.Helper()
+	cfg, err := config.Load(cfgPath, app.ConfigOptions()...)
+	require.NoError(e.t, err)
+	a, err := app.New(cfg, append([]app.Option{app.WithLogger(testLogger(e.t))}, opts...)...)
+	require.NoError(e.t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	require.NoError(e.t, a.Start(ctx))
+	r := &running{cancel: cancel, done: make(chan error, 1), app: a}
+	go func() { r.done <- a.Run(ctx) }()
+	e.t.Cleanup(func() { r.stop(e.t) })
+	return r
+}
+
+func (r *running) stop(t testing.TB) {
+	if r.cancel == nil {
+		return
+	}
+	r.cancel()
+	r.cancel = nil
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Errorf("bridge run ended with %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("bridge did not stop within 30s")
+	}
+}
+
+// msg is one stored message.
+type msg struct {
+	Seq     uint64
+	Subject string
+	ID      string
+	Pos     cdc.Pos
+	Header  nats.Header
+	Body    map[string]any
+	Raw     []byte
+}
+
+// messages reads every message of stream.
+func (e *env) messages(stream string) []msg {
+	e.t.Helper()
+	nc, err := nats.Connect(e.natsURL())
+	require.NoError(e.t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(e.t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := js.Stream(ctx, stream)
+	require.NoError(e.t, err)
+	info, err := s.Info(ctx)
+	require.NoError(e.t, err)
+	if info.State.Msgs == 0 {
+		return nil
+	}
+	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	require.NoError(e.t, err)
+	var out []msg
+	for uint64(len(out)) < info.State.Msgs {
+		batch, err := c.FetchNoWait(1000)
+		require.NoError(e.t, err)
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			md, err := m.Metadata()
+			require.NoError(e.t, err)
+			id := m.Headers().Get("Nats-Msg-Id")
+			_, pos, err := cdc.ParseID(id)
+			require.NoError(e.t, err, "message %d", md.Sequence.Stream)
+			var body map[string]any
+			if len(m.Data()) > 0 { // a dead letter may carry no payload
+				require.NoError(e.t, json.Unmarshal(m.Data(), &body), "message %d: %s", md.Sequence.Stream, m.Data())
+			}
+			out = append(out, msg{Seq: md.Sequence.Stream, Subject: m.Subject(), ID: id, Pos: pos, Header: m.Headers(), Body: body, Raw: append([]byte(nil), m.Data()...)})
+		}
+		require.NoError(e.t, batch.Error())
+		if n == 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return out
+}
+
+// waitCount waits until stream holds at least n messages and returns them.
+func (e *env) waitCount(stream string, n int, within time.Duration) []msg {
+	e.t.Helper()
+	e.waitStored(stream, n, within)
+	return e.messages(stream)
+}
+
+// waitStored waits until stream holds at least n messages.
+func (e *env) waitStored(stream string, n int, within time.Duration) {
+	e.t.Helper()
+	nc, err := nats.Connect(e.natsURL())
+	require.NoError(e.t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(e.t, err)
+	deadline := time.Now().Add(within)
+	var last uint64
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s, err := js.Stream(ctx, stream)
+		if err == nil {
+			var info *jetstream.StreamInfo
+			info, err = s.Info(ctx)
+			if err == nil {
+				last = info.State.Msgs
+			}
+		}
+		cancel()
+		if last >= uint64(n) {
+			break
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("stream %s holds %d messages after %s, want %d", stream, last, within, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// checkOrdered asserts that ids are unique and positions strictly increase
+// in stream order, per producer.
+func checkOrdered(t testing.TB, ms []msg) {
+	t.Helper()
+	seen := map[string]uint64{}
+	last := map[string]cdc.Pos{}
+	for _, m := range ms {
+		if prev, dup := seen[m.ID]; dup {
+			t.Fatalf("message id %s stored twice (stream seq %d and %d)", m.ID, prev, m.Seq)
+		}
+		seen[m.ID] = m.Seq
+		prod, pos, err := cdc.ParseID(m.ID)
+		require.NoError(t, err)
+		if l, ok := last[prod]; ok && !l.Less(pos) {
+			t.Fatalf("stream seq %d: position %s:%d does not follow %s:%d", m.Seq, pos.LSN, pos.Seq, l.LSN, l.Seq)
+		}
+		last[prod] = pos
+	}
+}
+
+// testLogger logs through t.Log until the test ends.
+func testLogger(t testing.TB) *slog.Logger {
+	w := &testWriter{t: t}
+	t.Cleanup(func() { w.mu.Lock(); w.done = true; w.mu.Unlock() })
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type testWriter struct {
+	mu   sync.Mutex
+	t    testing.TB
+	done bool
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// bridgeBinary builds cmd/bridge once per test binary.
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+func bridgeBinary(t testing.TB) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "bridge-bin-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "bridge")
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/bridge")
+		cmd.Dir = "../.."
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	require.NoError(t, binErr)
+	return binPath
+}
+
+func sortedStrings(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// waitSlotActive waits until a walsender streams from slot.
+func waitSlotActive(t testing.TB, e *env, slot string) {
+	t.Helper()
+	conn := e.pg.Conn(t, "")
+	require.Eventually(t, func() bool {
+		var n int
+		_ = conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active`, slot).Scan(&n)
+		return n == 1
+	}, 60*time.Second, 50*time.Millisecond, "the bridge never started streaming from slot %s", slot)
+}

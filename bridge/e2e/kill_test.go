@@ -1,0 +1,134 @@
+package e2e_test
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bridgecdc/bridge/bridge/cdc"
+)
+
+// proc is a bridge process started from the built binary.
+type proc struct {
+	cmd *exec.Cmd
+	out *bytes.Buffer
+}
+
+func startProc(t *testing.T, bin, cfg string) *proc {
+	t.Helper()
+	var out bytes.Buffer
+	cmd := exec.Command(bin, "run", "-c", cfg)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Env = append(os.Environ(), "BRIDGE_LOG__FORMAT=text")
+	require.NoError(t, cmd.Start())
+	return &proc{cmd: cmd, out: &out}
+}
+
+func (p *proc) kill9(t *testing.T) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	_ = p.cmd.Wait()
+}
+
+func (p *proc) term(t *testing.T) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		require.NoError(t, err, "bridge exited badly after SIGTERM:\n%s", p.out.String())
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Kill()
+		t.Fatalf("bridge did not exit within 20s of SIGTERM:\n%s", p.out.String())
+	}
+}
+
+// TestKill9MidStream kills the bridge process with SIGKILL at random moments
+// while four writers commit about 50k changes, restarting it each time, with
+// a 1 s duplicate window so JetStream's dedupe alone cannot hide a replay.
+// It runs with transactions published message by message, as atomic
+// batches, and as fast-ingest batches (fast_batch, whose acks cover runs of
+// messages), unfenced and fenced.
+func TestKill9MidStream(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		options []string
+		changes int
+		bulk    int
+	}{
+		{"per_message", nil, 50000, 0},
+		// Small transactions as atomic batches go at a few hundred per
+		// second (docs/operations.md#atomic-transactions).
+		{"atomic", []string{"atomic_transactions: true"}, 20000, 0},
+		{"fast_batch", []string{"fast_batch: true", "expect_last_sequence: false"}, 30000, 0},
+		// Fenced: a Write's first change alone, the rest as one fast batch
+		// whose every message carries its expected last sequence.
+		{"fast_batch_fenced", []string{"fast_batch: true"}, 30000, 0},
+		// Transactions of up to 4000 changes among the small ones: handed
+		// to the writer in parts of 1000, spilled to disk past 2048.
+		{"large_txns", nil, 60000, 4000},
+	} {
+		t.Run(tc.name, func(t *testing.T) { kill9MidStream(t, tc.options, tc.changes, tc.bulk) })
+	}
+}
+
+func kill9MidStream(t *testing.T, options []string, changes, bulk int) {
+	if testing.Short() {
+		changes = 10000
+	}
+	bin := bridgeBinary(t)
+	e := newEnv(t)
+	w := newWorkload(t, e)
+	w.bulk = bulk
+	cfg := e.config("kill", "")
+	for _, o := range options {
+		setSinkOption(t, cfg, o)
+	}
+
+	p := startProc(t, bin, cfg)
+	// Let it create the publication and slot before the writers start.
+	waitSlotActive(t, e, "slot_kill")
+
+	done := make(chan struct{})
+	go func() {
+		w.run(t, 4, changes, 500*time.Microsecond)()
+		close(done)
+	}()
+	kills := 0
+	writing := true
+	for writing || kills < 12 {
+		time.Sleep(time.Duration(200+rand.N(1200)) * time.Millisecond)
+		p.kill9(t)
+		kills++
+		if rand.N(3) == 0 {
+			time.Sleep(time.Duration(rand.N(1500)) * time.Millisecond)
+		}
+		p = startProc(t, bin, cfg)
+		select {
+		case <-done:
+			writing = false
+		default:
+		}
+	}
+	t.Logf("killed the bridge %d times while %d changes were committed", kills, w.total.Load())
+	w.verifyExactlyOnce(t, e, "CDC_kill")
+	p.term(t)
+	// A clean stop writes the final checkpoint and confirms it to Postgres.
+	var confirmed string
+	require.NoError(t, e.pg.Conn(t, "").QueryRow(t.Context(), `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'slot_kill'`).Scan(&confirmed))
+	got, err := cdc.ParseLSN(confirmed)
+	require.NoError(t, err)
+	ms := e.messages("CDC_kill")
+	last := ms[len(ms)-1].Pos.LSN
+	require.GreaterOrEqual(t, uint64(got), uint64(last),
+		"after SIGTERM the slot must be confirmed up to the last published commit %s, got %s", last, got)
+	t.Logf("slot confirmed_flush_lsn after stop: %s, last commit %s (kills: %s)", confirmed, last, strconv.Itoa(kills))
+}

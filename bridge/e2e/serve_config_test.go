@@ -1,0 +1,83 @@
+package e2e_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bridgecdc/bridge/bridge/cli"
+)
+
+// serveYAML is a valid bridge.yaml for `bridge serve` against the NATS
+// server at natsURL, with serve keys appended.
+func serveYAML(t *testing.T, natsURL, serve string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "bridge.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(fmt.Sprintf(`name: srv
+nats: { url: %q }
+sources:
+  shop: { type: pgoutput, config: { dsn: "postgres://u@127.0.0.1:1/db", slot: bridge_shop } }
+sinks:
+  main: { type: nats_jetstream, config: { stream: CDC } }
+routes:
+  - sinks: [main]
+serve:
+%s`, natsURL, serve)), 0o600))
+	return p
+}
+
+// TestServeConfigWhere checks serve.where: a condition in YAML is accepted,
+// and each bad one is reported by `bridge validate` at its YAML path.
+func TestServeConfigWhere(t *testing.T) {
+	for _, tc := range []struct {
+		name, where, want string
+	}{
+		{"good", `{and: [{eq: [tenant_id, 42]}, {in: [status, [open, paid]]}, {not: {null: deleted_at}}]}`, ""},
+		{"operand short of a value", `{and: [{eq: [tenant_id, 42]}, {eq: [status]}]}`, `serve.where.and[1].eq: want ["column", value]`},
+		{"unknown condition", `{equals: [tenant_id, 42]}`, `serve.where: unknown condition "equals" (eq, ne, in, contains, lt, lte, gt, gte, null, notnull, and, or, not)`},
+		{"two keys", `{eq: [a, 1], ne: [b, 2]}`, `serve.where: want exactly one key (eq, ne, in, contains, lt, lte, gt, gte, null, notnull, and, or, not), got 2`},
+		{"empty in", `{or: [{in: [status, []]}]}`, `serve.where.or[0].in[1]: want a non-empty array of values`},
+		{"unquoted timestamp", `{gte: [created_at, 2024-01-31]}`, `serve.where.gte[1]: a YAML timestamp: quote it to compare the text Postgres sends, e.g. "2024-01-31"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := serveYAML(t, "nats://127.0.0.1:4222", "  where: "+tc.where+"\n")
+			code, _, errs := execCLI(t, "validate", "-c", p)
+			if tc.want == "" {
+				require.Equal(t, 0, code, errs)
+				return
+			}
+			require.Equal(t, 1, code)
+			require.Contains(t, errs, "  "+tc.want+"\n")
+		})
+	}
+}
+
+// TestServeFlagErrors checks that a bad flag value is reported at its key
+// with the flag named, before anything is started.
+func TestServeFlagErrors(t *testing.T) {
+	p := serveYAML(t, "nats://127.0.0.1:1", "  max_conns: 50\n")
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--max-conns", "0"}, 1, "serve.max_conns: must be > 0, got 0 (set by flag --max-conns)"},
+		{[]string{"--tables", "public.orders,orders"}, 1, `serve.tables[1]: must be a schema.table name such as public.orders (globs are not supported), got "orders" (set by flag --tables)`},
+		{[]string{"--hold", "-1s"}, 1, "serve.hold: must be > 0, got -1s (set by flag --hold)"},
+		{[]string{"--stream", "a.b"}, 1, `serve.stream: "a.b" is not a valid stream name`},
+		{[]string{"--where", `{"eq":["a"]}`}, 2, ""},
+		{[]string{"--hold", "soon"}, 2, ""},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := cli.Execute(append([]string{"serve", "-c", p}, tc.args...), &out, &errb)
+			require.Equal(t, tc.code, code, errb.String())
+			require.Contains(t, errb.String(), tc.want)
+		})
+	}
+}

@@ -1,0 +1,113 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bridgecdc/bridge/bridge/app"
+	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/bridge/checkpoint"
+	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/sources"
+)
+
+// lateSaveSource is the real pgoutput source, except that just before its
+// first Open returns it does what the slot's previous owner may do while a
+// standby waits for the slot: save the checkpoint once more, after the
+// standby loaded it.
+type lateSaveSource struct {
+	sources.Source
+	before func(ctx context.Context) error
+}
+
+func (s *lateSaveSource) Open(ctx context.Context, from cdc.LSN) error {
+	if err := s.Source.Open(ctx, from); err != nil {
+		return err
+	}
+	return s.before(ctx)
+}
+
+// TestTakeoverAfterALateSave: the slot's previous owner saved the
+// checkpoint after this instance loaded it and before the slot became this
+// instance's. The new owner must not take that for a fence and stop: it
+// starts its run again from the newer checkpoint, streams every change
+// once, and checkpoints past it. Before the fix the first save was refused
+// ("fenced: another bridge instance owns this source") and the instance
+// stopped with nobody streaming the slot (seen in TestZombieIsFenced).
+func TestTakeoverAfterALateSave(t *testing.T) {
+	e := newEnv(t)
+	e.pg.ExecT(t, `CREATE TABLE items (id int PRIMARY KEY, name text)`)
+	cfgPath := e.config("late", "")
+	key := checkpoint.Key("late", "app")
+
+	nc, err := nats.Connect(e.natsURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+
+	real, err := sources.Default.Lookup("pgoutput")
+	require.NoError(t, err)
+	var saved atomic.Int32
+	reg := sources.NewRegistry()
+	require.NoError(t, reg.Register("pgoutput", sources.Plugin{Config: real.Config, Doc: real.Doc,
+		New: func(decode config.Decoder, env sources.Env) (sources.Source, error) {
+			s, err := real.New(decode, env)
+			if err != nil {
+				return nil, err
+			}
+			return &lateSaveSource{Source: s, before: func(ctx context.Context) error {
+				if saved.Load() > 0 {
+					return nil
+				}
+				store, err := checkpoint.Open(ctx, js, "bridge_checkpoints", 1)
+				if err != nil {
+					return err
+				}
+				st, rev, err := store.Load(ctx, key)
+				if err != nil {
+					return err
+				}
+				st.Run = "previous-owner"
+				if _, err := store.Save(ctx, key, st, rev); err != nil {
+					return err
+				}
+				saved.Add(1)
+				return nil
+			}}, nil
+		}}))
+
+	r := e.startWith(cfgPath, app.WithSources(reg))
+	waitSlotActive(t, e, "slot_late") // rows before the slot exists are not in it
+	for i := 1; i <= 50; i++ {
+		e.pg.ExecT(t, fmt.Sprintf(`INSERT INTO items VALUES (%d, 'x')`, i))
+	}
+	e.waitStored("CDC_late", 50, time.Minute)
+	require.Equal(t, int32(1), saved.Load(), "the previous owner's save did not happen")
+
+	// The instance still runs, and its own saves follow the previous
+	// owner's: the checkpoint moves past every change.
+	store, err := checkpoint.Open(t.Context(), js, "bridge_checkpoints", 1)
+	require.NoError(t, err)
+	var st checkpoint.State
+	require.Eventually(t, func() bool {
+		select {
+		case err := <-r.done:
+			t.Fatalf("the bridge stopped: %v", err)
+		default:
+		}
+		st, _, err = store.Load(t.Context(), key)
+		require.NoError(t, err)
+		return st.Run != "previous-owner" && st.LSN > 0 && len(st.Cursors) > 0
+	}, 30*time.Second, 50*time.Millisecond, "no checkpoint of this instance after the previous owner's")
+	msgs := e.messages("CDC_late")
+	require.Len(t, msgs, 50)
+	r.stop(t) // fails the test if the run ended with an error
+}

@@ -1,0 +1,442 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+
+	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/bridge/checkpoint"
+	"github.com/bridgecdc/bridge/bridge/pgslot"
+	"github.com/bridgecdc/bridge/bridge/retry"
+	"github.com/bridgecdc/bridge/bridge/route"
+	"github.com/bridgecdc/bridge/bridge/snapshot"
+	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/sinks"
+	"github.com/bridgecdc/bridge/sources"
+)
+
+// Sink is one configured sink of a pipeline.
+type Sink struct {
+	Name  string
+	Sink  sinks.Sink
+	Batch config.Batch // the sink's batch keys; the pipeline batches by the smallest max_changes and largest max_wait
+}
+
+// Config is what a Pipeline is built from.
+type Config struct {
+	// Bridge and Source name the producer: <Bridge>.<Source>.<epoch>.
+	Bridge, Source string
+	// NewSource returns a fresh source for each run (no network I/O).
+	NewSource func() (sources.Source, error)
+	// Sinks are the sinks the Router's indexes refer to.
+	Sinks  []Sink
+	Router *route.Router
+	// Store keeps the checkpoint under checkpoint.Key(Bridge, Source).
+	Store *checkpoint.Store
+	// Interval is how often the checkpoint is saved; ConfirmDelay how long
+	// a checkpointed position waits before Postgres is told (checkpoint.*).
+	Interval, ConfirmDelay time.Duration
+	// Shutdown bounds each goodbye: the last Write, checkpoint and Close.
+	Shutdown time.Duration
+	// Run is this process's run id, recorded with each checkpoint.
+	Run string
+	// Snapshots is the source's snapshot runtime; nil when it cannot
+	// snapshot.
+	Snapshots *snapshot.Manager
+	// Slot is the slot poller's gauge, read to stop a run whose slot was
+	// lost; nil when nothing polls the slot.
+	Slot *pgslot.Gauge
+	// Observer is told what the pipeline does (traces, metrics); nil for
+	// none.
+	Observer Observer
+	Log      *slog.Logger
+}
+
+// Observer is told what a pipeline does, for traces and metrics. Routed is
+// called by the pipeline's reader goroutine, Delivered and Wrote by its
+// writer, RunEnded after both have stopped; the calls of one goroutine are
+// sequential, those of the reader and the writer concurrent. Each must be
+// cheap: it runs on the data path.
+type Observer interface {
+	// Routed is told of the routed changes of a transaction, or of a part
+	// of a large one (t is the whole transaction as the source emitted it;
+	// last marks its last part), before they go to the writer. It may set
+	// the changes' Headers (trace context), nothing else.
+	Routed(t *cdc.Txn, commit cdc.LSN, changes []cdc.Change, last bool)
+	// Delivered is told that the next n routed changes were written to
+	// every sink, and every transaction up to done (0: none) in full.
+	Delivered(n int, done cdc.LSN)
+	// Wrote is told of one Write of a batch to the sink named sink: how
+	// long it took and its error (nil: all delivered).
+	Wrote(sink string, d time.Duration, err error)
+	// RunEnded is told that a run ended with err (nil: without error);
+	// fatal when the pipeline stops.
+	RunEnded(ctx context.Context, err error, fatal bool)
+}
+
+// sinkSlot is one configured sink inside a pipeline.
+type sinkSlot struct {
+	name    string
+	sink    sinks.Sink
+	batch   config.Batch
+	resumer sinks.Resumer // nil when the sink cannot tell what it holds
+	amo     bool          // at-most-once: never holds back the checkpoint
+}
+
+// Pipeline streams one source into its sinks: source → router → batches →
+// sinks → ack tracker → KV checkpoint → source.Ack (DESIGN.md §4).
+type Pipeline struct {
+	bridge, source string
+	newSource      func() (sources.Source, error)
+	sinks          []*sinkSlot
+	router         *route.Router
+	store          *checkpoint.Store
+	key            string
+	interval       time.Duration
+	shutdown       time.Duration
+	confirmDelay   time.Duration // see confirm.go
+	log            *slog.Logger
+	run            string
+	obs            Observer
+	slot           *pgslot.Gauge
+
+	// Observed by tests and status.
+	delivered atomic.Uint64 // changes delivered in this process
+	ckptLSN   atomic.Uint64
+	ready     atomic.Bool
+
+	snap *snapshot.Manager // nil when the source cannot snapshot
+}
+
+// New builds the pipeline of cfg; it does no I/O.
+func New(cfg Config) *Pipeline {
+	p := &Pipeline{
+		bridge: cfg.Bridge, source: cfg.Source, newSource: cfg.NewSource, router: cfg.Router,
+		store: cfg.Store, key: checkpoint.Key(cfg.Bridge, cfg.Source), interval: cfg.Interval,
+		shutdown: cfg.Shutdown, confirmDelay: cfg.ConfirmDelay, log: cfg.Log, run: cfg.Run,
+		obs: cfg.Observer, slot: cfg.Slot, snap: cfg.Snapshots,
+	}
+	if p.obs == nil {
+		p.obs = nopObserver{}
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	for _, s := range cfg.Sinks {
+		slot := &sinkSlot{name: s.Name, sink: s.Sink, batch: s.Batch}
+		if r, ok := s.Sink.(sinks.Resumer); ok {
+			slot.resumer = r
+		}
+		if amo, ok := s.Sink.(sinks.AtMostOnce); ok && amo.AtMostOnce() {
+			slot.amo = true
+		}
+		p.sinks = append(p.sinks, slot)
+	}
+	return p
+}
+
+// nopObserver observes nothing.
+type nopObserver struct{}
+
+func (nopObserver) Routed(*cdc.Txn, cdc.LSN, []cdc.Change, bool) {}
+func (nopObserver) Delivered(int, cdc.LSN)                       {}
+func (nopObserver) Wrote(string, time.Duration, error)           {}
+func (nopObserver) RunEnded(context.Context, error, bool)        {}
+
+// Source returns the name of the pipeline's source.
+func (p *Pipeline) Source() string { return p.source }
+
+// Checkpointed returns the last checkpointed LSN.
+func (p *Pipeline) Checkpointed() cdc.LSN { return cdc.LSN(p.ckptLSN.Load()) }
+
+// Delivered returns the number of changes delivered since start.
+func (p *Pipeline) Delivered() uint64 { return p.delivered.Load() }
+
+// Ready reports whether a run is streaming.
+func (p *Pipeline) Ready() bool { return p.ready.Load() }
+
+// fatal marks errors that must stop the pipeline instead of restarting it.
+type fatal struct{ err error }
+
+func (f fatal) Error() string { return f.err.Error() }
+func (f fatal) Unwrap() error { return f.err }
+
+func isFatal(err error) bool {
+	var f fatal
+	return errors.As(err, &f) || errors.Is(err, checkpoint.ErrFenced) || sinks.IsPermanent(err) || sources.IsSetup(err)
+}
+
+// Run streams until ctx ends or a fatal error. Transient failures end the
+// current run and start a new one after a backoff; each run resumes from the
+// checkpoint and skips what the sinks already hold.
+func (p *Pipeline) Run(ctx context.Context) error {
+	var bo retry.Backoff
+	var refused refusals // refused.go
+	for {
+		progressed, err := p.runOnce(ctx)
+		p.ready.Store(false)
+		p.obs.RunEnded(ctx, err, isFatal(err))
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, snapshot.ErrDone) {
+			p.log.Info(err.Error())
+			return nil
+		}
+		if err == nil {
+			continue
+		}
+		if isFatal(err) {
+			p.log.Error("pipeline stopped", "err", err)
+			return fmt.Errorf("source %q: %w", p.source, err)
+		}
+		if progressed {
+			bo.Reset()
+		}
+		if id, times := refused.note(err); times > 1 {
+			err = refusedAgain(id, times, err)
+		}
+		d := bo.Next(err)
+		p.log.Warn("run ended; restarting", "err", err, "in", d.String(), "attempt", bo.Attempt())
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(d):
+		}
+	}
+}
+
+// mark is a checkpointable position: every transaction up to lsn is
+// delivered, and cursors are sink positions at or before the first message
+// after lsn.
+type mark struct {
+	lsn     cdc.LSN
+	cursors map[string]string
+}
+
+func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
+	st, rev, err := p.store.Load(ctx, p.key)
+	if err != nil {
+		return false, p.bucketGone(fmt.Errorf("loading checkpoint %q: %w", p.key, err))
+	}
+	if rev == 0 {
+		// First start: the epoch must be durable before anything is
+		// published under it.
+		st = checkpoint.State{Epoch: checkpoint.NewEpoch(), Run: p.run, UpdatedAt: time.Now().UTC()}
+		if err := p.snap.ScheduleInitial(ctx, st.Epoch); err != nil {
+			return false, err
+		}
+		if rev, err = p.store.Save(ctx, p.key, st, 0); err != nil {
+			return false, fmt.Errorf("creating checkpoint %q: %w", p.key, err)
+		}
+		p.log.Info("new epoch", "epoch", st.Epoch)
+	}
+	p.ckptLSN.Store(uint64(st.LSN))
+	producer := p.bridge + "." + p.source + "." + st.Epoch
+
+	// Sinks: connect, then learn what they already hold past the checkpoint.
+	skip := make([]map[cdc.Pos]struct{}, len(p.sinks))
+	for i, s := range p.sinks {
+		if err := s.sink.Connect(ctx); err != nil {
+			return false, fmt.Errorf("connecting sink %q: %w", s.name, err)
+		}
+		if s.resumer != nil {
+			d, err := s.resumer.Delivered(ctx, producer, st.Cursors[s.name])
+			if err != nil {
+				return false, fmt.Errorf("reading what sink %q holds after the checkpoint: %w", s.name, err)
+			}
+			if len(d) > 0 {
+				p.log.Info("sink already holds changes past the checkpoint; they will not be sent again", "sink", s.name, "count", len(d))
+				skip[i] = d
+			}
+		}
+	}
+
+	src, err := p.newSource()
+	if err != nil {
+		return false, fatal{err}
+	}
+	if err := src.Open(ctx, st.LSN); err != nil {
+		_ = src.Close(context.Background())
+		if lost := (*sources.SlotLostError)(nil); errors.As(err, &lost) {
+			return false, p.resyncLostSlot(ctx, st, rev, lost) // control.go; nil: the next run streams the new epoch
+		}
+		return false, fmt.Errorf("opening source: %w", err)
+	}
+	// The slot is this run's now: Postgres streams it to one connection
+	// at a time. The checkpoint was loaded before, though, and a standby
+	// waits for the slot with what it loaded first: the slot's previous
+	// owner may have saved after that, up to its last moment. Saving over
+	// that revision would be refused as a fence and stop the instance that
+	// now owns the slot, so start again from the newer checkpoint.
+	if _, now, err := p.store.Load(ctx, p.key); err != nil || now != rev {
+		_ = src.Close(context.Background())
+		if err != nil {
+			return false, p.bucketGone(fmt.Errorf("loading checkpoint %q: %w", p.key, err))
+		}
+		return false, fmt.Errorf("checkpoint %q moved from revision %d to %d while this run opened the slot (the slot's previous owner saved it last); starting again from it", p.key, rev, now)
+	}
+	p.ready.Store(true)
+	opened := time.Now()
+
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Snapshots: chunks between watermarks join the stream (snapshot.go).
+	wrapped, stopSnap, err := p.snap.Wrap(rctx, src, producer, st.Epoch, p.snapHeld(st.Cursors))
+	if err != nil {
+		_ = src.Close(context.Background())
+		return false, err
+	}
+	src = wrapped
+	defer stopSnap()
+	// Bounded by changes, not runs: a run holds from one to about 2×chunk
+	// changes (small transactions handed over together, or a part of a
+	// large one), and the memory queued must not depend on which.
+	limit := queueLimit(p.batchMax())
+	items := make(chan []*txnItem, limit)
+	queued := semaphore.NewWeighted(limit)
+	var wg sync.WaitGroup
+	var readErr, writeErr error
+
+	// Reader: source → router. Transactions the source holds decoded
+	// already go to the writer together: one hand-off per run, not per
+	// transaction.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(items)
+		buf, _ := src.(sources.Buffered)
+		var run []*txnItem
+		n := 0 // changes in run
+		handOver := func() error {
+			if len(run) == 0 {
+				return nil
+			}
+			if err := queued.Acquire(rctx, runWeight(run, limit)); err != nil {
+				return err
+			}
+			items <- run // never blocks: a run weighs at least 1
+			run, n = nil, 0
+			return nil
+		}
+		emit := func(it *txnItem) error {
+			run = append(run, it)
+			n += len(it.changes)
+			if n >= chunk || !it.last {
+				return handOver()
+			}
+			return nil
+		}
+		for {
+			t, err := src.Read(rctx)
+			if err == nil {
+				err = p.route(rctx, t, producer, emit)
+				if err == nil && (buf == nil || buf.Buffered() == 0) {
+					err = handOver()
+				}
+			}
+			if err != nil {
+				if rctx.Err() == nil {
+					readErr = err
+					cancel()
+				}
+				return
+			}
+		}
+	}()
+
+	// Checkpointer.
+	var markMu sync.Mutex
+	latest := mark{lsn: st.LSN, cursors: st.Cursors}
+	ckptDone := make(chan struct{})
+	var ckptErr error
+	var lastSaved = st.LSN
+	cf := &confirmer{delay: p.confirmDelay}
+	save := func(ctx context.Context) error {
+		markMu.Lock()
+		m := latest
+		markMu.Unlock()
+		target := m.lsn
+		if idler, ok := src.(sources.Idler); ok {
+			if safe, after, ok := idler.Idle(); ok && m.lsn >= after && safe > target {
+				target = safe
+			}
+		}
+		if target <= lastSaved {
+			return cf.ack(ctx, src, time.Now()) // a delayed confirmation may be due
+		}
+		ns := checkpoint.State{Epoch: st.Epoch, LSN: target, Cursors: m.cursors, UpdatedAt: time.Now().UTC(), Run: p.run, SystemID: st.SystemID}
+		nrev, err := p.store.Save(ctx, p.key, ns, rev) // a lost reply is no fence: see Save
+		if err != nil {
+			return fmt.Errorf("saving checkpoint %s: %w", target, err)
+		}
+		rev, lastSaved = nrev, target
+		p.ckptLSN.Store(uint64(target))
+		// Only now may Postgres forget what comes before it (or, with
+		// confirm_delay, once the checkpoint is that old).
+		cf.add(target, time.Now())
+		return cf.ack(ctx, src, time.Now())
+	}
+	go func() {
+		defer close(ckptDone)
+		t := time.NewTicker(p.interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case <-t.C:
+				err := p.slotLostWhileRunning(opened) // control.go
+				if err == nil {
+					err = save(rctx)
+				}
+				if err != nil {
+					if rctx.Err() == nil {
+						ckptErr = p.bucketGone(err)
+						cancel()
+					}
+					return
+				}
+			}
+		}
+	}()
+
+	// Writer: batches → sinks → marks. It runs in this goroutine so that a
+	// shutdown can drain it with its own deadline.
+	writeErr = p.write(rctx, ctx, items, skip, func(m mark) {
+		markMu.Lock()
+		latest = m
+		markMu.Unlock()
+		progressed = true
+	}, latest, func(run []*txnItem) { queued.Release(runWeight(run, limit)) })
+	cancel()
+	wg.Wait()
+	<-ckptDone
+
+	// Goodbye: final checkpoint and status, each bounded.
+	fctx, fcancel := context.WithTimeout(context.Background(), p.shutdown)
+	if err := save(fctx); err != nil && ckptErr == nil && !errors.Is(err, context.Canceled) {
+		ckptErr = err
+	}
+	fcancel()
+	cctx, ccancel := context.WithTimeout(context.Background(), p.shutdown)
+	_ = src.Close(cctx)
+	ccancel()
+
+	switch {
+	case ckptErr != nil:
+		return progressed, ckptErr
+	case writeErr != nil:
+		return progressed, writeErr
+	case readErr != nil:
+		return progressed, readErr
+	}
+	return progressed, nil
+}

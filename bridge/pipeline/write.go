@@ -1,0 +1,233 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/sinks"
+)
+
+// The writer's side: batches of routed changes written to the sinks in
+// order, and the marks that say what the checkpoint may cover.
+
+// write batches items and writes them to the sinks in order. rctx ends the
+// run; an in-flight Write is allowed to drain for p.shutdown after that.
+//
+// A batch is written when it holds max_changes changes (the smallest of the
+// sinks'), or when its first change has waited max_wait (the largest of the
+// sinks') and nothing more is queued, so under a steady stream no change
+// waits much longer than max_wait.
+func (p *Pipeline) write(rctx, parent context.Context, items <-chan []*txnItem, skip []map[cdc.Pos]struct{}, publish func(mark), start mark, taken func([]*txnItem)) error {
+	per := make([][]cdc.Change, len(p.sinks))
+	maxN := p.batchMax()
+	var wait time.Duration
+	for _, s := range p.sinks {
+		if s.batch.MaxWait > wait {
+			wait = s.batch.MaxWait
+		}
+	}
+	cursors := start.cursors
+	n := 0                // changes buffered
+	var firstAt time.Time // when the buffer took its first change
+	var done cdc.LSN      // last transaction fully buffered
+	boundary := true      // the buffer ends at a transaction boundary
+
+	flush := func() error {
+		if n == 0 && done == 0 {
+			return nil
+		}
+		before := cursors
+		for i, s := range p.sinks {
+			if len(per[i]) == 0 {
+				continue
+			}
+			if err := p.writeSink(rctx, s, per[i]); err != nil {
+				if s.amo {
+					p.log.Warn("at-most-once sink dropped a batch", "sink", s.name, "changes", len(per[i]), "err", err)
+					if errors.Is(err, sinks.ErrNotConnected) {
+						cctx, ccancel := context.WithTimeout(rctx, time.Second)
+						_ = s.sink.Connect(cctx) // bounded: it never holds back the others
+						ccancel()
+					}
+					continue
+				}
+				return err
+			}
+		}
+		p.delivered.Add(uint64(n))
+		p.obs.Delivered(n, done)
+		after := make(map[string]string, len(p.sinks))
+		for i, s := range p.sinks {
+			switch {
+			case s.resumer == nil:
+			case len(per[i]) == 0:
+				// Nothing written (all held already, or not routed here):
+				// the sink's cursor may be an earlier run's, past changes
+				// this checkpoint does not cover yet. Keep the last one.
+				if c, ok := cursors[s.name]; ok {
+					after[s.name] = c
+				}
+			default:
+				after[s.name] = s.resumer.Cursor()
+			}
+		}
+		cursors = after
+		if done != 0 {
+			m := mark{lsn: done, cursors: after}
+			if !boundary {
+				m.cursors = before
+			}
+			publish(m)
+		}
+		for i := range per {
+			per[i] = per[i][:0]
+		}
+		n, done = 0, 0
+		return nil
+	}
+
+	add := func(it *txnItem) error {
+		for j := range it.changes {
+			c := &it.changes[j]
+			for _, si := range it.dests[j] {
+				if sk := skip[si]; sk != nil {
+					if _, held := sk[c.Pos()]; held {
+						delete(sk, c.Pos())
+						if len(sk) == 0 {
+							skip[si] = nil
+						}
+						continue
+					}
+				}
+				per[si] = append(per[si], *c)
+			}
+			n++
+			if it.last && j == len(it.changes)-1 {
+				// The buffer now holds the whole transaction.
+				done, boundary = it.commit, true
+			} else {
+				boundary = false
+			}
+			if n >= maxN && !wholeTxnPending(it, j) {
+				if err := flush(); err != nil {
+					return err
+				}
+				firstAt = time.Now() // what follows starts a new batch
+			}
+		}
+		if it.last && len(it.changes) == 0 {
+			done, boundary = it.commit, true
+		}
+		return nil
+	}
+
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		var run []*txnItem
+		var ok, timedOut bool
+		if n == 0 && done == 0 {
+			select {
+			case run, ok = <-items:
+			case <-rctx.Done():
+				return nil
+			}
+			firstAt = time.Now()
+		} else {
+			select {
+			case run, ok = <-items:
+			default:
+				// Nothing queued: wait for more only until the oldest
+				// buffered change is max_wait old.
+				if left := wait - time.Since(firstAt); left > 0 {
+					timer.Reset(left)
+					select {
+					case run, ok = <-items:
+					case <-timer.C:
+						timedOut = true
+					case <-rctx.Done():
+						timedOut = true
+					}
+					timer.Stop()
+				} else {
+					timedOut = true
+				}
+			}
+		}
+		if timedOut {
+			if err := flush(); err != nil {
+				return err
+			}
+			continue
+		}
+		if !ok {
+			return flush()
+		}
+		if taken != nil {
+			taken(run)
+		}
+		for _, it := range run {
+			if err := add(it); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// batchMax is the writer's batch size: the smallest max_changes of the
+// sinks (1000 when none sets one).
+func (p *Pipeline) batchMax() int {
+	maxN := 0
+	for _, s := range p.sinks {
+		if m := s.batch.MaxChanges; m > 0 && (maxN == 0 || m < maxN) {
+			maxN = m
+		}
+	}
+	if maxN == 0 {
+		maxN = 1000
+	}
+	return maxN
+}
+
+// maxWholeTxn is the largest transaction the writer keeps in one batch
+// even past max_changes: JetStream's default limit of messages per atomic
+// batch, so a sink publishing transactions atomically gets each whole.
+const maxWholeTxn = 1000
+
+// wholeTxnPending reports whether change j of it is not its transaction's
+// last and the transaction, of at most maxWholeTxn changes, arrived whole
+// in it: the batch is then not cut before its end.
+func wholeTxnPending(it *txnItem, j int) bool {
+	return it.last && j < len(it.changes)-1 && int(it.changes[j].TxSize) <= maxWholeTxn
+}
+
+// writeSink writes one batch. A failure ends the run: the next run resumes
+// from the checkpoint and skips what the sink already holds, so a retry never
+// duplicates and never reorders what follows a gap.
+func (p *Pipeline) writeSink(rctx context.Context, s *sinkSlot, batch []cdc.Change) error {
+	// A Write already under way may finish after a shutdown began, bounded.
+	wctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stop := context.AfterFunc(rctx, func() {
+		time.AfterFunc(p.shutdown, cancel)
+	})
+	defer stop()
+	start := time.Now()
+	err := s.sink.Write(wctx, batch)
+	p.obs.Wrote(s.name, time.Since(start), err)
+	if err != nil {
+		var be *sinks.BatchError
+		if errors.As(err, &be) {
+			idx := be.Indexes()
+			first := batch[idx[0]]
+			return &refusedError{id: first.ID(), err: fmt.Errorf("sink %q refused %d of %d changes, first %s (%s.%s at %s): %w",
+				s.name, len(idx), len(batch), first.ID(), first.Schema, first.Table, first.CommitLSN, err)}
+		}
+		return fmt.Errorf("writing %d changes to sink %q: %w", len(batch), s.name, err)
+	}
+	return nil
+}

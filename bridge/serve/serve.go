@@ -1,0 +1,511 @@
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/bridge/feeds"
+	"github.com/bridgecdc/bridge/config"
+)
+
+// Config configures the feeds HTTP server of `bridge serve`. Zero
+// values take the defaults.
+type Config struct {
+	// Listen is the HTTP address. Default "127.0.0.1:8090".
+	Listen string
+	// Where is a condition ANDed with every request's filter, also on
+	// replayed history; nil adds none.
+	Where *feeds.Cond
+	// Tables, when set, are the only tables a request may read; a request
+	// naming none reads all of them.
+	Tables []string
+	// MaxConns bounds the feed requests (long-polls and SSE streams) in
+	// progress; beyond it: 503 with Retry-After. Default 10000.
+	MaxConns int
+	// MaxPerClient bounds them per client (ClientHeader's value, else the
+	// remote IP); beyond it: 429 with Retry-After. Default 100.
+	MaxPerClient int
+	// ClientHeader names the request header identifying a client (for
+	// example one an authenticating proxy sets); "" uses the remote IP.
+	ClientHeader string
+	// Hold is the default and largest long-poll wait. Default 20s.
+	Hold time.Duration
+	// KeepAlive is the interval of SSE keep-alive comments. Default 15s.
+	KeepAlive time.Duration
+	// WriteTimeout bounds each SSE write; a client that does not take an
+	// event within it is disconnected (it resumes with Last-Event-ID).
+	// Default 10s.
+	WriteTimeout time.Duration
+	// MaxLag is how many stream messages an SSE client may fall behind the
+	// head after a write before it is disconnected with reason "slow".
+	// Default 100000.
+	MaxLag uint64
+}
+
+func (c *Config) defaults() {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:8090"
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = 10000
+	}
+	if c.MaxPerClient <= 0 {
+		c.MaxPerClient = 100
+	}
+	if c.Hold <= 0 {
+		c.Hold = 20 * time.Second
+	}
+	if c.KeepAlive <= 0 {
+		c.KeepAlive = 15 * time.Second
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
+	if c.MaxLag == 0 {
+		c.MaxLag = 100_000
+	}
+}
+
+// Server serves feeds over HTTP: long-poll and server-sent events on
+// GET /v1/feed, the current position on GET /v1/position, /livez, /readyz
+// and its Prometheus metrics on /metrics (serve_metrics.go). docs/feeds.md
+// documents the wire.
+type Server struct {
+	fs  *feeds.Feeds
+	cfg Config
+	log *slog.Logger
+	met *feedMetrics
+
+	mu        sync.Mutex
+	conns     int
+	perClient map[string]int
+}
+
+// New returns the server of fs with cfg; zero values in cfg take their
+// defaults, a nil log logs to slog.Default().
+func New(fs *feeds.Feeds, cfg Config, log *slog.Logger) *Server {
+	cfg.defaults()
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Server{fs: fs, cfg: cfg, log: log, perClient: map[string]int{}}
+	s.met = newFeedMetrics(s, fs)
+	return s
+}
+
+// inProgress returns the number of feed requests admitted and not finished.
+func (s *Server) inProgress() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns
+}
+
+// Handler returns the HTTP handler.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/feed", s.feed)
+	mux.HandleFunc("GET /v1/position", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"token": s.fs.Position().String()})
+	})
+	mux.Handle("GET /metrics", s.met.handler())
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !s.fs.Ready() {
+			http.Error(w, "not ready: the stream consumer is not at a transaction boundary", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// apiError is the body of every error response.
+type apiError struct {
+	Error    string `json:"error"` // bad-request, must-refetch, too-many-requests, overloaded
+	Reason   string `json:"reason,omitempty"`
+	Detail   string `json:"detail,omitempty"`
+	Position string `json:"position,omitempty"` // for must-refetch: where to start again after refetching
+}
+
+// admit counts a feed request in; the returned func counts it out.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, mode string) (func(), bool) {
+	client := ""
+	if s.cfg.ClientHeader != "" {
+		client = r.Header.Get(s.cfg.ClientHeader)
+	}
+	if client == "" {
+		client, _, _ = net.SplitHostPort(r.RemoteAddr)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	retry := strconv.Itoa(1 + rand.IntN(3))
+	if s.conns >= s.cfg.MaxConns {
+		s.met.request(mode, outcomeOverloaded)
+		w.Header().Set("Retry-After", retry)
+		writeJSON(w, http.StatusServiceUnavailable, apiError{Error: "overloaded", Detail: fmt.Sprintf("%d feed requests in progress, the server's limit", s.conns)})
+		return nil, false
+	}
+	if s.perClient[client] >= s.cfg.MaxPerClient {
+		s.met.request(mode, outcomeTooMany)
+		w.Header().Set("Retry-After", retry)
+		writeJSON(w, http.StatusTooManyRequests, apiError{Error: "too-many-requests", Detail: fmt.Sprintf("%d feed requests in progress for this client, the limit", s.perClient[client])})
+		return nil, false
+	}
+	s.conns++
+	s.perClient[client]++
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.conns--
+		if s.perClient[client]--; s.perClient[client] <= 0 {
+			delete(s.perClient, client)
+		}
+	}, true
+}
+
+// parseRequest reads the filter and position of a feed request.
+func (s *Server) parseRequest(r *http.Request) (feeds.Filter, feeds.Token, error) {
+	q := r.URL.Query()
+	var f feeds.Filter
+	if v := q.Get("tables"); v != "" {
+		f.Tables = strings.Split(v, ",")
+	}
+	if len(s.cfg.Tables) > 0 {
+		if len(f.Tables) == 0 {
+			f.Tables = s.cfg.Tables
+		}
+		for _, t := range f.Tables {
+			if !contains(s.cfg.Tables, t) {
+				return f, feeds.Token{}, fmt.Errorf("tables: %q is not served here (served: %s)", t, strings.Join(s.cfg.Tables, ","))
+			}
+		}
+	}
+	if v := q.Get("ops"); v != "" {
+		for _, op := range strings.Split(v, ",") {
+			f.Ops = append(f.Ops, cdc.Op(op))
+		}
+	}
+	if v := q.Get("columns"); v != "" {
+		f.Columns = strings.Split(v, ",")
+	}
+	var conds []feeds.Cond
+	if v := q.Get("where"); v != "" {
+		c, err := feeds.ParseCond([]byte(v))
+		if err != nil {
+			return f, feeds.Token{}, err
+		}
+		conds = append(conds, c)
+	}
+	if s.cfg.Where != nil {
+		conds = append(conds, *s.cfg.Where)
+	}
+	switch len(conds) {
+	case 1:
+		f.Where = &conds[0]
+	case 2:
+		f.Where = feeds.And(conds...).Ptr()
+	}
+	tok := q.Get("token")
+	if v := r.Header.Get("Last-Event-ID"); v != "" {
+		tok = v
+	} else if v := q.Get("last_event_id"); v != "" {
+		tok = v
+	}
+	if tok == "now" {
+		tok = ""
+	}
+	t, err := feeds.ParseToken(tok)
+	if err != nil {
+		return f, feeds.Token{}, fmt.Errorf("token: %w", err)
+	}
+	return f, t, nil
+}
+
+func contains(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) feed(w http.ResponseWriter, r *http.Request) {
+	mode := modeLongPoll
+	if r.URL.Query().Get("sse") != "" || strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+		mode = modeSSE
+	}
+	filter, tok, err := s.parseRequest(r)
+	if err != nil {
+		s.met.request(mode, outcomeBadRequest)
+		writeJSON(w, http.StatusBadRequest, apiError{Error: "bad-request", Detail: err.Error()})
+		return
+	}
+	done, ok := s.admit(w, r, mode)
+	if !ok {
+		return
+	}
+	defer done()
+	f, err := s.fs.Register(filter, tok)
+	if err != nil {
+		s.fail(w, mode, err)
+		return
+	}
+	defer f.Close()
+	if mode == modeSSE {
+		s.sse(w, r, f)
+		return
+	}
+	hold := s.cfg.Hold
+	if v := r.URL.Query().Get("timeout"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			s.met.request(mode, outcomeBadRequest)
+			writeJSON(w, http.StatusBadRequest, apiError{Error: "bad-request", Detail: fmt.Sprintf("timeout: want a duration such as 20s, got %q", v)})
+			return
+		}
+		hold = min(d, hold)
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), hold)
+	defer cancel()
+	b, err := f.Next(ctx)
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		if r.Context().Err() != nil {
+			s.met.request(mode, outcomeClientGone)
+			return
+		}
+		s.fail(w, mode, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Bridge-Token", b.Token.String())
+	if _, err := w.Write(appendBatch(nil, b)); err != nil {
+		s.met.request(mode, outcomeClientGone)
+		return
+	}
+	s.met.request(mode, outcomeOK)
+	s.met.deliver(mode, b, time.Now())
+}
+
+// appendBatch writes {"token":..,"up_to_date":..,"changes":[..]} reusing
+// each change's shared encoding.
+func appendBatch(dst []byte, b feeds.Batch) []byte {
+	dst = append(dst, `{"token":"`...)
+	dst = append(dst, b.Token.String()...)
+	dst = append(dst, `","up_to_date":`...)
+	dst = strconv.AppendBool(dst, b.UpToDate)
+	dst = append(dst, `,"changes":[`...)
+	for i, c := range b.Changes {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, c.JSON...)
+	}
+	return append(dst, "]}\n"...)
+}
+
+// fail answers a feed error: 409 for must-refetch, 503 otherwise.
+func (s *Server) fail(w http.ResponseWriter, mode string, err error) {
+	var re *feeds.RefetchError
+	if errors.As(err, &re) {
+		s.met.request(mode, outcomeRefetch)
+		s.met.refetch(re)
+		writeJSON(w, http.StatusConflict, refetchBody(re, s.fs.Position()))
+		return
+	}
+	s.met.request(mode, outcomeOverloaded)
+	w.Header().Set("Retry-After", "1")
+	writeJSON(w, http.StatusServiceUnavailable, apiError{Error: "overloaded", Detail: err.Error()})
+}
+
+func refetchBody(re *feeds.RefetchError, pos feeds.Token) apiError {
+	return apiError{Error: "must-refetch", Reason: re.Reason, Detail: re.Detail, Position: pos.String()}
+}
+
+// sse streams batches as server-sent events: "changes" events whose id is
+// the token after them, "up-to-date" when caught up, "must-refetch" and
+// "error" (reason "slow") before closing, and keep-alive comments.
+func (s *Server) sse(w http.ResponseWriter, r *http.Request, f *feeds.Feed) {
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	s.met.request(modeSSE, outcomeOK)
+	write := func(b []byte) error {
+		_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	// lost ends the stream after a failed write.
+	lost := func(err error) {
+		reason := writeFailure(err)
+		s.met.disconnect(reason)
+		if reason == disconnectWriteTimeout {
+			s.log.Info("feeds: SSE client disconnected: too slow to take an event", "remote", r.RemoteAddr, "timeout", s.cfg.WriteTimeout)
+		}
+	}
+	if err := write([]byte(": feed\nretry: 1000\n\n")); err != nil {
+		lost(err)
+		return
+	}
+	upToDateSent := false
+	var buf []byte
+	for {
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.KeepAlive)
+		b, err := f.Next(ctx)
+		cancel()
+		if r.Context().Err() != nil {
+			s.met.disconnect(disconnectClientGone)
+			return
+		}
+		var re *feeds.RefetchError
+		switch {
+		case errors.As(err, &re):
+			s.met.refetch(re)
+			s.met.disconnect(disconnectRefetch)
+			body, _ := json.Marshal(refetchBody(re, s.fs.Position()))
+			_ = write(fmt.Appendf(nil, "event: must-refetch\ndata: %s\n\n", body))
+			return
+		case err != nil && !errors.Is(err, context.DeadlineExceeded):
+			s.met.disconnect(disconnectError)
+			body, _ := json.Marshal(apiError{Error: "overloaded", Detail: err.Error()})
+			_ = write(fmt.Appendf(nil, "event: error\ndata: %s\n\n", body))
+			return
+		}
+		buf = buf[:0]
+		if len(b.Changes) > 0 {
+			buf = append(buf, "id: "...)
+			buf = append(buf, b.Token.String()...)
+			buf = append(buf, "\nevent: changes\ndata: "...)
+			buf = appendBatch(buf, b) // ends with a newline
+			buf = append(buf, '\n')
+			upToDateSent = false
+		}
+		if b.UpToDate && !upToDateSent {
+			buf = fmt.Appendf(buf, "id: %s\nevent: up-to-date\ndata: {\"token\":%q}\n\n", b.Token, b.Token)
+			upToDateSent = true
+		}
+		if len(buf) == 0 {
+			buf = append(buf, ": keep-alive\n\n"...)
+		}
+		if err := write(buf); err != nil {
+			lost(err)
+			return
+		}
+		s.met.deliver(modeSSE, b, time.Now())
+		if pos := s.fs.Position(); len(b.Changes) > 0 && pos.Seq > b.Token.Seq+s.cfg.MaxLag {
+			s.met.disconnect(disconnectSlow)
+			body, _ := json.Marshal(apiError{Error: "slow", Reason: "slow",
+				Detail: fmt.Sprintf("%d messages behind the stream; reconnect with Last-Event-ID", pos.Seq-b.Token.Seq)})
+			_ = write(fmt.Appendf(nil, "event: error\ndata: %s\n\n", body))
+			s.log.Info("feeds: SSE client disconnected: too far behind", "remote", r.RemoteAddr, "behind", pos.Seq-b.Token.Seq)
+			return
+		}
+	}
+}
+
+// serveWherePath is the YAML path of the server's condition.
+const serveWherePath = "serve.where"
+
+// serveWhere parses serve.where, a feeds condition in its JSON form written
+// as YAML; nil when empty. Errors are *config.FieldError at the offending
+// path, e.g. serve.where.and[1].eq.
+func serveWhere(m map[string]any) (*feeds.Cond, error) {
+	if len(m) == 0 {
+		return nil, nil
+	}
+	if err := checkJSONValues(serveWherePath, m); err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, &config.FieldError{Path: serveWherePath, Msg: err.Error()}
+	}
+	c, err := feeds.ParseCond(b)
+	if err != nil {
+		// ParseCond's errors start with the path from "where":
+		// "where.and[1].eq: want [...]". It returns no typed error.
+		msg := err.Error()
+		if p, rest, ok := strings.Cut(msg, ": "); ok && (p == "where" || strings.HasPrefix(p, "where.")) {
+			return nil, &config.FieldError{Path: "serve." + p, Msg: rest}
+		}
+		return nil, &config.FieldError{Path: serveWherePath, Msg: msg}
+	}
+	return &c, nil
+}
+
+// checkJSONValues reports the first value under path that has no JSON form
+// a condition can compare: a YAML timestamp, which would compare as Go's
+// time format rather than Postgres's text, or a non-finite number.
+func checkJSONValues(path string, v any) error {
+	switch x := v.(type) {
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(x)) {
+			if err := checkJSONValues(path+"."+k, x[k]); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for i, e := range x {
+			if err := checkJSONValues(fmt.Sprintf("%s[%d]", path, i), e); err != nil {
+				return err
+			}
+		}
+	case time.Time:
+		return &config.FieldError{Path: path, Msg: `a YAML timestamp: quote it to compare the text Postgres sends, e.g. "2024-01-31"`}
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return &config.FieldError{Path: path, Msg: fmt.Sprintf("%v has no JSON form; use a finite number", x)}
+		}
+	}
+	return nil
+}
+
+// Validate checks serve.where, which the config package leaves to the
+// runtime: it needs the feeds condition syntax. Errors name their YAML path.
+func Validate(cfg *config.Config) []error {
+	if _, err := serveWhere(cfg.Serve.Where); err != nil {
+		return []error{err}
+	}
+	return nil
+}
+
+// FromConfig returns the feeds server's and the feeds library's
+// configurations from bridge.yaml's serve section.
+func FromConfig(s config.Serve, log *slog.Logger) (Config, feeds.Config, error) {
+	where, err := serveWhere(s.Where)
+	if err != nil {
+		return Config{}, feeds.Config{}, err
+	}
+	sc := Config{
+		Listen: s.Listen, Where: where, Tables: s.Tables, MaxConns: s.MaxConns, MaxPerClient: s.MaxPerClient,
+		ClientHeader: s.ClientHeader, Hold: s.Hold, KeepAlive: s.KeepAlive, WriteTimeout: s.WriteTimeout, MaxLag: s.MaxLag,
+	}
+	return sc, feeds.Config{Stream: s.Stream, WindowTxns: s.WindowTxns, Logger: log}, nil
+}

@@ -1,0 +1,273 @@
+package snapshot
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bridgecdc/bridge/bridge/checkpoint"
+	"github.com/bridgecdc/bridge/sources"
+)
+
+// The worker that takes requests and reads chunks between watermarks.
+
+// work reads chunks one at a time, each after the previous one reached the
+// stream, and takes requests from the bucket.
+func (r *snapRun) work(ctx context.Context) {
+	poll := time.NewTicker(r.m.opts.Poll)
+	defer poll.Stop()
+	prog := time.NewTicker(r.m.opts.ProgressInterval)
+	defer prog.Stop()
+	fails := 0
+	for ctx.Err() == nil {
+		if err := r.takeRequests(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("reading snapshot requests", "err", err)
+		}
+		select {
+		case <-prog.C:
+			r.m.logProgress(r.log)
+		default:
+		}
+		ti, tbl, after, ok, err := r.next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			r.log.Warn("snapshot step failed; retrying", "err", err)
+			fails++
+			if !sleepCtx(ctx, time.Duration(min(fails, 10))*time.Second) {
+				return
+			}
+			continue
+		}
+		if !ok {
+			select {
+			case <-ctx.Done():
+				return
+			case <-poll.C:
+			case <-r.wake:
+			case <-prog.C:
+				r.m.logProgress(r.log)
+			}
+			continue
+		}
+		if err := r.readChunk(ctx, ti, tbl, after); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			fails++
+			r.log.Warn("reading a snapshot chunk failed; retrying", "table", tbl.Name(), "err", err, "attempt", fails)
+			if !sleepCtx(ctx, time.Duration(min(fails, 10))*time.Second) {
+				return
+			}
+			continue
+		}
+		fails = 0
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// next returns the next chunk to read: the table index and where to start.
+// It starts queued snapshots and resolves their tables. ok is false when
+// there is nothing to read now.
+func (r *snapRun) next(ctx context.Context) (int, sources.SnapshotTable, []string, bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.st.Current == nil && len(r.st.Queue) > 0 {
+		q := r.st.Queue[0]
+		r.st.Queue = r.st.Queue[1:]
+		r.st.Current = newRun(q.ID, q.Reason, r.epoch, q.Tables)
+		rev, err := r.m.save(ctx, &r.st, r.rev)
+		if err != nil {
+			return 0, sources.SnapshotTable{}, nil, false, err
+		}
+		r.rev = rev
+		r.resetCursors()
+	}
+	cur := r.st.Current
+	if cur == nil {
+		return 0, sources.SnapshotTable{}, nil, false, nil
+	}
+	if !cur.Resolved {
+		// Resolving may count rows: not under the lock Ack needs.
+		r.mu.Unlock()
+		tables, err := r.sn.SnapshotTables(ctx, cur.Request)
+		r.mu.Lock()
+		if r.st.Current != cur {
+			return 0, sources.SnapshotTable{}, nil, false, nil // replaced meanwhile; look again
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return 0, sources.SnapshotTable{}, nil, false, err
+			}
+			if cur.Reason == "initial" && sources.IsSetup(err) {
+				// The initial snapshot cannot be taken: stop with the fix.
+				r.fatal = fmt.Errorf("initial snapshot: %w", err)
+				r.cancel()
+				return 0, sources.SnapshotTable{}, nil, false, nil
+			}
+			if sources.IsSetup(err) {
+				now := time.Now().UTC()
+				cur.Error, cur.Finished = err.Error(), &now
+				r.st.Last, r.st.Current = cur, nil
+				r.log.Error("snapshot request refused", "snapshot", cur.ID, "tables", cur.Request, "err", err)
+				rev, serr := r.m.save(ctx, &r.st, r.rev)
+				if serr != nil {
+					return 0, sources.SnapshotTable{}, nil, false, serr
+				}
+				r.rev = rev
+				r.resetCursors()
+				return 0, sources.SnapshotTable{}, nil, false, nil
+			}
+			return 0, sources.SnapshotTable{}, nil, false, err
+		}
+		cur.Tables = cur.Tables[:0]
+		for _, t := range tables {
+			cur.Tables = append(cur.Tables, Table{Table: t.Name(), Key: t.Key, Estimate: t.Estimate})
+		}
+		cur.Resolved = true
+		// No chunk of this snapshot is in the stream yet: its rows all
+		// come after the checkpoint's cursors.
+		if cur.ScanFrom, err = r.m.ckptCursors(ctx); err != nil {
+			return 0, sources.SnapshotTable{}, nil, false, err
+		}
+		if len(tables) == 0 {
+			now := time.Now().UTC()
+			cur.Finished = &now
+			r.st.Last, r.st.Current = cur, nil
+		}
+		rev, err := r.m.save(ctx, &r.st, r.rev)
+		if err != nil {
+			return 0, sources.SnapshotTable{}, nil, false, err
+		}
+		r.rev = rev
+		r.resetCursors()
+		r.checkStop()
+		names := make([]string, len(tables))
+		for i, t := range tables {
+			names[i] = t.Name()
+		}
+		r.log.Info("snapshot started", "snapshot", cur.ID, "reason", cur.Reason, "tables", names, "chunk_size", r.m.opts.ChunkSize)
+		if r.st.Current == nil {
+			return 0, sources.SnapshotTable{}, nil, false, nil
+		}
+	}
+	for i := range cur.Tables {
+		if !r.memDone[i] {
+			return i, cur.Tables[i].source(), *r.cursor[i], true, nil
+		}
+	}
+	return 0, sources.SnapshotTable{}, nil, false, nil
+}
+
+// readChunk reads one chunk and waits until the reader put it into the
+// stream (or dropped it).
+func (r *snapRun) readChunk(ctx context.Context, ti int, tbl sources.SnapshotTable, after []string) error {
+	r.mu.Lock()
+	runID := r.st.Current.ID
+	r.mu.Unlock()
+	p := &pendingChunk{id: runID + "." + checkpoint.NewEpoch(), table: ti, tbl: tbl, keys: map[string]struct{}{},
+		ready: make(chan struct{}), emitted: make(chan struct{}), started: time.Now()}
+	r.mu.Lock()
+	r.pending = p
+	r.mu.Unlock()
+	r.m.chunkRead(tbl.Name(), tbl.Estimate, after)
+	ch, err := r.sn.ReadChunk(ctx, tbl, after, r.m.opts.ChunkSize, p.id)
+	p.chunk, p.err = ch, err
+	close(p.ready)
+	if err != nil {
+		r.mu.Lock()
+		if r.pending == p {
+			r.pending = nil
+		}
+		r.mu.Unlock()
+		return err
+	}
+	select {
+	case <-p.emitted:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if p.retry || p.chunk == nil {
+		return nil // same range again
+	}
+	r.mu.Lock()
+	if len(ch.Last) > 0 {
+		*r.cursor[ti] = ch.Last
+	}
+	if p.done {
+		r.memDone[ti] = true
+	}
+	r.mu.Unlock()
+	return nil
+}
+
+// takeRequests moves `bridge snapshot` requests from the bucket into the
+// queue.
+func (r *snapRun) takeRequests(ctx context.Context) error {
+	prefix := checkpoint.Key(r.m.bridge, r.m.source) + ".snapreq."
+	lister, err := r.m.kv.ListKeysFiltered(ctx, prefix+"*")
+	if err != nil {
+		return err
+	}
+	var keys []string
+	for k := range lister.Keys() {
+		keys = append(keys, k)
+	}
+	_ = lister.Stop()
+	if len(keys) == 0 {
+		return nil
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		e, err := r.m.kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		var req Request
+		if err := json.Unmarshal(e.Value(), &req); err != nil || req.ID == "" {
+			r.log.Warn("ignoring an unreadable snapshot request", "key", k, "err", err)
+			_ = r.m.kv.Delete(ctx, k, jetstream.LastRevision(e.Revision()))
+			continue
+		}
+		r.mu.Lock()
+		if !slices.Contains(r.st.Handled, req.ID) {
+			req.Reason = "request"
+			r.st.Queue = append(r.st.Queue, req)
+			r.st.Handled = append(r.st.Handled, req.ID)
+			if len(r.st.Handled) > 50 {
+				r.st.Handled = r.st.Handled[len(r.st.Handled)-50:]
+			}
+			rev, err := r.m.save(ctx, &r.st, r.rev)
+			if err != nil {
+				r.mu.Unlock()
+				return err
+			}
+			r.rev = rev
+			r.log.Info("snapshot requested", "snapshot", req.ID, "tables", req.Tables)
+		}
+		r.mu.Unlock()
+		if err := r.m.kv.Delete(ctx, k, jetstream.LastRevision(e.Revision())); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,426 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/bridge/checkpoint"
+	"github.com/bridgecdc/bridge/bridge/pgslot"
+	"github.com/bridgecdc/bridge/bridge/snapshot"
+	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/internal/natsconn"
+	"github.com/bridgecdc/bridge/internal/natsembed"
+	"github.com/bridgecdc/bridge/sinks"
+)
+
+// Report is what `bridge status` reports; `-o json` prints it with
+// these field names, which are stable. Unknown values are null.
+type Report struct {
+	// Bridge is the bridge name.
+	Bridge string `json:"bridge"`
+	// NATS is the NATS server the checkpoint was read from (credentials
+	// redacted); for an embedded server that was not running, the one
+	// status started on its store for the time of the query.
+	NATS string `json:"nats"`
+	// OK is true when every query succeeded.
+	OK bool `json:"ok"`
+	// Sources are sorted by name.
+	Sources []Source `json:"sources"`
+}
+
+// Source is one source's state.
+type Source struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+	// Slot is null for a source without a dsn, or when Postgres could not be
+	// queried.
+	Slot *Slot `json:"slot"`
+	// Checkpoint is null when NATS could not be queried.
+	Checkpoint *Checkpoint `json:"checkpoint"`
+	// Streams are the nats_jetstream sinks the source's routes reach.
+	Streams []Stream `json:"streams"`
+	// LagBytes is the WAL between the server's WAL end and the checkpoint;
+	// null when either is unknown.
+	LagBytes *uint64 `json:"lag_bytes"`
+	// Errors are the queries that failed, credentials redacted.
+	Errors []string `json:"errors"`
+	// Snapshot is the snapshot progress; null when the
+	// source never snapshotted or NATS could not be queried.
+	Snapshot *snapshot.Status `json:"snapshot"`
+}
+
+// Slot is the source's replication slot (pg_replication_slots).
+type Slot struct {
+	Name              string `json:"name"`
+	Exists            bool   `json:"exists"`
+	Active            bool   `json:"active"`
+	ActivePID         int    `json:"active_pid"`
+	ConfirmedFlushLSN string `json:"confirmed_flush_lsn"`
+	RestartLSN        string `json:"restart_lsn"`
+	RetainedWALBytes  uint64 `json:"retained_wal_bytes"`
+	WALStatus         string `json:"wal_status"`
+	SafeWALBytes      *int64 `json:"safe_wal_bytes"`
+	CurrentWALLSN     string `json:"current_wal_lsn"`
+}
+
+// Checkpoint is the source's checkpoint in the KV bucket.
+type Checkpoint struct {
+	Bucket     string     `json:"bucket"`
+	Key        string     `json:"key"`
+	Exists     bool       `json:"exists"`
+	LSN        string     `json:"lsn"`
+	Epoch      string     `json:"epoch"`
+	Run        string     `json:"run"`
+	UpdatedAt  *time.Time `json:"updated_at"`
+	AgeSeconds *float64   `json:"age_seconds"`
+}
+
+// Stream is a JetStream stream a source's changes go to.
+type Stream struct {
+	Sink     string     `json:"sink"`
+	Stream   string     `json:"stream"`
+	Exists   bool       `json:"exists"`
+	Messages uint64     `json:"messages"`
+	Bytes    uint64     `json:"bytes"`
+	FirstSeq uint64     `json:"first_seq"`
+	LastSeq  uint64     `json:"last_seq"`
+	LastTime *time.Time `json:"last_time"`
+	Error    string     `json:"error,omitempty"`
+}
+
+// Query reads the state of every source of cfg. It needs no running
+// bridge. With nats.url empty (embedded server) it connects to
+// nats://<nats.embedded.host>:<port> when something answers there; when the
+// port is free, the bridge is not running, and it starts the embedded server
+// on its store for the duration of the query. With port -1 it cannot find a
+// running server, and reports the checkpoint and streams as unknown rather
+// than risk opening a store a running bridge uses.
+func Query(ctx context.Context, cfg *config.Config) *Report {
+	rep := &Report{Bridge: cfg.Name, OK: true}
+	conns := map[string]*nats.Conn{}
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	url, stop, natsErr := FindNATS(cfg)
+	if stop != nil {
+		defer stop()
+	}
+	rep.NATS = config.Redact(url)
+	base := sinks.NATSEnv{URL: url, Creds: cfg.NATS.Creds, User: cfg.NATS.User, Password: cfg.NATS.Password, Token: cfg.NATS.Token}
+	connect := func(ne sinks.NATSEnv) (jetstream.JetStream, error) {
+		key := strings.Join([]string{ne.URL, ne.Creds, ne.User, ne.Password, ne.Token}, "\x00")
+		nc, ok := conns[key]
+		if !ok {
+			opts := append([]nats.Option{nats.Name("bridge " + cfg.Name + " status"), nats.Timeout(5 * time.Second), nats.MaxReconnects(0)}, natsconn.AuthOptions(ne)...)
+			var err error
+			if nc, err = nats.Connect(ne.URL, opts...); err != nil {
+				return nil, fmt.Errorf("connecting to NATS at %s: %w", config.Redact(ne.URL), err)
+			}
+			conns[key] = nc
+		}
+		return jetstream.New(nc)
+	}
+
+	for _, name := range slices.Sorted(maps.Keys(cfg.Sources)) {
+		sc := cfg.Sources[name]
+		st := Source{Name: name, Type: sc.Type, Streams: []Stream{}, Errors: []string{}}
+		fail := func(err error) { st.Errors = append(st.Errors, err.Error()) }
+
+		var walEnd uint64
+		if src, ok := pgslot.SourceOf(name, sc); ok {
+			if row, err := pgslot.ReadOnce(ctx, src, "bridge:status"); err != nil {
+				fail(err)
+			} else {
+				st.Slot = &Slot{
+					Name: src.Slot, Exists: row.Exists, Active: row.Active, ActivePID: row.ActivePID,
+					RetainedWALBytes: row.Retained(), WALStatus: row.WALStatus, SafeWALBytes: row.SafeWALSize,
+					CurrentWALLSN: row.CurrentWAL.String(),
+				}
+				if row.Exists {
+					st.Slot.ConfirmedFlushLSN, st.Slot.RestartLSN = row.ConfirmedFlush.String(), row.RestartLSN.String()
+				}
+				walEnd = uint64(row.CurrentWAL)
+			}
+		}
+
+		if natsErr != nil {
+			fail(natsErr)
+		} else if js, err := connect(base); err != nil {
+			fail(err)
+		} else if cs, err := statusCheckpoint(ctx, js, cfg.Checkpoint.Bucket, checkpoint.Key(cfg.Name, name)); err != nil {
+			fail(err)
+		} else {
+			st.Checkpoint = cs
+			if ss, err := snapshot.ReadStatus(ctx, js, cfg.Checkpoint.Bucket, cfg.Name, name); err != nil {
+				fail(err)
+			} else {
+				st.Snapshot = ss
+			}
+			if cs.Exists && walEnd != 0 {
+				l, _ := cdc.ParseLSN(cs.LSN)
+				lag := uint64(0)
+				if walEnd > uint64(l) {
+					lag = walEnd - uint64(l)
+				}
+				st.LagBytes = &lag
+			}
+		}
+
+		for _, sn := range sinksOf(cfg, name) {
+			sk := cfg.Sinks[sn]
+			if sk.Type != "nats_jetstream" {
+				continue
+			}
+			stream, _ := sk.Config["stream"].(string)
+			ss := Stream{Sink: sn, Stream: stream}
+			ne := base
+			if u, _ := sk.Config["url"].(string); u != "" {
+				ne = sinks.NATSEnv{URL: u}
+				ne.Creds, _ = sk.Config["creds"].(string)
+				ne.User, _ = sk.Config["user"].(string)
+				ne.Password, _ = sk.Config["password"].(string)
+				ne.Token, _ = sk.Config["token"].(string)
+			} else if natsErr != nil {
+				ss.Error = natsErr.Error()
+				st.Streams = append(st.Streams, ss)
+				continue
+			}
+			if err := statusStream(ctx, connect, ne, &ss); err != nil {
+				ss.Error = err.Error()
+				fail(fmt.Errorf("stream %q of sink %q: %w", stream, sn, err))
+			}
+			st.Streams = append(st.Streams, ss)
+		}
+		if len(st.Errors) > 0 {
+			rep.OK = false
+		}
+		rep.Sources = append(rep.Sources, st)
+	}
+	return rep
+}
+
+// sinksOf returns the names of the sinks the routes send source's changes
+// to, sorted.
+func sinksOf(cfg *config.Config, source string) []string {
+	seen := map[string]bool{}
+	for _, r := range cfg.Routes {
+		if len(r.Match.Sources) > 0 && !slices.Contains(r.Match.Sources, source) {
+			continue
+		}
+		for _, s := range r.Sinks {
+			seen[s] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(seen))
+}
+
+func statusCheckpoint(ctx context.Context, js jetstream.JetStream, bucket, key string) (*Checkpoint, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cs := &Checkpoint{Bucket: bucket, Key: key}
+	kv, err := js.KeyValue(ctx, bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return cs, nil // never started
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening checkpoint bucket %q: %w", bucket, err)
+	}
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return cs, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading checkpoint %q: %w", key, err)
+	}
+	var s checkpoint.State
+	if err := s.UnmarshalJSON(e.Value()); err != nil {
+		return nil, fmt.Errorf("decoding checkpoint %q: %w", key, err)
+	}
+	cs.Exists, cs.LSN, cs.Epoch, cs.Run = true, s.LSN.String(), s.Epoch, s.Run
+	if !s.UpdatedAt.IsZero() {
+		at := s.UpdatedAt.UTC()
+		age := time.Since(at).Seconds()
+		cs.UpdatedAt, cs.AgeSeconds = &at, &age
+	}
+	return cs, nil
+}
+
+func statusStream(ctx context.Context, connect func(sinks.NATSEnv) (jetstream.JetStream, error), ne sinks.NATSEnv, ss *Stream) error {
+	if ss.Stream == "" {
+		return errors.New("the sink has no stream")
+	}
+	js, err := connect(ne)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, ss.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return err
+	}
+	ss.Exists = true
+	ss.Messages, ss.Bytes, ss.FirstSeq, ss.LastSeq = info.State.Msgs, info.State.Bytes, info.State.FirstSeq, info.State.LastSeq
+	if !info.State.LastTime.IsZero() {
+		t := info.State.LastTime.UTC()
+		ss.LastTime = &t
+	}
+	return nil
+}
+
+// FindNATS returns the URL of cfg's NATS server for a helper command, and a
+// stop function when it started the embedded server itself (nats.url
+// empty and nothing listening on the embedded server's address).
+func FindNATS(cfg *config.Config) (string, func(), error) {
+	if cfg.NATS.URL != "" {
+		return cfg.NATS.URL, nil, nil
+	}
+	e := cfg.NATS.Embedded
+	host := e.Host
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	if e.Port == -1 {
+		return "", nil, errors.New("nats.embedded.port is -1 (any free port): status cannot find a running embedded server; set a fixed port, or nats.url")
+	}
+	port := e.Port
+	if port == 0 {
+		port = 4222
+	}
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	url := "nats://" + addr
+	if c, err := net.DialTimeout("tcp", addr, 2*time.Second); err == nil {
+		_ = c.Close()
+		return url, nil, nil // the bridge (or another server) is running there
+	}
+	store := e.StoreDir
+	if store == "" {
+		store = filepath.Join(cfg.DataDir, "nats")
+	}
+	srv, err := natsembed.Start(natsembed.Options{Host: host, Port: port, StoreDir: store})
+	if err != nil {
+		return url, nil, fmt.Errorf("nothing answers at %s, and starting the embedded server on %s failed: %w", url, store, err)
+	}
+	stop := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = srv.Shutdown(ctx)
+		cancel()
+	}
+	return srv.URL(), stop, nil
+}
+
+// Print writes rep for people.
+func Print(w io.Writer, rep *Report) {
+	fmt.Fprintf(w, "bridge %s (NATS %s)\n", rep.Bridge, orDash(rep.NATS))
+	for _, s := range rep.Sources {
+		fmt.Fprintf(w, "\nsource %s (%s)\n", s.Name, s.Type)
+		if sl := s.Slot; sl != nil {
+			if !sl.Exists {
+				fmt.Fprintf(w, "  slot        %s: does not exist (WAL end %s)\n", sl.Name, sl.CurrentWALLSN)
+			} else {
+				act := "inactive"
+				if sl.Active {
+					act = fmt.Sprintf("active (pid %d)", sl.ActivePID)
+				}
+				fmt.Fprintf(w, "  slot        %s: %s, confirmed_flush %s, restart %s, retained %s, wal_status %s\n",
+					sl.Name, act, sl.ConfirmedFlushLSN, sl.RestartLSN, humanBytes(sl.RetainedWALBytes), orDash(sl.WALStatus))
+			}
+		}
+		if c := s.Checkpoint; c != nil {
+			if !c.Exists {
+				fmt.Fprintf(w, "  checkpoint  none yet (%s in bucket %s)\n", c.Key, c.Bucket)
+			} else {
+				age := ""
+				if c.AgeSeconds != nil {
+					age = fmt.Sprintf(", written %s ago", (time.Duration(*c.AgeSeconds * float64(time.Second))).Round(time.Second))
+				}
+				fmt.Fprintf(w, "  checkpoint  %s, epoch %s%s\n", c.LSN, c.Epoch, age)
+			}
+		}
+		if s.LagBytes != nil {
+			fmt.Fprintf(w, "  lag         %s\n", humanBytes(*s.LagBytes))
+		}
+		printSnapshotStatus(w, s.Snapshot)
+		for _, st := range s.Streams {
+			switch {
+			case st.Error != "":
+				fmt.Fprintf(w, "  stream      %s (sink %s): %s\n", st.Stream, st.Sink, st.Error)
+			case !st.Exists:
+				fmt.Fprintf(w, "  stream      %s (sink %s): does not exist yet\n", st.Stream, st.Sink)
+			default:
+				fmt.Fprintf(w, "  stream      %s (sink %s): %d messages, %s, last seq %d\n", st.Stream, st.Sink, st.Messages, humanBytes(st.Bytes), st.LastSeq)
+			}
+		}
+		for _, e := range s.Errors {
+			fmt.Fprintf(w, "  error       %s\n", e)
+		}
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func humanBytes(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+func printSnapshotStatus(w io.Writer, s *snapshot.Status) {
+	if s == nil {
+		return
+	}
+	state := "none running"
+	if s.Running {
+		state = fmt.Sprintf("%s (%s) running", s.ID, s.Reason)
+	} else if s.LastID != "" {
+		state = fmt.Sprintf("last %s (%s) finished", s.LastID, s.Reason)
+		if s.LastError != "" {
+			state += ": " + s.LastError
+		}
+	}
+	if s.Queued > 0 {
+		state += fmt.Sprintf(", %d queued", s.Queued)
+	}
+	fmt.Fprintf(w, "  snapshot    %s\n", state)
+	for _, t := range s.Tables {
+		eta := "unknown"
+		if t.ETASeconds != nil {
+			eta = (time.Duration(*t.ETASeconds) * time.Second).String()
+		}
+		fmt.Fprintf(w, "    %s: %d/%d rows, %.0f rows/s, eta %s, done %t\n", t.Table, t.Rows, t.Estimate, t.RowsPerS, eta, t.Done)
+	}
+}
