@@ -7,7 +7,80 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/sinks/internal/natsconn"
 )
+
+// toMsg builds the message of c: its subject and payload as the router set
+// them, the change's own headers (except "Nats-*" ones, which would steer
+// JetStream), and the bridge's headers. The message comes from s.hdrs (see
+// recycle); the bridge's header values share one string.
+func (s *Sink) toMsg(c *cdc.Change) *nats.Msg {
+	m, _ := s.buildMsg(c)
+	return m
+}
+
+// buildMsg is toMsg, also returning the size of the header block it built
+// (natsconn.HeaderSize of the message's header, without computing it again).
+func (s *Sink) buildMsg(c *cdc.Change) (*nats.Msg, int) {
+	m := s.newMsg(len(c.Headers) + 9) // +1: Nats-Expected-Stream
+	h := m.Header
+	size := len("NATS/1.0\r\n\r\n")
+	for k, v := range c.Headers {
+		if !natsconn.ValidHeader(k, v) {
+			s.log.Warn("dropping an invalid or reserved header", "change", c.ID(), "header", k)
+			continue
+		}
+		if ownHeader(k) {
+			continue // set below, to the bridge's value
+		}
+		h[k] = []string{v}
+		size += len(k) + len(v) + 4
+	}
+	// The bridge's own keys: a recycled map holds each with a slice of its
+	// own (see ownHeader), overwritten in place.
+	set := func(k, v string) {
+		if vs := h[k]; len(vs) == 1 {
+			vs[0] = v
+		} else {
+			h[k] = []string{v}
+		}
+		size += len(k) + len(v) + 4
+	}
+	// id, commit LSN, seq, tx size, xid and table in one string.
+	var b [160]byte
+	buf := appendID(b[:0], c)
+	ends := [6]int{len(buf)}
+	buf = c.CommitLSN.Append(buf)
+	ends[1] = len(buf)
+	buf = strconv.AppendUint(buf, uint64(c.Seq), 10)
+	ends[2] = len(buf)
+	buf = strconv.AppendUint(buf, uint64(c.TxSize), 10)
+	ends[3] = len(buf)
+	buf = strconv.AppendUint(buf, uint64(c.Xid), 10)
+	ends[4] = len(buf)
+	table := c.Op != cdc.OpMessage && c.Table != ""
+	if table {
+		buf = append(buf, c.Schema...)
+		buf = append(buf, '.')
+		buf = append(buf, c.Table...)
+	}
+	ends[5] = len(buf)
+	all := string(buf)
+	set(jetstream.MsgIDHeader, all[:ends[0]])
+	set(HeaderCommitLSN, all[ends[0]:ends[1]])
+	set(HeaderSeq, all[ends[1]:ends[2]])
+	set(HeaderTxSize, all[ends[2]:ends[3]])
+	set(HeaderXid, all[ends[3]:ends[4]])
+	if table {
+		set(HeaderTable, all[ends[4]:ends[5]])
+	} else {
+		delete(h, HeaderTable)
+	}
+	set(HeaderOp, string(c.Op))
+	set(HeaderRun, s.run)
+	m.Subject, m.Data = c.Subject, c.Payload
+	return m, size
+}
 
 // newMsg returns a message to fill, reused from an acknowledged one when
 // one is available. Its header map may still hold the keys of ownHeader,

@@ -1,0 +1,219 @@
+// The decode and backlog phases: a workload loaded behind slots made before
+// it, then read to its end by pg_recvlogical, by SQL decoding and by the
+// bridge.
+
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/bridgecdc/bridge/bench"
+)
+
+func (r *runner) workload(ctx context.Context, w string, decode, backlog, w2j bool) error {
+	o := r.o
+	slots := map[string]string{"pgoutput": "bench_" + w + "_pgoutput", "wal2json": "bench_" + w + "_wal2json", "bridge": "bench_" + w + "_bridge",
+		"bridge_w2j": "bench_" + w + "_bridge_w2j", "sql": "bench_" + w + "_sql"}
+	// Every consumer gets a slot of its own, made before the load, so each
+	// reads the same backlog. For the js phase alone the bridge still runs
+	// the single backlog to learn the message size.
+	runBridge := backlog || (w == "single" && r.sample == nil && o.jsSize == 0 && o.has("js"))
+	if runBridge {
+		if err := r.pg.CreateSlot(ctx, slots["bridge"], "pgoutput"); err != nil {
+			return err
+		}
+	}
+	w2jBridge := backlog && w2j // the bridge with its wal2json source too
+	if w2jBridge {
+		if err := r.pg.CreateSlot(ctx, slots["bridge_w2j"], "wal2json"); err != nil {
+			return err
+		}
+	}
+	if decode {
+		for _, k := range []string{"pgoutput", "sql"} {
+			if err := r.pg.CreateSlot(ctx, slots[k], "pgoutput"); err != nil {
+				return err
+			}
+		}
+		if w2j {
+			if err := r.pg.CreateSlot(ctx, slots["wal2json"], "wal2json"); err != nil {
+				return err
+			}
+		}
+	}
+	var load bench.Load
+	var err error
+	if w == "single" {
+		logf("loading %d single-row transactions", o.single)
+		load, err = r.pg.LoadSingle(ctx, o.single)
+	} else {
+		logf("loading %d transactions of %d rows", o.bigTxns, o.bigRows)
+		load, err = r.pg.LoadBig(ctx, o.bigTxns, o.bigRows)
+	}
+	if err != nil {
+		return err
+	}
+	logf("loaded %d changes in %s (WAL end %s)", load.Changes, load.Elapsed.Round(time.Millisecond), load.EndLSN)
+	r.res.Loads = append(r.res.Loads, load)
+	if decode {
+		plugins := []string{"pgoutput"}
+		if w2j {
+			plugins = append(plugins, "wal2json")
+		}
+		for _, p := range plugins {
+			r.quiet()
+			win := bench.StartWindow()
+			d, err := r.pg.RecvLogical(ctx, slots[p], p, load.EndLSN, load.Changes)
+			if err != nil {
+				return err
+			}
+			other := win.Other(d.Walsender + d.RecvLogical)
+			logf("pg_recvlogical %s: %d changes in %s = %.0f changes/s (walsender CPU %s)", p, d.Changes, d.Wall.Round(time.Millisecond), d.Rate(), d.Walsender)
+			r.res.Decodes[w] = append(r.res.Decodes[w], Decode{Decode: d, Rate: d.Rate(), Other: other})
+			_ = r.pg.DropSlot(ctx, slots[p])
+		}
+		r.quiet()
+		win := bench.StartWindow()
+		d, err := r.pg.SQLDecode(ctx, slots["sql"], load.Changes)
+		if err != nil {
+			return err
+		}
+		other := win.Other(d.Walsender)
+		logf("pg_logical_slot_get_binary_changes: %d changes in %s = %.0f changes/s", d.Changes, d.Wall.Round(time.Millisecond), d.Rate())
+		r.res.Decodes[w] = append(r.res.Decodes[w], Decode{Decode: d, Rate: d.Rate(), Other: other})
+		_ = r.pg.DropSlot(ctx, slots["sql"])
+	}
+	if runBridge {
+		b, err := r.bridgeBacklog(ctx, w, "pgoutput", slots["bridge"], load.Changes)
+		if err != nil {
+			return err
+		}
+		r.res.Backlogs = append(r.res.Backlogs, b)
+		_ = r.pg.DropSlot(ctx, slots["bridge"])
+	}
+	if w2jBridge {
+		b, err := r.bridgeBacklog(ctx, w, "wal2json", slots["bridge_w2j"], load.Changes)
+		if err != nil {
+			return err
+		}
+		r.res.Backlogs = append(r.res.Backlogs, b)
+		_ = r.pg.DropSlot(ctx, slots["bridge_w2j"])
+	}
+	return nil
+}
+
+func (r *runner) bridgeBacklog(ctx context.Context, w, plugin, slot string, n int) (Backlog, error) {
+	b := Backlog{Workload: w, Plugin: plugin, Changes: n}
+	name := w
+	if plugin != "pgoutput" {
+		name = w + "_" + plugin
+	}
+	stream := "BENCH_" + strings.ToUpper(name)
+	cfg := bench.BridgeConfig{Name: "bench_" + name, Slot: slot, Plugin: plugin, Stream: stream, Subject: "bench." + name,
+		DSN: r.pg.Server.DSN(""), NATSURL: r.ns.URL(), DataDir: filepath.Join(r.work, "data_"+name)}
+	path, err := cfg.Write(r.work)
+	if err != nil {
+		return b, err
+	}
+	bin := r.o.bridgeBin
+	env := append([]string(nil), r.o.bridgeEnv...)
+	if r.o.profile != "" {
+		bin = r.o.profBin
+		_ = os.MkdirAll(r.o.profile, 0o755)
+		b.CPUProfile = filepath.Join(r.o.profile, "cpu-"+name+".pprof")
+		b.AllocProfile = filepath.Join(r.o.profile, "allocs-"+name+".pprof")
+		_ = os.Remove(b.CPUProfile)
+		env = append(env, "BENCH_CPUPROFILE="+b.CPUProfile, "BENCH_MEMPROFILE="+b.AllocProfile,
+			"BENCH_HEAPPROFILE="+filepath.Join(r.o.profile, "heap-"+name+".pprof"))
+	}
+	r.quiet()
+	win := bench.StartWindow()
+	nsBefore, err := bench.ReadCPU(r.ns.PID())
+	if err != nil {
+		return b, err
+	}
+	logf("bridge (%s): backlog %s, %d changes", plugin, w, n)
+	p, err := bench.StartBridge(bin, path, filepath.Join(r.work, "bridge-"+w+".log"), env...)
+	if err != nil {
+		return b, err
+	}
+	defer p.Stop(30 * time.Second)
+	alive := func() bool { return p.Exited() == nil }
+	ws, err := r.pg.WaitSlotPID(ctx, slot, time.Minute, alive)
+	if err != nil {
+		if e := p.Exited(); e != nil {
+			return b, e
+		}
+		return b, err
+	}
+	within := max(3*time.Minute, time.Duration(n/500)*time.Second)
+	at, err := bench.WaitStoredFirst(ctx, r.js, stream, n, within, r.o.poll, p.Exited, func(got uint64) {
+		if c, err := bench.ReadCPU(p.PID()); err == nil {
+			b.BridgeAtFirst, b.FirstCount = c.Self, got
+		}
+	})
+	if err != nil {
+		return b, err
+	}
+	b.Wall = at.Sub(p.Start)
+	b.Rate = float64(n) / b.Wall.Seconds()
+	if c, err := bench.ReadCPU(p.PID()); err == nil {
+		b.Bridge, b.BridgeFaults = c.Self, c.Faults
+	}
+	// The walsender serving the slot now: a source that reconnected early
+	// has a later one than the first seen, which exited with little CPU
+	// (the wal2json source starts again without numbers-as-text when the
+	// installed wal2json does not know it, as Debian 12's 2.5 does not).
+	if now := r.pg.SlotPID(ctx, slot); now != 0 && now != ws {
+		if c, err := bench.ReadCPU(ws); err == nil {
+			b.Walsender = c.Self
+		}
+		ws = now
+	}
+	if c, err := bench.ReadCPU(ws); err == nil {
+		b.Walsender += c.Self
+	}
+	if c, err := bench.ReadCPU(r.ns.PID()); err == nil {
+		b.NATSServer, b.NATSServerFaults = c.Self-nsBefore.Self, c.Faults-nsBefore.Faults
+	}
+	b.PeakRSS, _ = bench.PeakRSS(p.PID())
+	b.Other = win.Other(b.Bridge + b.Walsender + b.NATSServer)
+	b.Cores = float64(b.Bridge+b.Walsender+b.NATSServer) / float64(b.Wall)
+	if r.o.profile != "" {
+		_ = p.Signal(syscall.SIGUSR1)
+		waitFile(b.CPUProfile, 10*time.Second)
+	}
+	if err := p.Stop(30 * time.Second); err != nil {
+		r.fail("bridge %s: stopping: %v", w, err)
+	}
+	logf("bridge: %d changes stored %s after start = %.0f changes/s; reading the stream back", n, b.Wall.Round(time.Millisecond), b.Rate)
+	time.Sleep(500 * time.Millisecond) // anything published late would show now
+	b.StoredAfter, _ = bench.StreamMsgs(ctx, r.js, stream)
+	v, err := bench.Verify(ctx, r.js, stream, false)
+	if err != nil {
+		return b, err
+	}
+	b.Verified = v
+	if !v.First.IsZero() {
+		b.FirstStored = v.First.Sub(p.Start)
+		if d := v.Last.Sub(v.First); d > 0 {
+			b.SteadyRate = float64(v.Msgs-1) / d.Seconds()
+		}
+	}
+	if !v.OK(n) || b.StoredAfter != uint64(n) {
+		r.fail("bridge %s: stream holds %d messages (want %d): %d duplicates, %d out of order, %d bad ids",
+			w, b.StoredAfter, n, v.Duplicates, v.OutOfOrder, v.BadIDs)
+	}
+	if w == "single" && r.sample == nil {
+		s := v.Sample
+		r.sample = &s
+		r.size = int(v.PayloadBytes + 0.5)
+	}
+	bench.DeleteStream(ctx, r.js, stream)
+	return b, nil
+}
