@@ -1,6 +1,6 @@
 // Package plugins blank-imports every compiled-in source and sink, so that a
 // binary gets the standard set with one import. A custom binary imports this
-// package plus its own plugin packages (see the README).
+// package plus its own plugin packages (docs/custom-sinks.md).
 package plugins
 
 import (

@@ -1,9 +1,3 @@
-// Package format encodes changes for the wire: the native encoding
-// (AppendNative), the Debezium PostgreSQL connector's change event envelope
-// (AppendDebezium) and CloudEvents 1.0 in structured JSON mode
-// (AppendCloudEvent). Each is one JSON object per change, written
-// append-style without reflection so that encoding a row costs no
-// allocations beyond growing the destination.
 package format
 
 import (

@@ -83,7 +83,7 @@ func (c *Config) defaults() {
 
 // Server serves feeds over HTTP: long-poll and server-sent events on
 // GET /v1/feed, the current position on GET /v1/position, /livez, /readyz
-// and its Prometheus metrics on /metrics (serve_metrics.go). docs/feeds.md
+// and its Prometheus metrics on /metrics (metrics.go). docs/feeds.md
 // documents the wire.
 type Server struct {
 	fs  *feeds.Feeds

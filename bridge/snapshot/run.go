@@ -209,7 +209,7 @@ func (r *snapRun) readCtx(ctx context.Context) context.Context {
 }
 
 // Buffered forwards the wrapped source's count of transactions Read
-// returns without blocking (see buffered in pipeline.go), so a snapshotting
+// returns without blocking (sources.Buffered), so a snapshotting
 // run still hands transactions over in runs.
 func (r *snapRun) Buffered() int {
 	if b, ok := r.Source.(sources.Buffered); ok {

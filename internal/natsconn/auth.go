@@ -1,5 +1,3 @@
-// Package natsconn turns the bridge's NATS settings into connection
-// options, for the runtime and the helper commands alike.
 package natsconn
 
 import (

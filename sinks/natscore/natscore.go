@@ -6,11 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/bridgecdc/bridge/sinks/internal/natsconn"
 	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/bridgecdc/bridge/internal/natsconn"
 
 	"github.com/nats-io/nats.go"
 

@@ -16,7 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
-	"github.com/bridgecdc/bridge/sinks/internal/natsconn"
+	"github.com/bridgecdc/bridge/internal/natsconn"
 )
 
 // HeaderPayloadObject names the object ("<bucket>/<name>") holding a payload

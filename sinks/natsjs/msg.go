@@ -7,7 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
-	"github.com/bridgecdc/bridge/sinks/internal/natsconn"
+	"github.com/bridgecdc/bridge/internal/natsconn"
 )
 
 // toMsg builds the message of c: its subject and payload as the router set

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
-	"github.com/bridgecdc/bridge/sinks/internal/natsconn"
+	"github.com/bridgecdc/bridge/internal/natsconn"
 )
 
 // TestToMsgRecycledHeaders checks the headers toMsg sets, also when the map

@@ -17,8 +17,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/internal/natsconn"
 	"github.com/bridgecdc/bridge/sinks"
-	"github.com/bridgecdc/bridge/sinks/internal/natsconn"
 )
 
 func init() {
@@ -32,7 +32,7 @@ func init() {
 		// on a busy 2-core machine. Against 1000: big pgoutput backlog
 		// median +12 % changes/s over six interleaved pairs (0 to +24 %
 		// per pair), single-row +9 to +16 %, about 35 MiB more RSS
-		// (docs/performance.md, fourth round).
+		// (measured with scripts/bench.sh; docs/performance.md, Levers).
 		Batch: config.Batch{MaxChanges: DefaultMaxChanges},
 	})
 }

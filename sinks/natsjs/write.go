@@ -16,8 +16,8 @@ import (
 	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/internal/natsconn"
 	"github.com/bridgecdc/bridge/sinks"
-	"github.com/bridgecdc/bridge/sinks/internal/natsconn"
 )
 
 // jsErrCodeAtomicDuplicate is the server's JSAtomicPublishContainsDuplicateMessageErr.

@@ -2,7 +2,7 @@ package pgrepl
 
 // Snapshots: chunked reads of the published tables between two watermarks
 // (DBLog); the runtime interleaves the chunks with the stream
-// (bridge/snapshot.go, docs/snapshots.md).
+// (bridge/snapshot, docs/snapshots.md).
 
 import (
 	"context"

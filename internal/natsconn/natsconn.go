@@ -1,4 +1,7 @@
-// Package natsconn dials NATS the way the bridge's NATS sinks need it: no
+// Package natsconn holds the bridge's NATS connection settings: the
+// options a NATS setting's credentials give (AuthOptions, for the runtime
+// and the helper commands), and Dial, which dials NATS the way the NATS
+// sinks need it: no
 // reconnect buffer (a publish during an outage fails instead of being sent
 // later behind a gap), unbounded reconnects on DESIGN.md §5's curve, a
 // flusher timeout so a server that stopped reading cannot hang a write, and

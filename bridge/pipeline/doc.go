@@ -1,0 +1,30 @@
+// Package pipeline streams one source into its sinks, exactly once and in
+// commit order (DESIGN.md §4):
+//
+//	source.Read → route → batches → sink.Write → marks → checkpoint.Save → source.Ack
+//
+// Run loops over runs (runOnce in pipeline.go); each run:
+//
+//  1. loads the checkpoint (a new epoch on first start), connects the
+//     sinks and asks each what it already holds past the checkpoint
+//     (sinks.Resumer), so nothing is sent twice, even past JetStream's
+//     duplicate window;
+//  2. opens the source at the checkpoint; a reader goroutine routes whole
+//     transactions (route.go) and hands them to the writer in parts of at
+//     most about 1,000 changes, bounded by a semaphore on changes;
+//  3. the writer (write.go) cuts batches by max_changes/max_wait, writes
+//     each to its sinks in order and publishes a mark once a whole
+//     transaction is written everywhere;
+//  4. a checkpointer saves the latest mark every checkpoint.interval with
+//     compare-and-set (a refusal means another instance took over: stop),
+//     and only then acks the position to Postgres (confirm.go).
+//
+// A transient failure ends the run; the next run starts from the checkpoint
+// after a backoff (bridge/retry). A fatal one (a fenced checkpoint, a
+// permanent sink error, a setup error, a deleted bucket) stops the pipeline
+// with the error. control.go handles the breaks of continuity (a lost slot,
+// an operator's resync) with a resync control message under a new epoch.
+//
+// The pipeline knows nothing of OpenTelemetry or Prometheus: an Observer
+// (bridge/telemetry's Pipe) is told what it routes, delivers and writes.
+package pipeline

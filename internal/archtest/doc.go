@@ -1,0 +1,3 @@
+// Package archtest checks the module's import rules (ARCHITECTURE.md,
+// "Rules"): its test fails when a package imports what its layer must not.
+package archtest
