@@ -20,6 +20,7 @@ import (
 	"github.com/bridgecdc/bridge/bridge/checkpoint"
 	"github.com/bridgecdc/bridge/bridge/pgslot"
 	"github.com/bridgecdc/bridge/bridge/pipeline"
+	"github.com/bridgecdc/bridge/bridge/retry"
 	"github.com/bridgecdc/bridge/bridge/route"
 	"github.com/bridgecdc/bridge/bridge/serve"
 	"github.com/bridgecdc/bridge/bridge/snapshot"
@@ -219,20 +220,9 @@ func (a *App) Start(ctx context.Context) error {
 		a.log.Info("embedded NATS server started", "url", url, "store_dir", store)
 	}
 	ne := sinks.NATSEnv{URL: url, Creds: nc.Creds, User: nc.User, Password: nc.Password, Token: nc.Token}
-	opts := []nats.Option{nats.Name("bridge " + a.cfg.Name + " checkpoints"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
-	opts = append(opts, natsconn.AuthOptions(ne)...)
-	conn, err := nats.Connect(url, opts...)
+	store, js, err := a.openCheckpoints(ctx, ne)
 	if err != nil {
-		return fmt.Errorf("connecting to NATS at %s: %w", config.Redact(url), err)
-	}
-	a.nc = conn
-	js, err := jetstream.New(conn)
-	if err != nil {
-		return fmt.Errorf("opening JetStream: %w", err)
-	}
-	store, err := checkpoint.Open(ctx, js, a.cfg.Checkpoint.Bucket, a.cfg.Checkpoint.Replicas)
-	if err != nil {
-		return fmt.Errorf("opening checkpoint bucket %q: %w", a.cfg.Checkpoint.Bucket, err)
+		return err
 	}
 	sinkNames := sortedKeys(a.cfg.Sinks)
 	sinkIndex := make(map[string]int, len(sinkNames))
@@ -291,6 +281,56 @@ func (a *App) Start(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// openCheckpoints connects to NATS and opens the checkpoint bucket. A
+// failure that may go away (NATS not up yet, a leader election) is retried
+// with retry.Backoff, each attempt logged with the next delay, while
+// /readyz says "starting"; a permanent one (credentials, a configuration
+// the server refuses) is returned at once with its fix.
+func (a *App) openCheckpoints(ctx context.Context, ne sinks.NATSEnv) (*checkpoint.Store, jetstream.JetStream, error) {
+	var bo retry.Backoff
+	for {
+		store, js, err := a.tryCheckpoints(ctx, ne)
+		if err == nil {
+			if bo.Attempt() > 0 {
+				a.log.Info("NATS reached", "url", config.Redact(ne.URL), "attempts", bo.Attempt()+1)
+			}
+			return store, js, nil
+		}
+		if _, permanent := retry.Permanent(err); permanent || ctx.Err() != nil {
+			return nil, nil, retry.Explain(err)
+		}
+		d := bo.Next(err)
+		a.log.Warn("cannot open the checkpoint bucket yet; retrying", "err", err, "attempt", bo.Attempt(), "in", d.String())
+		select {
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("stopped while waiting for NATS: %w", ctx.Err())
+		case <-time.After(d):
+		}
+	}
+}
+
+// tryCheckpoints is one attempt of openCheckpoints.
+func (a *App) tryCheckpoints(ctx context.Context, ne sinks.NATSEnv) (*checkpoint.Store, jetstream.JetStream, error) {
+	if a.nc == nil {
+		opts := []nats.Option{nats.Name("bridge " + a.cfg.Name + " checkpoints"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
+		opts = append(opts, natsconn.AuthOptions(ne)...)
+		conn, err := nats.Connect(ne.URL, opts...)
+		if err != nil {
+			return nil, nil, fmt.Errorf("connecting to NATS at %s: %w", config.Redact(ne.URL), err)
+		}
+		a.nc = conn
+	}
+	js, err := jetstream.New(a.nc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening JetStream: %w", err)
+	}
+	store, err := checkpoint.Open(ctx, js, a.cfg.Checkpoint.Bucket, a.cfg.Checkpoint.Replicas)
+	if err != nil {
+		return nil, nil, fmt.Errorf("checkpoint.bucket: %w", err)
+	}
+	return store, js, nil
 }
 
 // startTracing sets up the tracer provider unless WithTracerProvider gave

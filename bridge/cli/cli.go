@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"os"
@@ -35,22 +37,25 @@ func Main(opts ...app.Option) {
 	os.Exit(Execute(os.Args[1:], os.Stdout, os.Stderr, opts...))
 }
 
-// Execute runs the command line with args and returns the exit status.
+// Execute runs the command line with args and returns the exit status: 0
+// on success, 1 on failures, 2 on usage errors. Every error is printed
+// once, to stderr: a command prints what it reports itself (a
+// configuration's problem list, the log of `bridge run`); Execute prints
+// the others as one "bridge: ..." line with the fix, or with where to read
+// the usage.
 func Execute(args []string, stdout, stderr io.Writer, opts ...app.Option) int {
 	root := NewCommand(stdout, stderr, opts...)
 	root.SetArgs(args)
-	err := root.Execute()
+	cmd, err := root.ExecuteC()
 	if err == nil {
 		return 0
 	}
-	var ue usageError
-	if errors.As(err, &ue) {
+	printError(stderr, cmd, err)
+	if isUsage(err) {
 		return 2
 	}
 	return 1
 }
-
-type usageError struct{ error }
 
 // NewCommand builds the cobra command tree.
 func NewCommand(stdout, stderr io.Writer, opts ...app.Option) *cobra.Command {
@@ -64,6 +69,15 @@ func NewCommand(stdout, stderr io.Writer, opts ...app.Option) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
+	// An unknown command is a usage error; "bridge" alone prints the help.
+	root.SuggestionsMinimumDistance = 2
+	root.Args = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return nil
+		}
+		return unknownCommand(cmd, args[0])
+	}
+	root.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
 	root.PersistentFlags().StringVarP(&cfgPath, "config", "c", "bridge.yaml", "path to bridge.yaml")
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "", "override log.level (debug, info, warn, error)")
 
@@ -76,6 +90,9 @@ func NewCommand(stdout, stderr io.Writer, opts ...app.Option) *cobra.Command {
 			lo = append(lo, config.WithOverrides(map[string]any{"log.level": logLevel}))
 		}
 		cfg, err := config.Load(cfgPath, append(lo, co...)...)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, missingConfig{path: cfgPath, err: err}
+		}
 		var ferrs config.Errors
 		if err != nil && (cfg == nil || !errors.As(err, &ferrs)) {
 			return nil, nil, err
@@ -87,11 +104,15 @@ func NewCommand(stdout, stderr io.Writer, opts ...app.Option) *cobra.Command {
 		return nil, nil, mergeErrs(err, aerr)
 	}
 	load := func(extra ...app.Option) (*config.Config, *app.App, error) { return loadWith(nil, extra...) }
-	printErrs := func(err error) {
+	printErrs := func(err error) error {
+		if errors.As(err, new(missingConfig)) {
+			return err // one line, printed by Execute
+		}
 		fmt.Fprintf(stderr, "%s: invalid configuration:\n", cfgPath)
 		for _, line := range errorLines(err) {
 			fmt.Fprintf(stderr, "  %s\n", line)
 		}
+		return reported{err}
 	}
 
 	run := &cobra.Command{
@@ -101,14 +122,12 @@ func NewCommand(stdout, stderr io.Writer, opts ...app.Option) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, _, err := load()
 			if err != nil {
-				printErrs(err)
-				return err
+				return printErrs(err)
 			}
 			log := NewLogger(cfg.Log, stderr)
 			_, a, err := load(app.WithLogger(log))
 			if err != nil {
-				printErrs(err)
-				return err
+				return printErrs(err)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
@@ -117,15 +136,19 @@ func NewCommand(stdout, stderr io.Writer, opts ...app.Option) *cobra.Command {
 				log.Warn("telemetry", "err", config.Redact(err.Error()))
 			}))
 			if err := a.Start(ctx); err != nil {
-				log.Error("start failed", "err", err)
 				a.Close()
-				return err
+				if ctx.Err() != nil {
+					log.Info("stopped before the bridge was running", "why", context.Cause(ctx))
+					return nil
+				}
+				log.Error("start failed", "err", err)
+				return reported{err} // logged
 			}
 			log.Info("bridge running", "name", cfg.Name, "version", buildinfo.String(), "nats", config.Redact(a.NATSURL()))
 			err = a.Run(ctx)
 			if err != nil {
 				log.Error("bridge stopped", "err", err)
-				return err
+				return reported{err} // logged
 			}
 			log.Info("bridge stopped")
 			return nil
@@ -138,8 +161,7 @@ func NewCommand(stdout, stderr io.Writer, opts ...app.Option) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, _, err := load()
 			if err != nil {
-				printErrs(err)
-				return err
+				return printErrs(err)
 			}
 			fmt.Fprintf(stdout, "%s: ok (%d sources, %d sinks, %d routes)\n", cfgPath, len(cfg.Sources), len(cfg.Sinks), len(cfg.Routes))
 			return nil
@@ -198,8 +220,7 @@ store for the time of the query.`,
 			}
 			cfg, _, err := load()
 			if err != nil {
-				printErrs(err)
-				return err
+				return printErrs(err)
 			}
 			rep := status.Query(cmd.Context(), cfg)
 			if output == "json" {
@@ -230,18 +251,15 @@ re-read their state. Refuses while a bridge streams from the source's slot.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, _, err := load()
 			if err != nil {
-				printErrs(err)
-				return err
+				return printErrs(err)
 			}
 			_, a, err := load(app.WithLogger(NewLogger(cfg.Log, stderr)))
 			if err != nil {
-				printErrs(err)
-				return err
+				return printErrs(err)
 			}
 			defer a.Close()
 			if err := a.Start(cmd.Context()); err != nil {
-				fmt.Fprintf(stderr, "resync: %v\n", err)
-				return err
+				return fmt.Errorf("resync: %w", err)
 			}
 			src := resyncSource
 			if src == "" && len(cfg.Sources) == 1 {
@@ -252,8 +270,7 @@ re-read their state. Refuses while a bridge streams from the source's slot.`,
 			}
 			producer, err := a.Resync(cmd.Context(), src, resyncReason)
 			if err != nil {
-				fmt.Fprintf(stderr, "resync of source %s: %v\n", src, err)
-				return err
+				return fmt.Errorf("resync of source %s: %w", src, err)
 			}
 			fmt.Fprintf(stdout, "source %s: resync published; new producer %s\n", src, producer)
 			return nil
@@ -264,6 +281,7 @@ re-read their state. Refuses while a bridge streams from the source's slot.`,
 	root.AddCommand(run, validate, statusCmd, plugins, ver, resync)
 	root.AddCommand(newSnapshotCommand(load, printErrs, stdout)) // snapshot.go
 	root.AddCommand(serveCommand(loadWith, printErrs, stderr))   // feeds over HTTP: serve.go
+	usageArgs(root)
 	return root
 }
 

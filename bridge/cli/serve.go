@@ -74,7 +74,7 @@ func blameFlags(err error, flags map[string]string) {
 // serveCommand is `bridge serve`: the feeds HTTP server over the stream
 // the bridge writes, configured by bridge.yaml's serve section and flags
 // that override it, with the NATS connection of bridge.yaml.
-func serveCommand(load func([]config.Option, ...app.Option) (*config.Config, *app.App, error), printErrs func(error), stderr io.Writer) *cobra.Command {
+func serveCommand(load func([]config.Option, ...app.Option) (*config.Config, *app.App, error), printErrs func(error) error, stderr io.Writer) *cobra.Command {
 	var fv config.Serve
 	var where, tables string
 	cmd := &cobra.Command{
@@ -101,14 +101,12 @@ section. See docs/feeds.md.`,
 			cfg, _, err := load([]config.Option{config.WithOverrides(over)})
 			if err != nil {
 				blameFlags(err, flags)
-				printErrs(err)
-				return err
+				return printErrs(err)
 			}
 			log := NewLogger(cfg.Log, stderr)
 			sc, fc, err := serve.FromConfig(cfg.Serve, log)
 			if err != nil {
-				printErrs(err)
-				return err
+				return printErrs(err)
 			}
 			if cmd.Flags().Changed("where") {
 				sc.Where = flagWhere // --where "" serves without a condition

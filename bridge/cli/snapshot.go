@@ -30,7 +30,7 @@ import (
 	"github.com/bridgecdc/bridge/sinks"
 )
 
-func newSnapshotCommand(load func(...app.Option) (*config.Config, *app.App, error), printErrs func(error), stdout io.Writer) *cobra.Command {
+func newSnapshotCommand(load func(...app.Option) (*config.Config, *app.App, error), printErrs func(error) error, stdout io.Writer) *cobra.Command {
 	var source, tables, progress string
 	var wait, follow bool
 	var timeout time.Duration
@@ -48,8 +48,7 @@ only follows the snapshot running now, such as the initial one.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, _, err := load()
 			if err != nil {
-				printErrs(err)
-				return err
+				return printErrs(err)
 			}
 			if source == "" {
 				if len(cfg.Sources) != 1 {

@@ -38,7 +38,13 @@ type env struct {
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	e := &env{t: t, pg: pgtest.StartT(t, pgtest.Options{}), dir: t.TempDir()}
+	return newEnvWith(t, pgtest.Options{})
+}
+
+// newEnvWith is newEnv with the Postgres cluster's options.
+func newEnvWith(t testing.TB, po pgtest.Options) *env {
+	t.Helper()
+	e := &env{t: t, pg: pgtest.StartT(t, po), dir: t.TempDir()}
 	e.nsOpts = natsembed.Options{Host: "127.0.0.1", Port: natsembed.Ports(t, 1)[0], StoreDir: filepath.Join(e.dir, "nats")}
 	e.startNATS()
 	t.Cleanup(func() {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,25 +15,8 @@ import (
 	"github.com/bridgecdc/bridge/bridge/app"
 	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/config"
-	"github.com/bridgecdc/bridge/internal/natsembed"
 	"github.com/bridgecdc/bridge/internal/pgtest"
 )
-
-// newEnvWith is newEnv with extra postgresql.conf settings.
-func newEnvWith(t *testing.T, settings map[string]string) *env {
-	t.Helper()
-	e := &env{t: t, pg: pgtest.StartT(t, pgtest.Options{Settings: settings}), dir: t.TempDir()}
-	e.nsOpts.Host, e.nsOpts.Port, e.nsOpts.StoreDir = "127.0.0.1", natsembed.Ports(t, 1)[0], filepath.Join(e.dir, "nats")
-	e.startNATS()
-	t.Cleanup(func() {
-		if e.ns != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = e.ns.Shutdown(ctx)
-		}
-	})
-	return e
-}
 
 // invalidateSlot makes Postgres invalidate the idle slot (wal_status =
 // lost); the server must run with a small max_slot_wal_keep_size.
@@ -102,7 +84,7 @@ func requireResync(t *testing.T, ms []msg, reason string) cdc.Control {
 // publishes one resync message under a new epoch, and streams the changes
 // committed after that under the new epoch.
 func TestSlotInvalidatedResync(t *testing.T) {
-	e := newEnvWith(t, map[string]string{"max_slot_wal_keep_size": "1MB"})
+	e := newEnvWith(t, pgtest.Options{Settings: map[string]string{"max_slot_wal_keep_size": "1MB"}})
 	e.pg.ExecT(t, `CREATE TABLE r (id int PRIMARY KEY)`)
 	cfg := e.config("inval", "      tables: [public.r]\n      on_slot_lost: recreate")
 	r := e.start(cfg)
@@ -137,7 +119,7 @@ func TestSlotInvalidatedResync(t *testing.T) {
 // with one error naming slot and database, with SQL to paste, and leaves
 // the slot alone.
 func TestSlotInvalidatedFailStops(t *testing.T) {
-	e := newEnvWith(t, map[string]string{"max_slot_wal_keep_size": "1MB"})
+	e := newEnvWith(t, pgtest.Options{Settings: map[string]string{"max_slot_wal_keep_size": "1MB"}})
 	e.pg.ExecT(t, `CREATE TABLE r (id int PRIMARY KEY)`)
 	cfg := e.config("failpol", "      tables: [public.r]")
 	r := e.start(cfg)

@@ -168,9 +168,15 @@ type fatal struct{ err error }
 func (f fatal) Error() string { return f.err.Error() }
 func (f fatal) Unwrap() error { return f.err }
 
+// isFatal reports whether err stops the pipeline: marked fatal here, or
+// permanent by retry.Permanent (the one place that decides).
 func isFatal(err error) bool {
 	var f fatal
-	return errors.As(err, &f) || errors.Is(err, checkpoint.ErrFenced) || sinks.IsPermanent(err) || sources.IsSetup(err)
+	if errors.As(err, &f) {
+		return true
+	}
+	_, permanent := retry.Permanent(err)
+	return permanent
 }
 
 // Run streams until ctx ends or a fatal error. Transient failures end the
@@ -194,7 +200,8 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			continue
 		}
 		if isFatal(err) {
-			p.log.Error("pipeline stopped", "err", err)
+			err = retry.Explain(err)
+			p.log.Error("pipeline stopped: retrying cannot help", "err", err)
 			return fmt.Errorf("source %q: %w", p.source, err)
 		}
 		if progressed {
@@ -204,7 +211,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			err = refusedAgain(id, times, err)
 		}
 		d := bo.Next(err)
-		p.log.Warn("run ended; restarting", "err", err, "in", d.String(), "attempt", bo.Attempt())
+		p.log.Warn("run ended; restarting", "err", err, "attempt", bo.Attempt(), "in", d.String())
 		select {
 		case <-ctx.Done():
 			return nil

@@ -49,6 +49,10 @@ type Options struct {
 	Dir string
 	// Logf receives the server's log path and notable events. Optional.
 	Logf func(format string, args ...any)
+	// HBA are pg_hba.conf lines put before the default ones (trust on
+	// loopback), e.g. "host all alice 127.0.0.1/32 scram-sha-256" to make
+	// one role authenticate with its password.
+	HBA []string
 }
 
 // Server is a running private cluster.
@@ -141,6 +145,9 @@ func Start(ctx context.Context, o Options) (_ *Server, err error) {
 	}
 	f.Close()
 	hba := "local all all trust\nhost all all 127.0.0.1/32 trust\nlocal replication all trust\nhost replication all 127.0.0.1/32 trust\n"
+	if len(o.HBA) > 0 {
+		hba = strings.Join(o.HBA, "\n") + "\n" + hba
+	}
 	if err := os.WriteFile(filepath.Join(s.DataDir, "pg_hba.conf"), []byte(hba), 0o600); err != nil {
 		return nil, err
 	}

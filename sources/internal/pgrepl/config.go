@@ -10,6 +10,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/bridgecdc/bridge/config"
 )
 
@@ -102,6 +104,11 @@ func (c *Config) Validate() error {
 	var errs []error
 	if c.DSN == "" {
 		errs = append(errs, config.Field("dsn", "must be set (for example postgres://user@host:5432/db)"))
+	} else if _, err := pgconn.ParseConfig(c.DSN); err != nil {
+		// ParseConfig reads the DSN (and PG* variables, a passfile or a
+		// service file it names) without connecting; its error hides the
+		// password.
+		errs = append(errs, config.Field("dsn", "%s; write a URL (postgres://user:pass@host:5432/db?sslmode=require) or key=value pairs (host=db port=5432 dbname=app)", config.Redact(err.Error())))
 	}
 	if !identRE.MatchString(c.Slot) {
 		errs = append(errs, config.Field("slot", "%q is not a valid slot name: lower-case letters, digits and _ only, at most 63", c.Slot))
