@@ -102,6 +102,7 @@ type App struct {
 	bgCancel   context.CancelFunc
 	bg         sync.WaitGroup
 	snapCol    *snapshot.Collector
+	dropAddr   func() // removes the embedded server's address from data_dir
 }
 
 // New validates cfg against the registries and builds the App without any
@@ -202,34 +203,63 @@ func (a *App) Start(ctx context.Context) error {
 	if err := a.startTracing(ctx); err != nil {
 		return err
 	}
-	bg, bgCancel := context.WithCancel(context.Background())
-	a.bgCancel = bgCancel
-	nc := a.cfg.NATS
-	url := nc.URL
-	if url == "" {
-		store := nc.Embedded.StoreDir
-		if store == "" {
-			store = filepath.Join(a.cfg.DataDir, "nats")
-		}
-		srv, err := natsembed.Start(natsembed.Options{Host: nc.Embedded.Host, Port: nc.Embedded.Port, StoreDir: store, SyncAlways: nc.Embedded.SyncAlways})
-		if err != nil {
-			return fmt.Errorf("starting embedded NATS (nats.embedded in bridge.yaml; store %s): %w", store, err)
-		}
-		a.embedded = srv
-		url = srv.URL()
-		a.log.Info("embedded NATS server started", "url", url, "store_dir", store)
+	ne, err := a.startNATS(false)
+	if err != nil {
+		return err
 	}
-	ne := sinks.NATSEnv{URL: url, Creds: nc.Creds, User: nc.User, Password: nc.Password, Token: nc.Token}
 	store, js, err := a.openCheckpoints(ctx, ne)
 	if err != nil {
 		return err
 	}
+	return a.buildPipelines(ctx, js, store, ne, "")
+}
+
+// startNATS returns the NATS setting the App uses: nats.url, or the
+// embedded server, which it starts here when nats.url is empty. A `bridge
+// run` records the embedded server's address in data_dir for the helper
+// commands. helper is true for a helper command (resync) that starts the
+// embedded server only because no bridge runs, and says so.
+func (a *App) startNATS(helper bool) (sinks.NATSEnv, error) {
+	nc := a.cfg.NATS
+	ne := sinks.NATSEnv{URL: nc.URL, Creds: nc.Creds, User: nc.User, Password: nc.Password, Token: nc.Token}
+	if ne.URL != "" {
+		return ne, nil
+	}
+	store := nc.Embedded.StoreDir
+	if store == "" {
+		store = filepath.Join(a.cfg.DataDir, "nats")
+	}
+	srv, err := natsembed.Start(natsembed.Options{Host: nc.Embedded.Host, Port: nc.Embedded.Port, StoreDir: store, SyncAlways: nc.Embedded.SyncAlways})
+	if err != nil {
+		return ne, fmt.Errorf("starting embedded NATS (nats.embedded in bridge.yaml; store %s): %w", store, err)
+	}
+	a.embedded = srv
+	ne.URL = srv.URL()
+	if helper {
+		a.log.Info("started the embedded NATS server for this command: no bridge is running", "url", ne.URL, "store_dir", store)
+		return ne, nil
+	}
+	if a.dropAddr, err = natsembed.WriteAddr(a.cfg.DataDir, srv); err != nil {
+		return ne, fmt.Errorf("data_dir: %w", err)
+	}
+	a.log.Info("embedded NATS server started", "url", ne.URL, "store_dir", store)
+	return ne, nil
+}
+
+// buildPipelines builds a pipeline per source (only source, when not ""),
+// and for `bridge run` (no source given) starts the slot pollers.
+func (a *App) buildPipelines(ctx context.Context, js jetstream.JetStream, store *checkpoint.Store, ne sinks.NATSEnv, only string) error {
+	bg, bgCancel := context.WithCancel(context.Background())
+	a.bgCancel = bgCancel
 	sinkNames := sortedKeys(a.cfg.Sinks)
 	sinkIndex := make(map[string]int, len(sinkNames))
 	for i, sn := range sinkNames {
 		sinkIndex[sn] = i
 	}
 	for _, srcName := range sortedKeys(a.cfg.Sources) {
+		if only != "" && srcName != only {
+			continue
+		}
 		log := a.log.With("source", srcName)
 		var ps []pipeline.Sink
 		for _, sn := range sinkNames {
@@ -268,7 +298,7 @@ func (a *App) Start(ctx context.Context) error {
 		})
 		a.pipelines = append(a.pipelines, p)
 		a.metrics.Add(pt, p)
-		if polled {
+		if polled && only == "" {
 			every := a.cfg.Telemetry.Metrics.SlotPollInterval
 			if every <= 0 {
 				every = defaultSlotPoll
@@ -412,6 +442,10 @@ func (a *App) Close() {
 			a.nc.Close()
 		}
 		a.nc = nil
+	}
+	if a.dropAddr != nil {
+		a.dropAddr()
+		a.dropAddr = nil
 	}
 	if a.embedded != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), d)

@@ -246,7 +246,10 @@ store for the time of the query.`,
 		Long: `Publish a resync control message for a source under a new epoch and
 checkpoint that epoch at the same position; the next "bridge run" streams on
 from there under the new producer id. Consumers that follow control messages
-re-read their state. Refuses while a bridge streams from the source's slot.`,
+re-read their state. Refuses while a bridge streams from the source's slot, or
+while the embedded NATS server of a running bridge answers. Starts no listener;
+with nats.url empty it starts the embedded server on its store for the time of
+the command, since no bridge runs it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, _, err := load()
@@ -258,15 +261,15 @@ re-read their state. Refuses while a bridge streams from the source's slot.`,
 				return printErrs(err)
 			}
 			defer a.Close()
-			if err := a.Start(cmd.Context()); err != nil {
-				return fmt.Errorf("resync: %w", err)
-			}
 			src := resyncSource
 			if src == "" && len(cfg.Sources) == 1 {
 				src = slices.Sorted(maps.Keys(cfg.Sources))[0]
 			}
 			if src == "" {
-				return usageError{fmt.Errorf("--source is required when the configuration has %d sources", len(cfg.Sources))}
+				return usageError{fmt.Errorf("--source is required when the configuration has %d sources (%s)", len(cfg.Sources), strings.Join(slices.Sorted(maps.Keys(cfg.Sources)), ", "))}
+			}
+			if _, ok := cfg.Sources[src]; !ok {
+				return usageError{fmt.Errorf("--source %q is not in the configuration (sources: %s)", src, strings.Join(slices.Sorted(maps.Keys(cfg.Sources)), ", "))}
 			}
 			producer, err := a.Resync(cmd.Context(), src, resyncReason)
 			if err != nil {

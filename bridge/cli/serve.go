@@ -111,12 +111,9 @@ section. See docs/feeds.md.`,
 			if cmd.Flags().Changed("where") {
 				sc.Where = flagWhere // --where "" serves without a condition
 			}
-			url, stop, err := status.FindNATS(cfg)
-			if stop != nil {
-				defer stop()
-			}
+			url, err := status.FindNATS(cfg)
 			if err != nil {
-				return fmt.Errorf("finding NATS for serve: %w", err)
+				return err
 			}
 			ne := sinks.NATSEnv{URL: url, Creds: cfg.NATS.Creds, User: cfg.NATS.User, Password: cfg.NATS.Password, Token: cfg.NATS.Token}
 			opts := append([]nats.Option{nats.Name("bridge " + cfg.Name + " serve"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}, natsconn.AuthOptions(ne)...)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/bridgecdc/bridge/bridge/app"
 	"github.com/bridgecdc/bridge/bridge/checkpoint"
+	"github.com/bridgecdc/bridge/bridge/pgslot"
 	"github.com/bridgecdc/bridge/bridge/snapshot"
 	"github.com/bridgecdc/bridge/bridge/status"
 	"github.com/bridgecdc/bridge/config"
@@ -46,7 +47,22 @@ the progress: a bar per table on a terminal, plain lines otherwise. --follow
 only follows the snapshot running now, such as the initial one.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, _, err := load()
+			switch progress {
+			case "auto", "bar", "plain", "none":
+			default:
+				return usageError{fmt.Errorf("--progress must be auto, bar, plain or none, got %q", progress)}
+			}
+			var list []string
+			for _, t := range strings.Split(tables, ",") {
+				if t = strings.TrimSpace(t); t == "" {
+					continue
+				}
+				list = append(list, t)
+			}
+			if follow && len(list) > 0 {
+				return usageError{errors.New("--follow watches the running snapshot; it takes no --tables")}
+			}
+			cfg, a, err := load()
 			if err != nil {
 				return printErrs(err)
 			}
@@ -59,24 +75,31 @@ only follows the snapshot running now, such as the initial one.`,
 			if _, ok := cfg.Sources[source]; !ok {
 				return usageError{fmt.Errorf("--source %q is not in the config (sources: %s)", source, strings.Join(slices.Sorted(maps.Keys(cfg.Sources)), ", "))}
 			}
-			var list []string
-			for _, t := range strings.Split(tables, ",") {
-				if t = strings.TrimSpace(t); t != "" {
-					list = append(list, t)
-				}
-			}
 			ctx := cmd.Context()
 			if timeout > 0 {
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(ctx, timeout)
 				defer cancel()
 			}
-			url, stop, err := status.FindNATS(cfg)
+			url, err := status.FindNATS(cfg)
 			if err != nil {
-				return err
+				return fmt.Errorf("the snapshot request goes through NATS: %w", err)
 			}
-			if stop != nil {
-				defer stop()
+			if !follow {
+				// Refused here rather than queued: the bridge would refuse
+				// it when it takes it, maybe much later.
+				cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				resolved, err := a.CheckSnapshot(cctx, source, list)
+				cancel()
+				if err != nil {
+					return fmt.Errorf("snapshot of source %s refused: %w", source, err)
+				}
+				if len(resolved) == 0 {
+					return fmt.Errorf("snapshot of source %s refused: the source streams no table yet", source)
+				}
+				if len(list) > 0 {
+					list = resolved // as checked: a bare name is public's
+				}
 			}
 			ne := sinks.NATSEnv{URL: url, Creds: cfg.NATS.Creds, User: cfg.NATS.User, Password: cfg.NATS.Password, Token: cfg.NATS.Token}
 			nc, err := nats.Connect(url, append([]nats.Option{nats.Name("bridge " + cfg.Name + " snapshot"), nats.Timeout(5 * time.Second)}, natsconn.AuthOptions(ne)...)...)
@@ -96,9 +119,6 @@ only follows the snapshot running now, such as the initial one.`,
 				return fmt.Errorf("opening checkpoint bucket %q: %w", cfg.Checkpoint.Bucket, err)
 			}
 			if follow {
-				if len(list) > 0 {
-					return usageError{errors.New("--follow watches the running snapshot; it takes no --tables")}
-				}
 				st, _, err := snapshot.Load(ctx, kv, cfg.Name, source)
 				if err != nil {
 					return err
@@ -124,6 +144,12 @@ only follows the snapshot running now, such as the initial one.`,
 				what = strings.Join(list, ", ")
 			}
 			fmt.Fprintf(stdout, "snapshot %s requested for %s (source %s)\n", req.ID, what, source)
+			if running, slot := streaming(ctx, cfg, source); !running {
+				fmt.Fprintf(stdout, "no bridge is streaming source %s now (slot %s is inactive): the snapshot starts when `bridge run` does\n", source, slot)
+				if wait {
+					fmt.Fprintln(stdout, "waiting for it; Ctrl-C stops waiting, the request stays queued")
+				}
+			}
 			if !wait {
 				return nil
 			}
@@ -131,7 +157,7 @@ only follows the snapshot running now, such as the initial one.`,
 		},
 	}
 	cmd.Flags().StringVar(&source, "source", "", "source to snapshot (needed when the config has several)")
-	cmd.Flags().StringVar(&tables, "tables", "", "comma-separated schema.table list; empty: every table the source streams")
+	cmd.Flags().StringVar(&tables, "tables", "", "comma-separated schema.table list (a bare name is public's); empty: every table the source streams")
 	cmd.Flags().BoolVar(&follow, "follow", false, "request nothing: follow the running snapshot (e.g. the initial one) until it is checkpointed")
 	cmd.Flags().BoolVar(&wait, "wait", true, "follow the progress until the snapshot is checkpointed")
 	cmd.Flags().StringVar(&progress, "progress", "auto", "progress display: auto (bars on a terminal, else lines), bar, plain or none")
@@ -208,7 +234,7 @@ func followSnapshot(ctx context.Context, kv jetstream.KeyValue, bridge, source, 
 		}
 		if finished {
 			if run.Error != "" {
-				return fmt.Errorf("snapshot %s failed: %s", id, run.Error)
+				return fmt.Errorf("snapshot %s %s: %s", id, run.Outcome(), run.Error)
 			}
 			var rows int64
 			for _, t := range run.Tables {
@@ -226,4 +252,19 @@ func followSnapshot(ctx context.Context, kv jetstream.KeyValue, bridge, source, 
 		case <-tick.C:
 		}
 	}
+}
+
+// streaming reports whether a walsender streams source's slot, and the
+// slot's name; true when that cannot be told (not a Postgres source, or the
+// query failed), so that nothing misleading is printed.
+func streaming(ctx context.Context, cfg *config.Config, source string) (bool, string) {
+	src, ok := pgslot.SourceOf(source, cfg.Sources[source])
+	if !ok {
+		return true, ""
+	}
+	row, err := pgslot.ReadOnce(ctx, src, "bridge:snapshot")
+	if err != nil {
+		return true, src.Slot
+	}
+	return row.Active, src.Slot
 }

@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bridgecdc/bridge/bridge/app"
@@ -206,6 +209,56 @@ func TestOperatorResync(t *testing.T) {
 	ctl := requireResync(t, ms, "operator: schema rebuilt")
 	require.Len(t, ms, 3, "row 1, the resync, row 2: nothing sent twice after a clean stop")
 	require.Equal(t, ctl.Producer+":", ms[2].ID[:len(ctl.Producer)+1])
+}
+
+// TestOperatorResyncEmbeddedNATS: with the embedded NATS server, resync
+// refuses in one line while the bridge runs (it used to fail on the bridge's
+// own http.listen, then on the embedded port), and with the bridge stopped
+// it starts the embedded server for its own time only, so the next `bridge
+// run` finds the port free and streams under the new epoch.
+func TestOperatorResyncEmbeddedNATS(t *testing.T) {
+	e := newEnv(t)
+	e.pg.ExecT(t, `CREATE TABLE re (id int PRIMARY KEY)`)
+	port, httpPort := freePort(t), freePort(t)
+	cfg := e.config("opemb", "      tables: [public.re]")
+	edit(t, cfg, "  url: "+e.natsURL(), fmt.Sprintf("  embedded: { port: %d }", port),
+		`listen: "127.0.0.1:0"`, fmt.Sprintf("listen: \"127.0.0.1:%d\"", httpPort))
+	r := e.start(cfg)
+	waitReady(t, r)
+	e.pg.ExecT(t, `INSERT INTO re VALUES (1)`)
+	require.Eventually(t, func() bool { return r.app.Pipelines()[0].Checkpointed() > 0 }, 30*time.Second, 20*time.Millisecond)
+	waitSlotActive(t, e, "slot_opemb")
+
+	code, out, errOut := execCLI(t, "resync", "-c", cfg)
+	require.Equal(t, 1, code, "resync must refuse while the bridge streams: %s", out)
+	require.Contains(t, errOut, "stop the bridge first")
+	require.NotContains(t, errOut, "http.listen")
+	require.Equal(t, 1, strings.Count(strings.TrimSpace(errOut), "\n")+1, "one line: %q", errOut)
+
+	r.stop(t)
+	code, out, errOut = execCLI(t, "resync", "-c", cfg)
+	require.Equal(t, 0, code, "stdout: %s\nstderr: %s", out, errOut)
+	require.Contains(t, out, "resync published; new producer opemb.app.")
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	require.NoError(t, err, "resync left its embedded server running")
+	ln.Close()
+
+	r = e.start(cfg)
+	waitReady(t, r)
+	e.pg.ExecT(t, `INSERT INTO re VALUES (2)`)
+	nc, err := nats.Connect(r.app.NATSURL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		st, err := js.Stream(t.Context(), "CDC_opemb")
+		if err != nil {
+			return false
+		}
+		info, err := st.Info(t.Context())
+		return err == nil && info.State.Msgs == 3
+	}, 60*time.Second, 50*time.Millisecond, "row 1, the resync message, row 2")
 }
 
 // TestSetupChangesWhileStreaming: a published table switched to REPLICA

@@ -83,6 +83,18 @@ func (t Table) source() sources.SnapshotTable {
 	return sources.SnapshotTable{Schema: s, Table: n, Key: t.Key, Estimate: t.Estimate}
 }
 
+// Outcome says how a finished run ended: "complete", "failed" (it stopped
+// while reading) or "refused" (its request could not be taken).
+func (r *Run) Outcome() string {
+	switch {
+	case r.Error == "":
+		return "complete"
+	case !r.Resolved:
+		return "refused"
+	}
+	return "failed"
+}
+
 // Progress returns the table's rows per second from its start to now (or
 // to its end), 0 before it started, and the time left at that rate: 0 when
 // done, -1 when unknown.

@@ -26,6 +26,10 @@ type Status struct {
 	LastID       string     `json:"last_id,omitempty"`
 	LastFinished *time.Time `json:"last_finished,omitempty"`
 	LastError    string     `json:"last_error,omitempty"`
+	// LastOutcome is how the last snapshot ended: "complete", "failed"
+	// (it stopped while reading) or "refused" (its request could not be
+	// taken: a table that does not exist, is not streamed or has no key).
+	LastOutcome string `json:"last_outcome,omitempty"`
 }
 
 // TableStatus is one table's checkpointed snapshot progress.
@@ -70,7 +74,7 @@ func ReadStatus(ctx context.Context, js jetstream.JetStream, bucket, bridgeName,
 		run = st.Last
 	}
 	if st.Last != nil {
-		out.LastID, out.LastFinished, out.LastError = st.Last.ID, st.Last.Finished, st.Last.Error
+		out.LastID, out.LastFinished, out.LastError, out.LastOutcome = st.Last.ID, st.Last.Finished, st.Last.Error, st.Last.Outcome()
 	}
 	if run == nil {
 		return out, nil

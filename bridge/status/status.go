@@ -102,12 +102,11 @@ type Stream struct {
 }
 
 // Query reads the state of every source of cfg. It needs no running
-// bridge. With nats.url empty (embedded server) it connects to
-// nats://<nats.embedded.host>:<port> when something answers there; when the
-// port is free, the bridge is not running, and it starts the embedded server
-// on its store for the duration of the query. With port -1 it cannot find a
-// running server, and reports the checkpoint and streams as unknown rather
-// than risk opening a store a running bridge uses.
+// bridge for what Postgres and an external NATS hold. With nats.url empty
+// (the embedded server) it reads the checkpoint and streams from the
+// embedded server of the running bridge (FindNATS); with no bridge running
+// they are reported unknown, with an error saying so, and the slot is still
+// read.
 func Query(ctx context.Context, cfg *config.Config) *Report {
 	rep := &Report{Bridge: cfg.Name, OK: true}
 	conns := map[string]*nats.Conn{}
@@ -116,10 +115,7 @@ func Query(ctx context.Context, cfg *config.Config) *Report {
 			c.Close()
 		}
 	}()
-	url, stop, natsErr := FindNATS(cfg)
-	if stop != nil {
-		defer stop()
-	}
+	url, natsErr := FindNATS(cfg)
 	rep.NATS = config.Redact(url)
 	base := sinks.NATSEnv{URL: url, Creds: cfg.NATS.Creds, User: cfg.NATS.User, Password: cfg.NATS.Password, Token: cfg.NATS.Token}
 	connect := func(ne sinks.NATSEnv) (jetstream.JetStream, error) {
@@ -290,45 +286,36 @@ func statusStream(ctx context.Context, connect func(sinks.NATSEnv) (jetstream.Je
 	return nil
 }
 
-// FindNATS returns the URL of cfg's NATS server for a helper command, and a
-// stop function when it started the embedded server itself (nats.url
-// empty and nothing listening on the embedded server's address).
-func FindNATS(cfg *config.Config) (string, func(), error) {
+// FindNATS returns the URL of cfg's NATS server for a helper command
+// (status, serve, snapshot): nats.url, or, when it is empty, the embedded
+// server of a running `bridge run`, found through the address it records
+// in data_dir (or the configured nats.embedded host and port). It never
+// starts a server: with nats.url empty and no bridge running there is no
+// NATS, and the error says what to start.
+func FindNATS(cfg *config.Config) (string, error) {
 	if cfg.NATS.URL != "" {
-		return cfg.NATS.URL, nil, nil
+		return cfg.NATS.URL, nil
 	}
 	e := cfg.NATS.Embedded
 	host := e.Host
 	if host == "" || host == "0.0.0.0" || host == "::" {
 		host = "127.0.0.1"
 	}
-	if e.Port == -1 {
-		return "", nil, errors.New("nats.embedded.port is -1 (any free port): status cannot find a running embedded server; set a fixed port, or nats.url")
+	fallback := ""
+	if e.Port > 0 {
+		fallback = "nats://" + net.JoinHostPort(host, strconv.Itoa(e.Port))
+	} else if e.Port == 0 {
+		fallback = "nats://" + net.JoinHostPort(host, "4222")
 	}
-	port := e.Port
-	if port == 0 {
-		port = 4222
-	}
-	addr := net.JoinHostPort(host, strconv.Itoa(port))
-	url := "nats://" + addr
-	if c, err := net.DialTimeout("tcp", addr, 2*time.Second); err == nil {
-		_ = c.Close()
-		return url, nil, nil // the bridge (or another server) is running there
-	}
-	store := e.StoreDir
-	if store == "" {
-		store = filepath.Join(cfg.DataDir, "nats")
-	}
-	srv, err := natsembed.Start(natsembed.Options{Host: host, Port: port, StoreDir: store})
+	url, err := natsembed.Running(cfg.DataDir, fallback)
 	if err != nil {
-		return url, nil, fmt.Errorf("nothing answers at %s, and starting the embedded server on %s failed: %w", url, store, err)
+		where := filepath.Join(cfg.DataDir, natsembed.AddrFile)
+		if fallback != "" {
+			where = fallback + " nor " + where
+		}
+		return "", fmt.Errorf("nats.url is empty, so NATS is the embedded server of `bridge run`, and none is running (nothing at %s): start `bridge run` with this config first, or set nats.url to a NATS server", where)
 	}
-	stop := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = srv.Shutdown(ctx)
-		cancel()
-	}
-	return srv.URL(), stop, nil
+	return url, nil
 }
 
 // Print writes rep for people.
@@ -407,7 +394,11 @@ func printSnapshotStatus(w io.Writer, s *snapshot.Status) {
 	if s.Running {
 		state = fmt.Sprintf("%s (%s) running", s.ID, s.Reason)
 	} else if s.LastID != "" {
-		state = fmt.Sprintf("last %s (%s) finished", s.LastID, s.Reason)
+		outcome := s.LastOutcome
+		if outcome == "" {
+			outcome = "finished"
+		}
+		state = fmt.Sprintf("last %s (%s) %s", s.LastID, s.Reason, outcome)
 		if s.LastError != "" {
 			state += ": " + s.LastError
 		}
