@@ -7,5 +7,6 @@ cd "$(dirname "$0")/.."
 ./scripts/benchtools.sh # natscli and nats-server for TestSmoke, built before the tests run
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then echo "gofmt needed:"; echo "$unformatted"; exit 1; fi
+echo "vetting and running the tests (a cold module and build cache adds a few minutes before the first test runs)..." >&2
 go vet ./...
 go test -race -count=1 -timeout 60m ./... "$@"
