@@ -40,24 +40,31 @@ var (
 // each *FieldError Validate returns (alone, or joined with errors.Join) gets
 // path prepended, other errors are reported at path itself, and a Validate
 // error at a path that already failed to decode is dropped. All problems come
-// back as one Errors, sorted by path. A target that is not a non-nil pointer
-// is a programming error, returned as a plain error.
+// back as one Errors, in the order of the file c was loaded from (by path
+// when c is nil or not from Load), each at a key a BRIDGE_* variable set
+// naming the variable. A target that is not a non-nil pointer is a
+// programming error, returned as a plain error.
 //
 // A value that came from a BRIDGE_* variable or a ${VAR} reference and was
 // read as a number or boolean decodes into a string field as its original
-// text, so that e.g. a numeric password survives; this is why Decoder is a
-// method of Config. c may be nil.
+// text, so that e.g. a numeric password survives; a variable's value for a
+// list of plain values is read as comma-separated items (see Load). This is
+// why Decoder is a method of Config. c may be nil.
 func (c *Config) Decoder(path string, raw map[string]any) Decoder {
-	var texts map[string]string
+	var texts, env map[string]string
+	var o *origin
 	if c != nil {
-		texts = c.texts
+		texts, o = c.texts, c.origin
+		if o != nil {
+			env = o.env
+		}
 	}
 	return func(into any) error {
 		v := reflect.ValueOf(into)
 		if v.Kind() != reflect.Pointer || v.IsNil() {
 			return fmt.Errorf("config: decoding %s: target must be a non-nil pointer, got %T", path, into)
 		}
-		d := decoder{texts: texts}
+		d := decoder{texts: texts, env: env}
 		if raw != nil {
 			d.decode(path, raw, v.Elem())
 		}
@@ -68,6 +75,8 @@ func (c *Config) Decoder(path string, raw map[string]any) Decoder {
 				}
 			}
 		}
+		o.blame(d.errs)
+		o.order(d.errs)
 		return d.errs.err()
 	}
 }
@@ -78,7 +87,10 @@ type decoder struct {
 	// texts maps a path to the original text of a value read from the
 	// environment as a number or boolean (see Config.texts).
 	texts map[string]string
-	errs  Errors
+	// env maps the path of each value a BRIDGE_* variable set to the
+	// variable: such a value may be a comma-separated list.
+	env  map[string]string
+	errs Errors
 }
 
 // decode stores in, the value found at path, into out, which must be
@@ -312,7 +324,7 @@ func (d *decoder) decodeMap(path string, in any, out reflect.Value) {
 func (d *decoder) decodeList(path string, in any, out reflect.Value) {
 	v := reflect.ValueOf(in)
 	if v.Kind() != reflect.Slice && v.Kind() != reflect.Array {
-		d.errs.add(path, "expected a list, got %s", describe(in))
+		d.decodeEnvList(path, in, out)
 		return
 	}
 	n := v.Len()
@@ -330,6 +342,47 @@ func (d *decoder) decodeList(path string, in any, out reflect.Value) {
 		d.decode(indexPath(path, i), v.Index(i).Interface(), dst.Index(i))
 	}
 	out.Set(dst)
+}
+
+// decodeEnvList decodes in, which is not a list, into the list out: when a
+// BRIDGE_* variable set it, as the variable's items (see envList); else it
+// is an error, which says how to set a list from the environment when
+// variables tried to set its items.
+func (d *decoder) decodeEnvList(path string, in any, out reflect.Value) {
+	scalars := scalarElem(out.Type().Elem())
+	_, fromEnv := d.env[path]
+	if !fromEnv {
+		for key := range d.env {
+			if strings.HasPrefix(key, path+".") {
+				how := "set the whole list in the file"
+				if scalars {
+					how = "set the whole list in one variable, comma-separated, or in the file"
+				}
+				d.errs.add(path, "expected a list, got %s: list items cannot be set one by one from the environment; %s", describe(in), how)
+				return
+			}
+		}
+		d.errs.add(path, "expected a list, got %s", describe(in))
+		return
+	}
+	if !scalars {
+		d.errs.add(path, "a list of mappings cannot be set from an environment variable: write it in the file (a value there can be a ${VAR} reference)")
+		return
+	}
+	s, ok := d.text(path, in)
+	if !ok {
+		d.errs.add(path, "expected a list, got %s", describe(in))
+		return
+	}
+	texts := map[string]string{}
+	items, msg := envList(path, s, texts)
+	if msg != "" {
+		d.errs.add(path, "%s", msg)
+		return
+	}
+	sub := decoder{texts: texts}
+	sub.decodeList(path, items, out)
+	d.errs = append(d.errs, sub.errs...)
 }
 
 // structFields maps each key of struct type t to its field index, following

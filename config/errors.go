@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 )
 
@@ -16,6 +15,11 @@ type FieldError struct {
 	Path string
 	// Msg says what is wrong. It never contains a secret value.
 	Msg string
+
+	// cause is the path of the problem this one follows from, if any (a
+	// route naming a sink when the sinks could not be decoded): Problems
+	// prints it right after that one.
+	cause string
 }
 
 // Error returns "path: msg", or just msg when Path is empty.
@@ -37,17 +41,17 @@ func Field(path, format string, args ...any) error {
 	return &FieldError{Path: path, Msg: fmt.Sprintf(format, args...)}
 }
 
-// Errors is every problem found in a configuration. Load and the Decoder
-// return it sorted by path (list indexes in numeric order); Error prints one
-// problem per line, and errors.As reaches each *FieldError through Unwrap.
+// Errors is every problem found in a configuration. Load, the Decoder of a
+// loaded Config and Config.Problems return it in the order of the file (see
+// Config.Problems); built without a file, it is sorted by path (list indexes
+// in numeric order). Error prints one problem per line, and errors.As
+// reaches each *FieldError through Unwrap.
 type Errors []*FieldError
 
-// Error returns the problems sorted by path, one per line.
+// Error returns the problems in their order, one per line.
 func (es Errors) Error() string {
-	sorted := slices.Clone(es)
-	sorted.sort()
-	lines := make([]string, len(sorted))
-	for i, e := range sorted {
+	lines := make([]string, len(es))
+	for i, e := range es {
 		lines[i] = e.Error()
 	}
 	return strings.Join(lines, "\n")
@@ -62,18 +66,12 @@ func (es Errors) Unwrap() []error {
 	return out
 }
 
-// sort orders es by path, stably, comparing list indexes as numbers.
-func (es Errors) sort() {
-	slices.SortStableFunc(es, func(a, b *FieldError) int { return comparePaths(a.Path, b.Path) })
-}
-
-// err returns es sorted, or nil when es is empty (never a nil Errors inside a
+// err returns es, or nil when es is empty (never a nil Errors inside a
 // non-nil error interface).
 func (es Errors) err() error {
 	if len(es) == 0 {
 		return nil
 	}
-	es.sort()
 	return es
 }
 

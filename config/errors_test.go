@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -28,8 +29,13 @@ func TestErrors(t *testing.T) {
 		{Path: "routes[2].sinks", Msg: "b"},
 		{Path: "name", Msg: "a"},
 	}
-	t.Run("printed sorted by path, one per line, indexes numerically", func(t *testing.T) {
-		assert.Equal(t, "name: a\nroutes[2].sinks: b\nroutes[10].sinks: c", errs.Error())
+	t.Run("printed in order, one per line", func(t *testing.T) {
+		assert.Equal(t, "routes[10].sinks: c\nroutes[2].sinks: b\nname: a", errs.Error())
+	})
+	t.Run("without a file, ordered by path, indexes numerically", func(t *testing.T) {
+		sorted := slices.Clone(errs)
+		(*origin)(nil).order(sorted)
+		assert.Equal(t, "name: a\nroutes[2].sinks: b\nroutes[10].sinks: c", sorted.Error())
 	})
 	t.Run("printing does not reorder the slice", func(t *testing.T) {
 		_ = errs.Error()

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	kyaml "github.com/knadh/koanf/parsers/yaml"
 	"github.com/knadh/koanf/providers/confmap"
 	"github.com/knadh/koanf/providers/env/v2"
 	"github.com/knadh/koanf/providers/file"
@@ -123,25 +122,46 @@ func WithOverrides(m map[string]any) Option {
 //  4. WithOverrides maps, in order.
 //
 // A null value counts as absent, so it never overrides a default. Maps merge
-// key by key; lists are replaced whole (list elements cannot be addressed
-// from the environment). A value read as a number or boolean from the
-// environment, an override or an interpolation still decodes into a string
-// field as its original text.
+// key by key; lists are replaced whole. A value read as a number or boolean
+// from the environment, an override or an interpolation still decodes into
+// a string field as its original text.
+//
+// Lists from the environment: a variable sets a whole list of plain values
+// (strings, numbers, durations), here or in a plugin's block, as its items
+// separated by commas and trimmed (BRIDGE_SERVE__TABLES=public.a,public.b),
+// or as a YAML flow list when an item holds a comma ([a, "b,c"]); an empty
+// value is an empty list. A list of mappings (routes, say) cannot come from
+// a variable, nor can single list items (BRIDGE_ROUTES__0__SUBJECT): both are
+// errors that say to write the list in the file.
+//
+// Which variables are read: one whose first level is a top-level key
+// (name, data_dir, nats, sources, sinks, routes, unrouted, checkpoint,
+// shutdown, log, telemetry, http, serve) is decoded strictly, like the file.
+// One that is not, but looks like a typo of a key, is an error that names
+// the key meant: a single underscore where levels need two
+// (BRIDGE_CHECKPOINT_INTERVAL: did you mean BRIDGE_CHECKPOINT__INTERVAL?), or
+// a first level one edit away from a top-level key (BRIDGE_SINK__MAIN__TYPE).
+// Any other is ignored, so that the variables Kubernetes sets for a Service
+// named bridge (BRIDGE_SERVICE_HOST, BRIDGE_PORT_8080_TCP, ...) never stop
+// the bridge; Config.IgnoredEnv lists them.
 //
 // The merged tree is decoded strictly into Config (unknown keys, wrong types
 // and bad durations are errors at their YAML path; plugin `config:` blocks
 // stay raw for Config.Decoder) and validated (see Config.Validate). Every
-// such problem, interpolation errors included, is returned at once as
-// Errors, sorted by path, together with the partially decoded Config (so a
-// caller can report further problems at once; it must not run it). A file that cannot be read
-// or parsed is returned as a wrapped error instead (errors.Is(err,
-// fs.ErrNotExist) works).
+// such problem, interpolation and environment errors included, is returned
+// at once as Errors, in the order of the file (see Config.Problems), each
+// at a key a variable set naming the variable, together with the partially
+// decoded Config (so a caller can report further problems at once with
+// Config.Problems; it must not run it). A file that cannot be read is
+// returned as a wrapped error (errors.Is(err, fs.ErrNotExist) works); one
+// that does not parse, holds a key twice or is not a mapping, as
+// *SyntaxError values joined, each at its line.
 func Load(path string, opts ...Option) (*Config, error) {
 	o := options{environ: os.Environ}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	l := loader{texts: map[string]string{}, vars: map[string]string{}}
+	l := loader{texts: map[string]string{}, vars: map[string]string{}, fromEnv: map[string]string{}, hints: map[string]string{}}
 	for _, kv := range o.environ() {
 		if k, v, ok := strings.Cut(kv, "="); ok {
 			l.vars[k] = v
@@ -152,18 +172,17 @@ func Load(path string, opts ...Option) (*Config, error) {
 	if err := k.Load(confmap.Provider(defaults(), "."), nil); err != nil {
 		return nil, fmt.Errorf("loading defaults: %w", err)
 	}
+	var lines map[string]int
 	if path != "" {
 		b, err := file.Provider(path).ReadBytes()
 		if err != nil {
 			return nil, fmt.Errorf("reading config file: %w", err)
 		}
-		m, err := kyaml.Parser().Unmarshal(b)
+		m, ls, err := parseFile(path, b)
 		if err != nil {
-			return nil, fmt.Errorf("parsing config file %s: %w", path, err)
+			return nil, err
 		}
-		if m == nil {
-			m = map[string]any{}
-		}
+		lines = ls
 		l.interpolate("", m)
 		if err := k.Load(confmap.Provider(m, ""), nil); err != nil {
 			return nil, fmt.Errorf("merging config file %s: %w", path, err)
@@ -192,19 +211,21 @@ func Load(path string, opts ...Option) (*Config, error) {
 
 	raw := k.Raw()
 	setEntryDefaults(raw, o.batch)
-	cfg := &Config{}
-	d := decoder{texts: l.texts}
+	slices.Sort(l.ignored)
+	cfg := &Config{origin: &origin{lines: lines, env: l.fromEnv, hints: l.hints, ignored: l.ignored}}
+	if len(l.texts) > 0 {
+		cfg.texts = l.texts
+	}
+	d := decoder{texts: l.texts, env: l.fromEnv}
 	d.decode("", raw, reflect.ValueOf(cfg).Elem())
 	errs := append(l.errs, d.errs...)
 	errs = append(errs, cfg.validate(errs)...)
-	l.blameEnv(errs)
+	cfg.origin.blame(errs)
+	cfg.origin.order(errs)
 	if err := errs.err(); err != nil {
 		// The partial Config lets tools such as `bridge validate` report
-		// plugin and route problems in the same pass.
+		// plugin and route problems in the same pass (Config.Problems).
 		return cfg, err
-	}
-	if len(l.texts) > 0 {
-		cfg.texts = l.texts
 	}
 	return cfg, nil
 }
@@ -216,6 +237,11 @@ type loader struct {
 	errs  Errors            // interpolation and environment problems
 	// fromEnv maps keys set through BRIDGE_* variables to the variable.
 	fromEnv map[string]string
+	// hints maps a variable that sets no known key to the one it probably
+	// meant (see underscoreHint).
+	hints map[string]string
+	// ignored lists the variables that name no key (see envKey).
+	ignored []string
 }
 
 func (l *loader) lookup(name string) (string, bool) {
@@ -273,40 +299,6 @@ func (l *loader) typed(path, s string) any {
 		delete(l.texts, path)
 	}
 	return v
-}
-
-// envKey is the env provider's TransformFunc: BRIDGE_A__B_C=v becomes the key
-// "a.b_c" with v read as a YAML scalar. A name with an empty segment is
-// reported and skipped.
-func (l *loader) envKey(name, value string) (string, any) {
-	rest := strings.TrimPrefix(name, EnvPrefix)
-	if rest == "" {
-		return "", nil
-	}
-	parts := strings.Split(strings.ToLower(rest), "__")
-	if slices.Contains(parts, "") {
-		l.errs.add(name, "empty path segment in variable name (separate names with a double underscore: %sSINKS__MAIN__TYPE)", EnvPrefix)
-		return "", nil
-	}
-	key := strings.Join(parts, ".")
-	if l.fromEnv == nil {
-		l.fromEnv = map[string]string{}
-	}
-	l.fromEnv[key] = name
-	return key, l.typed(key, value)
-}
-
-// blameEnv adds the variable's name to errors about keys that came from
-// the environment, so a stray BRIDGE_* variable is easy to find.
-func (l *loader) blameEnv(errs Errors) {
-	for _, e := range errs {
-		for key, name := range l.fromEnv {
-			if e.Path == key || strings.HasPrefix(key, e.Path+".") && e.Path != "" {
-				e.Msg += fmt.Sprintf(" (set by environment variable %s)", name)
-				break
-			}
-		}
-	}
 }
 
 // typeOverride reads the string values of an override found at path as YAML

@@ -137,7 +137,15 @@ func TestLoadValid(t *testing.T) {
 		HTTP:       defaultHTTP,
 		Serve:      defaultServe,
 	}
-	assert.Equal(t, want, cfg)
+	assert.Equal(t, want, bare(cfg))
+}
+
+// bare returns cfg without the record of where its values came from, to
+// compare it with a Config written in a test.
+func bare(cfg *Config) *Config {
+	c := *cfg
+	c.origin = nil
+	return &c
 }
 
 func TestLoadDefaults(t *testing.T) {
@@ -166,7 +174,7 @@ func TestLoadDefaults(t *testing.T) {
 		HTTP:       defaultHTTP,
 		Serve:      defaultServe,
 	}
-	assert.Equal(t, want, cfg)
+	assert.Equal(t, want, bare(cfg))
 }
 
 func TestBatchDefaultsByType(t *testing.T) {
@@ -508,31 +516,31 @@ func TestLoadTypeErrors(t *testing.T) {
 
 func TestLoadAllErrorsAtOnce(t *testing.T) {
 	_, err := Load("testdata/invalid.yaml", environ())
-	want := []string{
-		`checkpoint.interval: time: invalid duration "fast"`,
-		`log.level: must be one of debug, info, warn, error, got "verbose"`,
+	want := []string{ // in the order of the file
 		`name: must match ^[A-Za-z0-9_-]+$, got "my bridge"`,
-		`nats.embedded.port: expected an integer, got a string`,
 		`nmae: unknown key (known: checkpoint, data_dir, http, log, name, nats, routes, serve, shutdown, sinks, sources, telemetry, unrouted)`,
-		`routes[0].match.ops[0]: unknown op "upsert" (known: insert, update, delete, truncate, message, read, control)`,
-		`routes[0].match.tabels: unknown key (known: ops, sources, tables)`,
-		`routes[1].sinks[0]: no sink named "mian" (defined: main)`,
-		`routes[1].subject: template: subject:1: unclosed action`,
+		`nats.embedded.port: expected an integer, got a string`,
+		`sources.shop.type: must be set`,
+		`sources.shop.dsn: environment variable PG_DSN is not set (use ${PG_DSN:-default} for a default)`,
+		`sources.shop.dsn: unknown key (known: config, type)`,
+		`sources.shop.config.dsn: environment variable PG_DSN is not set (use ${PG_DSN:-default} for a default)`,
+		`checkpoint.interval: time: invalid duration "fast"`,
 		`sinks.main.batch.max_chnages: unknown key (known: max_changes, max_wait)`,
 		`sinks.main.batch.max_wait: must be > 0, got 0s`,
 		`sinks.main.retry.initial: must be <= retry.max (1s), got 1m0s`,
-		`sources.shop.config.dsn: environment variable PG_DSN is not set (use ${PG_DSN:-default} for a default)`,
-		`sources.shop.dsn: environment variable PG_DSN is not set (use ${PG_DSN:-default} for a default)`,
-		`sources.shop.dsn: unknown key (known: config, type)`,
-		`sources.shop.type: must be set`,
+		`routes[0].match.tabels: unknown key (known: ops, sources, tables)`,
+		`routes[0].match.ops[0]: unknown op "upsert" (known: insert, update, delete, truncate, message, read, control)`,
+		`routes[1].sinks[0]: no sink named "mian" (defined: main)`,
+		`routes[1].subject: template: subject:1: unclosed action`,
 		`unrouted: must be one of drop, error, got "sometimes"`,
+		`log.level: must be one of debug, info, warn, error, got "verbose"`,
 	}
 	assert.Equal(t, want, problems(t, err))
 	assert.Equal(t, strings.Join(want, "\n"), err.Error())
 
 	var fe *FieldError
 	require.True(t, errors.As(err, &fe))
-	assert.Equal(t, "checkpoint.interval", fe.Path)
+	assert.Equal(t, "name", fe.Path)
 }
 
 func TestLoadFileErrors(t *testing.T) {
@@ -544,12 +552,14 @@ func TestLoadFileErrors(t *testing.T) {
 	})
 	t.Run("bad YAML", func(t *testing.T) {
 		_, err := loadYAML(t, "name: [unclosed\n")
-		require.ErrorContains(t, err, "parsing config file")
-		require.ErrorContains(t, err, "bridge.yaml")
+		var se *SyntaxError
+		require.ErrorAs(t, err, &se)
+		assert.Equal(t, 1, se.Line)
+		assert.True(t, strings.HasSuffix(se.File, "bridge.yaml"), se.File)
 	})
 	t.Run("not a mapping", func(t *testing.T) {
 		_, err := loadYAML(t, "- a\n- b\n")
-		require.ErrorContains(t, err, "parsing config file")
+		require.ErrorContains(t, err, "bridge.yaml:1: the file must be a mapping of keys")
 	})
 	t.Run("empty file", func(t *testing.T) {
 		_, err := loadYAML(t, "")

@@ -50,6 +50,10 @@ type Config struct {
 	// (here or in a plugin's Decoder) keeps e.g. a numeric password verbatim.
 	// Set by Load; nil otherwise.
 	texts map[string]string
+	// origin records the file's lines and the BRIDGE_* variables, for
+	// Problems, the Decoder's errors and IgnoredEnv. Set by Load; nil
+	// otherwise.
+	origin *origin
 }
 
 // NATS is a NATS connection. With URL empty the bridge starts an embedded

@@ -44,11 +44,14 @@ var rowRef = regexp.MustCompile(`\.(?:Col|Key)\.([A-Za-z_][A-Za-z0-9_]*)`)
 // globs and the serve section. It does not check plugin types, formats,
 // plugin `config:` blocks or serve.where's condition (the runtime and the
 // plugins do); a zero Serve (a Config built in code for `bridge run`) is not
-// checked. It returns every problem at once,
-// as Errors sorted by path, or nil. Load calls it; call it yourself on a
-// Config built in code.
+// checked. It returns every problem at once, as Errors (in the order of the
+// file for a Config from Load, else by path), or nil. Load calls it; call it
+// yourself on a Config built in code.
 func (c *Config) Validate() error {
-	return c.validate(nil).err()
+	errs := c.validate(nil)
+	c.origin.blame(errs)
+	c.origin.order(errs)
+	return errs.err()
 }
 
 // validate returns the problems of c, leaving out any at a path that known
@@ -58,6 +61,17 @@ func (c *Config) validate(known Errors) Errors {
 	add := func(p, format string, args ...any) {
 		if !known.covers(p) {
 			errs.add(p, format, args...)
+		}
+	}
+	// A reference into a section that could not be decoded follows from
+	// that problem: say so, and let it print after it.
+	broken := func(section string) bool {
+		return slices.ContainsFunc(known, func(e *FieldError) bool { return e.Path == section })
+	}
+	sinksBroken, sourcesBroken := broken("sinks"), broken("sources")
+	addAfter := func(cause, p, format string, args ...any) {
+		if !known.covers(p) {
+			errs = append(errs, &FieldError{Path: p, Msg: fmt.Sprintf(format, args...), cause: cause})
 		}
 	}
 
@@ -129,12 +143,16 @@ func (c *Config) validate(known Errors) Errors {
 			add(p+".sinks", "at least one sink is required")
 		}
 		for j, name := range r.Sinks {
-			if _, ok := c.Sinks[name]; !ok {
+			if _, ok := c.Sinks[name]; !ok && sinksBroken {
+				addAfter("sinks", indexPath(p+".sinks", j), "no sink named %q: the sinks section could not be read (see above)", name)
+			} else if !ok {
 				add(indexPath(p+".sinks", j), "no sink named %q (defined: %s)", name, listOrNone(sortedKeys(c.Sinks)))
 			}
 		}
 		for j, name := range r.Match.Sources {
-			if _, ok := c.Sources[name]; !ok {
+			if _, ok := c.Sources[name]; !ok && sourcesBroken {
+				addAfter("sources", indexPath(p+".match.sources", j), "no source named %q: the sources section could not be read (see above)", name)
+			} else if !ok {
 				add(indexPath(p+".match.sources", j), "no source named %q (defined: %s)", name, listOrNone(sortedKeys(c.Sources)))
 			}
 		}

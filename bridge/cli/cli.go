@@ -13,7 +13,6 @@ import (
 	"os/signal"
 	"reflect"
 	"slices"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -101,7 +100,7 @@ func NewCommand(stdout, stderr io.Writer, opts ...app.Option) *cobra.Command {
 		if err == nil && aerr == nil {
 			return cfg, a, nil
 		}
-		return nil, nil, mergeErrs(err, aerr)
+		return nil, nil, mergeErrs(cfg, err, aerr)
 	}
 	load := func(extra ...app.Option) (*config.Config, *app.App, error) { return loadWith(nil, extra...) }
 	printErrs := func(err error) error {
@@ -125,6 +124,9 @@ func NewCommand(stdout, stderr io.Writer, opts ...app.Option) *cobra.Command {
 				return printErrs(err)
 			}
 			log := NewLogger(cfg.Log, stderr)
+			if ignored := cfg.IgnoredEnv(); len(ignored) > 0 {
+				log.Debug("ignored environment variables that name no key of bridge.yaml", "variables", ignored)
+			}
 			_, a, err := load(app.WithLogger(log))
 			if err != nil {
 				return printErrs(err)
@@ -288,26 +290,17 @@ the command, since no bridge runs it.`,
 	return root
 }
 
+// errorLines returns the lines of err to print, in its order (mergeErrs and
+// config.Load put problems in the order of the file), without blank lines
+// or lines printed already.
 func errorLines(err error) []string {
-	var lines []string
-	var walk func(error)
-	walk = func(e error) {
-		if j, ok := e.(interface{ Unwrap() []error }); ok {
-			for _, x := range j.Unwrap() {
-				walk(x)
-			}
-			return
+	var out []string
+	seen := map[string]bool{}
+	for _, l := range strings.Split(err.Error(), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !seen[l] {
+			seen[l] = true
+			out = append(out, l)
 		}
-		lines = append(lines, strings.Split(e.Error(), "\n")...)
-	}
-	walk(err)
-	sort.Strings(lines)
-	out := lines[:0]
-	for i, l := range lines {
-		if l == "" || (i > 0 && l == lines[i-1]) {
-			continue
-		}
-		out = append(out, l)
 	}
 	return out
 }
@@ -391,25 +384,8 @@ func NewLogger(l config.Log, w io.Writer) *slog.Logger {
 }
 
 // mergeErrs joins config errors with App errors, dropping App errors at a
-// YAML path the config errors already cover.
-func mergeErrs(cfgErr, appErr error) error {
-	if cfgErr == nil {
-		return appErr
-	}
-	if appErr == nil {
-		return cfgErr
-	}
-	seen := map[string]bool{}
-	for _, l := range errorLines(cfgErr) {
-		path, _, _ := strings.Cut(l, ": ")
-		seen[path] = true
-	}
-	out := []error{cfgErr}
-	for _, l := range errorLines(appErr) {
-		path, _, _ := strings.Cut(l, ": ")
-		if !seen[path] {
-			out = append(out, errors.New(l))
-		}
-	}
-	return errors.Join(out...)
+// YAML path the config errors already cover, in the order of the file
+// (config.Config.Problems).
+func mergeErrs(cfg *config.Config, cfgErr, appErr error) error {
+	return cfg.Problems(cfgErr, appErr)
 }

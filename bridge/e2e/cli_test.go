@@ -59,18 +59,24 @@ routes:
 `), 0o644))
 	code, _, errs := execCLI(t, "validate", "-c", p)
 	require.Equal(t, 1, code)
+	// In the order of the file, framework and plugin problems alike (on one
+	// line, by path).
+	at := 0
 	for _, want := range []string{
+		`sources.shop.config.slot: "Bad-Slot" is not a valid slot name`,
+		`sources.shop.config.tabels`,
 		`sources.other.type: unknown source type "mysql" (compiled in: pgoutput, wal2json)`,
 		`sinks.main.type: unknown sink type "nats_jetstrem" (compiled in: nats_core, nats_jetstream, webhook)`,
-		`sources.shop.config.tabels`,
-		`sources.shop.config.slot: "Bad-Slot" is not a valid slot name`,
-		`sinks.js.config.subjcet`,
 		`sinks.js.config.stream`,
+		`sinks.js.config.subjcet`,
 		`routes[0].sinks[0]`,
 		`routes[0].subject`,
 		`routes[1].format: unknown format "avro"`,
 	} {
-		require.Contains(t, errs, want)
+		i := strings.Index(errs, want)
+		require.GreaterOrEqual(t, i, 0, "missing %q in:\n%s", want, errs)
+		require.Greater(t, i, at, "%q out of the file's order in:\n%s", want, errs)
+		at = i
 	}
 	require.NotContains(t, errs, "s3cret", "a secret was printed")
 }
