@@ -179,9 +179,12 @@ sets it. How the layers combine (defaults < file < §BRIDGE_*§ variables < flag
 
 - Paths are YAML paths: §<name>§ is the name you give a source or sink, §[]§ an element of a list.
 - Durations are Go durations: §500ms§, §2s§, §1m30s§.
-- A variable's name is §BRIDGE_§ and the path in upper case with §__§ between levels. Lists
-  (marked —) cannot be set from the environment; set them in the file.
-- Unknown keys are errors, in plugin blocks too.
+- A variable's name is §BRIDGE_§ and the path in upper case with §__§ between levels. A list of
+  plain values takes its items comma-separated (§BRIDGE_SERVE__TABLES=public.a,public.b§), or as
+  a YAML flow list when an item holds a comma (§[a, "b,c"]§). Lists of mappings and the keys
+  inside them (marked —) cannot be set from the environment; set them in the file.
+- Unknown keys are errors, in plugin blocks too. A §BRIDGE_*§ variable whose first level is no
+  top-level key is ignored, unless it looks like a typo of one.
 
 Contents: [top level](#top-level)`, "§", "`"))
 	for _, fi := range refFields(reflect.TypeFor[Config]()) {
@@ -337,9 +340,9 @@ func typeName(t reflect.Type) string {
 }
 
 // envName is the BRIDGE_* variable that sets the key at path, or "" when
-// the environment cannot (lists, and keys inside them).
+// the environment cannot (lists of mappings, and keys inside lists).
 func envName(path string, t reflect.Type) string {
-	if strings.Contains(path, "[]") || t.Kind() == reflect.Slice {
+	if strings.Contains(path, "[]") || (t.Kind() == reflect.Slice && !scalarElem(t.Elem())) {
 		return ""
 	}
 	parts := strings.Split(path, ".")

@@ -167,7 +167,8 @@ func TestReferenceCoversEveryKey(t *testing.T) {
 		"| `sinks.<name>.config.duplicate_window` | duration | `2m` |",
 		"| `sources.<name>.config.slot` | string | `\"bridge_<name>\"` | `BRIDGE_SOURCES__<NAME>__CONFIG__SLOT` |",
 		"| `nats.embedded.store_dir` | string | `<data_dir>/nats` |",
-		"| `sinks.<name>.config.subjects` | list of strings | `[\"cdc.>\"]` | — |",
+		"| `sinks.<name>.config.subjects` | list of strings | `[\"cdc.>\"]` | `BRIDGE_SINKS__<NAME>__CONFIG__SUBJECTS` |",
+		"| `routes[].match.tables` | list of strings | — | — |",
 	} {
 		require.Contains(t, ref, row)
 	}
