@@ -104,7 +104,7 @@ func prefixed(base string, err error) Errors {
 		if e == nil {
 			return nil
 		}
-		return Errors{{Path: joinPath(base, e.Path), Msg: e.Msg}}
+		return Errors{{Path: joinPath(base, e.Path), Msg: e.Msg, cause: e.cause}}
 	case interface{ Unwrap() []error }:
 		var out Errors
 		for _, sub := range e.Unwrap() {

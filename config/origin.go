@@ -83,32 +83,22 @@ func (c *Config) Problems(errs ...error) error {
 	return out
 }
 
-// flatten returns err's problems as copies: see Config.Problems.
+// flatten returns err's problems as copies (see Config.Problems): those of
+// prefixed, with a multi-line problem without a path split into one per line.
 func flatten(err error) Errors {
-	switch e := err.(type) {
-	case nil:
-		return nil
-	case *FieldError:
-		if e == nil {
-			return nil
+	var out Errors
+	for _, e := range prefixed("", err) {
+		if e.Path != "" || !strings.Contains(e.Msg, "\n") {
+			out = append(out, e)
+			continue
 		}
-		c := *e
-		return Errors{&c}
-	case interface{ Unwrap() []error }:
-		var out Errors
-		for _, sub := range e.Unwrap() {
-			out = append(out, flatten(sub)...)
-		}
-		return out
-	default:
-		var out Errors
-		for _, line := range strings.Split(err.Error(), "\n") {
+		for _, line := range strings.Split(e.Msg, "\n") {
 			if line = strings.TrimSpace(line); line != "" {
 				out = append(out, &FieldError{Msg: line})
 			}
 		}
-		return out
 	}
+	return out
 }
 
 // envMarker starts the note blame adds to a message.
