@@ -161,7 +161,7 @@ func Load(path string, opts ...Option) (*Config, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	l := loader{texts: map[string]string{}, vars: map[string]string{}, fromEnv: map[string]string{}, hints: map[string]string{}}
+	l := loader{texts: map[string]string{}, vars: map[string]string{}, fromEnv: map[string]string{}, hints: map[string]string{}, overridden: map[string]bool{}}
 	for _, kv := range o.environ() {
 		if k, v, ok := strings.Cut(kv, "="); ok {
 			l.vars[k] = v
@@ -195,6 +195,7 @@ func Load(path string, opts ...Option) (*Config, error) {
 	for _, m := range o.overrides {
 		typed := map[string]any{}
 		for key, v := range m {
+			l.markOverridden(key, v)
 			for k := range l.fromEnv { // an override replaces what the environment set
 				if k == key || strings.HasPrefix(k, key+".") {
 					delete(l.fromEnv, k)
@@ -212,7 +213,7 @@ func Load(path string, opts ...Option) (*Config, error) {
 	raw := k.Raw()
 	setEntryDefaults(raw, o.batch)
 	slices.Sort(l.ignored)
-	cfg := &Config{origin: &origin{lines: lines, env: l.fromEnv, hints: l.hints, ignored: l.ignored}}
+	cfg := &Config{origin: &origin{lines: lines, env: l.fromEnv, overridden: l.overridden, hints: l.hints, ignored: l.ignored}}
 	if len(l.texts) > 0 {
 		cfg.texts = l.texts
 	}
@@ -242,6 +243,8 @@ type loader struct {
 	hints map[string]string
 	// ignored lists the variables that name no key (see envKey).
 	ignored []string
+	// overridden holds the keys WithOverrides set.
+	overridden map[string]bool
 }
 
 func (l *loader) lookup(name string) (string, bool) {
@@ -299,6 +302,19 @@ func (l *loader) typed(path, s string) any {
 		delete(l.texts, path)
 	}
 	return v
+}
+
+// markOverridden records the keys an override of value v at path sets: path
+// itself, or the keys inside v when it is a mapping.
+func (l *loader) markOverridden(path string, v any) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		l.overridden[path] = true
+		return
+	}
+	for k, e := range m {
+		l.markOverridden(joinPath(path, k), e)
+	}
 }
 
 // typeOverride reads the string values of an override found at path as YAML

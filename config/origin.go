@@ -15,6 +15,8 @@ type origin struct {
 	lines map[string]int
 	// env maps the path each BRIDGE_* variable set to the variable.
 	env map[string]string
+	// overridden holds the paths WithOverrides set (command-line flags).
+	overridden map[string]bool
 	// hints maps a variable to the name it probably meant (a `__` where it
 	// has `_`), for keys that exist under that name only.
 	hints map[string]string
@@ -50,8 +52,8 @@ func (c *Config) IgnoredEnv() []string {
 //   - A problem at a key a BRIDGE_* variable set names the variable.
 //   - The order is the file's: by the line of the key (or of its nearest
 //     ancestor written in the file); then the problems at keys that come
-//     from BRIDGE_* variables or from no layer at all (a required key left
-//     out), by path. A problem that follows from another (a route naming a
+//     from BRIDGE_* variables, from overrides (flags) or from no layer at
+//     all (a required key left out), by path. A problem that follows from another (a route naming a
 //     sink when sinks could not be decoded) comes right after it.
 //
 // c may be nil (no file was read): the order is then by path.
@@ -154,13 +156,14 @@ func (o *origin) varsAt(path string) []string {
 	return slices.Compact(vars)
 }
 
-// fromEnv reports whether a BRIDGE_* variable set path or a key above it.
-func (o *origin) fromEnv(path string) bool {
+// notFromFile reports whether a BRIDGE_* variable or an override set path
+// or a key above it.
+func (o *origin) notFromFile(path string) bool {
 	if o == nil {
 		return false
 	}
 	for p := path; p != ""; p = parentPath(p) {
-		if _, ok := o.env[p]; ok {
+		if _, ok := o.env[p]; ok || o.overridden[p] {
 			return true
 		}
 	}
@@ -190,7 +193,7 @@ func (o *origin) order(es Errors) {
 		line int
 	}
 	keyOf := func(e *FieldError) key {
-		if o.fromEnv(e.Path) {
+		if o.notFromFile(e.Path) {
 			return key{late: true}
 		}
 		if n, ok := o.line(e.Path); ok {

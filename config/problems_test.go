@@ -178,3 +178,21 @@ routes: [{sinks: [main]}]
 	assert.Contains(t, got[0], "sinks.main.config.zz_unknown: unknown key")
 	assert.Contains(t, got[1], "sinks.main.config.stream: expected a string")
 }
+
+// TestProblemsOverridesLate: a problem at a key an override (a flag) set
+// prints after the file's, even when the file has the key too.
+func TestProblemsOverridesLate(t *testing.T) {
+	doc := `name: shop
+serve:
+  max_conns: 5
+sources: {shop: {type: pgoutput}}
+sinks: {main: {type: nats_core}}
+routes: [{sinks: [main]}]
+unrouted: never
+`
+	_, err := loadYAML(t, doc, WithOverrides(map[string]any{"serve": map[string]any{"max_conns": 0}}))
+	assert.Equal(t, []string{
+		`unrouted: must be one of drop, error, got "never"`,
+		"serve.max_conns: must be > 0, got 0",
+	}, problems(t, err))
+}
