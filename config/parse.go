@@ -178,7 +178,7 @@ var yamlLineRE = regexp.MustCompile(`^(?:yaml: )?(?:line (\d+): )?(.*)$`)
 
 // maxScanLines bounds the files whose parse errors are located by parsing
 // their first lines (see problemLine).
-const maxScanLines = 5000
+const maxScanLines = 2000
 
 // syntaxErrors turns an error of yaml.v3 into *SyntaxErrors at the line of
 // the problem, with a message that says what is wrong in the terms of the
