@@ -131,8 +131,10 @@ routes:
 
 	// Postgres refuses connections: runs fail and restart.
 	require.NoError(t, run(write("badpg", badDSN, good), logged("run ended; restarting")))
-	// A key=value DSN to a database that does not exist.
-	require.NoError(t, run(write("badkv", kvDSN, good), logged("nosuchdb")))
+	// A key=value DSN to a database that does not exist: the bridge stops
+	// (retrying cannot create it), logging the DSN's error.
+	require.Error(t, run(write("badkv", kvDSN, good), logged("nosuchdb")))
+	require.Contains(t, logs.String(), "3D000")
 
 	// A normal run, with the token in the URL this time.
 	require.NoError(t, run(write("good", dsn, fmt.Sprintf("  url: nats://%s@%s", natsToken, natsAddr)), func() {
