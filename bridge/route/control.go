@@ -33,14 +33,11 @@ func (r *Router) ControlDests(source, kind string) ([]ControlDest, error) {
 			}
 			d := SubjectData{Source: Token(source), Schema: cdc.ControlSchema, Table: Token(kind), Op: string(cdc.OpControl),
 				Prefix: "_", Key: map[string]string{}, Col: map[string]string{}}
-			var vars []string
-			if rt.perRow {
-				for _, m := range rowRef.FindAllStringSubmatch(rt.subject.Root.String(), -1) {
-					vars = append(vars, m[1])
-				}
+			for _, v := range rt.cols {
+				d.Col[v] = "_"
 			}
-			for _, v := range vars {
-				d.Key[v], d.Col[v] = "_", "_"
+			for _, v := range rt.keys {
+				d.Key[v] = "_"
 			}
 			subj, err := render(rt.subject, d)
 			if err != nil {

@@ -26,7 +26,9 @@ type route struct {
 	subject *template.Template
 	encode  format.Encoder
 
-	perRow bool // the template reads .Key or .Col: no cache
+	perRow bool     // the template reads .Key or .Col: no cache
+	cols   []string // the columns the template reads as {{.Col.x}}
+	keys   []string // the columns the template reads as {{.Key.x}}
 
 	mu    sync.Mutex
 	cache map[subjectKey]string
@@ -51,7 +53,11 @@ type SubjectData struct {
 	Source, Schema, Table, Op, Prefix string
 	// Key holds the row's key columns, Col every column of the row (the new
 	// row, or the old one for deletes), as text: {{.Col.tenant_id}}.
-	// A NULL or absent value renders as "_".
+	// A NULL value, a value the change does not carry (an unchanged TOAST
+	// value, a non-key column of a delete) and every column of a change
+	// without a row (truncate, logical message) render as "_". A column the
+	// table does not have, or a {{.Key.x}} that is not part of the table's
+	// key, is an error naming the route, the table and the column.
 	Key, Col map[string]string
 }
 
@@ -106,10 +112,11 @@ func New(cfg *config.Config, sinkIndex map[string]int, contextPrefix string) (*R
 		} else {
 			rt.subject = tmpl
 			rt.perRow = strings.Contains(subj, ".Key") || strings.Contains(subj, ".Col")
+			rt.cols, rt.keys = RowRefs(subj)
 			// Test-render it so mistakes show at validate time.
 			sample := map[string]string{}
 			for _, m := range rowRef.FindAllStringSubmatch(subj, -1) {
-				sample[m[1]] = "v"
+				sample[m[2]] = "v"
 			}
 			if _, err := render(tmpl, SubjectData{Source: "src", Schema: "public", Table: "t", Op: "insert",
 				Key: sample, Col: sample}); err != nil {
@@ -183,7 +190,21 @@ func (rt *route) matches(c *cdc.Change) bool {
 }
 
 // rowRef finds the columns a template reads: {{.Col.x}}, {{.Key.x}}.
-var rowRef = regexp.MustCompile(`\.(?:Col|Key)\.([A-Za-z_][A-Za-z0-9_]*)`)
+var rowRef = regexp.MustCompile(`\.(Col|Key)\.([A-Za-z_][A-Za-z0-9_]*)`)
+
+// RowRefs returns the columns the subject template tmpl reads as
+// {{.Col.x}} and as {{.Key.x}}, each once, in order of appearance.
+func RowRefs(tmpl string) (cols, keys []string) {
+	for _, m := range rowRef.FindAllStringSubmatch(tmpl, -1) {
+		if m[1] == "Col" && !slices.Contains(cols, m[2]) {
+			cols = append(cols, m[2])
+		}
+		if m[1] == "Key" && !slices.Contains(keys, m[2]) {
+			keys = append(keys, m[2])
+		}
+	}
+	return cols, keys
+}
 
 func (rt *route) subjectFor(c *cdc.Change) (string, error) {
 	if rt.perRow {
@@ -191,7 +212,10 @@ func (rt *route) subjectFor(c *cdc.Change) (string, error) {
 		if c.Op == cdc.OpMessage {
 			d.Schema, d.Table = "_message", Token(c.Prefix)
 		}
-		d.Key, d.Col = rowTokens(c)
+		var err error
+		if d.Key, d.Col, err = rt.rowTokens(c); err != nil {
+			return "", fmt.Errorf("routes[%d].subject for %s.%s: %w", rt.idx, c.Schema, c.Table, err)
+		}
 		s, err := render(rt.subject, d)
 		if err != nil {
 			return "", fmt.Errorf("routes[%d].subject for %s.%s: %w", rt.idx, c.Schema, c.Table, err)
@@ -255,16 +279,24 @@ func (r *Router) isContext(c *cdc.Change) bool {
 	return r.contextPrefix != "" && c.Op == cdc.OpMessage && c.Prefix == r.contextPrefix
 }
 
-// rowTokens renders the row's key and columns as subject tokens; a missing
-// column renders "_" through the template's map lookup default.
-func rowTokens(c *cdc.Change) (key, col map[string]string) {
+// rowTokens renders the row's key and columns as subject tokens. A change
+// without a row (truncate, logical message) renders every column the
+// template reads as "_"; a column the table does not have, or a key
+// column that is not part of its key, is an error.
+func (rt *route) rowTokens(c *cdc.Change) (key, col map[string]string, err error) {
 	row := c.After
 	if row == nil {
 		row = c.Before
 	}
 	key, col = map[string]string{}, map[string]string{}
 	if c.Rel == nil || row == nil {
-		return key, col
+		for _, n := range rt.cols {
+			col[n] = "_"
+		}
+		for _, n := range rt.keys {
+			key[n] = "_"
+		}
+		return key, col, nil
 	}
 	for i, v := range row {
 		if i >= len(c.Rel.Columns) {
@@ -284,5 +316,37 @@ func rowTokens(c *cdc.Change) (key, col map[string]string) {
 			key[name] = t
 		}
 	}
-	return key, col
+	for _, n := range rt.cols {
+		if _, ok := col[n]; !ok {
+			return nil, nil, fmt.Errorf("column %q ({{.Col.%s}}) is not a column of %s.%s (its columns: %s); change the template, or limit the route's match.tables to tables that have it",
+				n, n, c.Schema, c.Table, columnNames(c.Rel, false))
+		}
+	}
+	for _, n := range rt.keys {
+		if _, ok := key[n]; ok {
+			continue
+		}
+		if _, ok := col[n]; ok {
+			return nil, nil, fmt.Errorf("column %q ({{.Key.%s}}) is not part of the key of %s.%s (its key: %s); write {{.Col.%s}}, or limit the route's match.tables to tables whose key has it",
+				n, n, c.Schema, c.Table, columnNames(c.Rel, true), n)
+		}
+		return nil, nil, fmt.Errorf("column %q ({{.Key.%s}}) is not a column of %s.%s (its key: %s); change the template, or limit the route's match.tables to tables that have it",
+			n, n, c.Schema, c.Table, columnNames(c.Rel, true))
+	}
+	return key, col, nil
+}
+
+// columnNames lists rel's columns (only its key columns when key is set)
+// for messages.
+func columnNames(rel *cdc.Relation, key bool) string {
+	var names []string
+	for _, c := range rel.Columns {
+		if !key || c.Key {
+			names = append(names, c.Name)
+		}
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
 }

@@ -58,7 +58,26 @@ func TestRouterMatchesAndRendersSubjects(t *testing.T) {
 	rel2 := &cdc.Relation{Schema: "public", Table: "orderlines", Columns: []cdc.Column{{Name: "id", Key: true}}}
 	bad := cdc.Change{Source: "shop", Schema: "public", Table: "orderlines", Op: cdc.OpInsert, Rel: rel2, After: []any{int64(1)}}
 	_, _, err = r.Route(&bad)
-	require.ErrorContains(t, err, "routes[1].subject for public.orderlines")
+	require.ErrorContains(t, err, `routes[1].subject for public.orderlines: column "tenant" ({{.Col.tenant}}) is not a column of public.orderlines (its columns: id)`)
+
+	// {{.Key.x}} of a column outside the key names the key.
+	rel3 := &cdc.Relation{Schema: "public", Table: "orders", Columns: []cdc.Column{{Name: "no", Key: true}, {Name: "id"}, {Name: "tenant"}}}
+	nokey := cdc.Change{Source: "shop", Schema: "public", Table: "orders", Op: cdc.OpInsert, Rel: rel3, After: []any{int64(1), int64(2), "a"}}
+	_, _, err = r.Route(&nokey)
+	require.ErrorContains(t, err, `column "id" ({{.Key.id}}) is not part of the key of public.orders (its key: no); write {{.Col.id}}`)
+
+	// A change without a row renders the columns as "_".
+	trunc := cdc.Change{Source: "shop", Schema: "public", Table: "orders", Op: cdc.OpTruncate, Rel: rel}
+	_, ok, err = r.Route(&trunc)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "cdc.shop._.orders._", trunc.Subject)
+}
+
+func TestRowRefs(t *testing.T) {
+	cols, keys := RowRefs("a.{{.Col.tenant}}.{{.Key.id}}.{{.Col.tenant}}.{{ .Col.region }}")
+	require.Equal(t, []string{"tenant", "region"}, cols)
+	require.Equal(t, []string{"id"}, keys)
 }
 
 func TestRouterRejectsBadTemplates(t *testing.T) {
