@@ -46,6 +46,31 @@ type Resumer interface {
 	Delivered(ctx context.Context, producer, cursor string) (map[cdc.Pos]struct{}, error)
 }
 
+// SubjectSet is the subjects a sink accepts, as its configuration states
+// them.
+type SubjectSet struct {
+	// Filters are NATS subject filters ("cdc.shop.>"): a subject the sink
+	// is given must match one of them.
+	Filters []string
+	// Of names what binds them, for messages: `stream "CDC"`.
+	Of string
+	// Key is the key of the sink's config block that sets them
+	// ("subjects"); "" when none does.
+	Key string
+}
+
+// SubjectLimiter is implemented by sinks that accept only some subjects
+// and know which from their configuration alone (a JetStream stream the
+// sink creates binds its configured subjects). Before the first change the
+// runtime refuses, and `bridge validate` reports, a route whose subject
+// template can render a subject outside them, naming the route, the
+// subjects and the sink's key. It does no I/O.
+type SubjectLimiter interface {
+	// AcceptedSubjects returns the subjects the sink accepts; ok is false
+	// when only the server knows them (a stream the sink does not create).
+	AcceptedSubjects() (set SubjectSet, ok bool)
+}
+
 // AtMostOnce is implemented by sinks that do not hold back the checkpoint
 // (core NATS): a failed write there is logged and counted, not retried forever.
 type AtMostOnce interface{ AtMostOnce() bool }

@@ -124,13 +124,21 @@ func New(cfg *config.Config, opts ...Option) (*App, error) {
 		}
 	}
 	sinkIndex := map[string]int{}
+	accepted := map[string]sinks.SubjectSet{} // routes must stay within these
 	for i, n := range sortedKeys(cfg.Sinks) {
 		sinkIndex[n] = i
-		if _, err := a.newSink(n, sinks.NATSEnv{}); err != nil {
+		s, err := a.newSink(n, sinks.NATSEnv{})
+		if err != nil {
 			errs = append(errs, err)
+		} else if sl, ok := s.(sinks.SubjectLimiter); ok {
+			if set, ok := sl.AcceptedSubjects(); ok {
+				accepted[n] = set
+			}
 		}
 	}
 	if _, err := route.New(cfg, sinkIndex, ""); err != nil {
+		errs = append(errs, err)
+	} else if err := route.CheckSubjects(cfg, accepted); err != nil {
 		errs = append(errs, err)
 	}
 	errs = append(errs, telemetry.Validate(cfg)...)

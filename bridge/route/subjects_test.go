@@ -1,0 +1,112 @@
+package route
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/sinks"
+)
+
+func TestWithin(t *testing.T) {
+	for _, c := range []struct {
+		pattern, filter string
+		want            bool
+	}{
+		{"a.b", "a.b", true},
+		{"a.b", "a.c", false},
+		{"a.b", "a.*", true},
+		{"a.*", "a.b", false},
+		{"a.*", "a.*", true},
+		{"a.*", "a.>", true},
+		{"a", "a.>", false},
+		{"a.b.c", "a.>", true},
+		{"a.b.c", "a.*", false},
+		{"a.b", "a.b.c", false},
+		{"a.b.c", "a.b", false},
+		{"*.b", "a.>", false},
+		{"x.*.y", "*.*.y", true},
+		{"x.*.y", ">", true},
+	} {
+		require.Equal(t, c.want, Within(c.pattern, c.filter), "%s within %s", c.pattern, c.filter)
+	}
+	require.True(t, WithinAny("a.b", []string{"x.>", "a.*"}))
+	require.False(t, WithinAny("a.*", []string{"a.b", "a.c"}), "two literals do not cover a wildcard token")
+}
+
+func testConfig(routes ...config.Route) *config.Config {
+	return &config.Config{
+		Sources: map[string]config.Plugin{"shop": {Type: "pgoutput"}, "crm": {Type: "pgoutput"}},
+		Routes:  routes,
+	}
+}
+
+// TestSubjectPatterns: the known parts of a subject come from the route's
+// match (sources, tables without globs, ops), the rest is "*", and the
+// control messages go on the first route of each sink.
+func TestSubjectPatterns(t *testing.T) {
+	cfg := testConfig(
+		config.Route{Match: config.Match{Sources: []string{"shop"}, Tables: []string{"public.orders", "sales.*"}, Ops: []string{"insert", "delete"}},
+			Sinks: []string{"a"}, Subject: "x.{{.Source}}.{{.Schema}}.{{.Table}}.{{.Op}}.{{.Col.tenant}}"},
+		config.Route{Sinks: []string{"a", "b"}},
+		config.Route{Match: config.Match{Ops: []string{"message"}}, Sinks: []string{"b"}, Subject: "m.{{.Schema}}.{{.Table}}.v{{.Key.id}}"},
+	)
+	ps := SubjectPatterns(cfg)
+	require.Len(t, ps, 3)
+	require.Equal(t, map[string][]string{"shop": {
+		"x.shop.public.orders.delete.*", "x.shop.public.orders.insert.*", "x.shop.sales.*.delete.*", "x.shop.sales.*.insert.*",
+	}}, ps[0].Data)
+	require.Equal(t, map[string]map[string]string{"shop": {"a": "x.shop._control.resync.control._"}}, ps[0].Control)
+
+	require.Equal(t, "cdc.{{.Source}}.{{.Schema}}.{{.Table}}", ps[1].Template)
+	require.Equal(t, map[string][]string{"crm": {"cdc.crm.*.*"}, "shop": {"cdc.shop.*.*"}}, ps[1].Data)
+	require.Equal(t, map[string]map[string]string{
+		"crm":  {"a": "cdc.crm._control.resync", "b": "cdc.crm._control.resync"},
+		"shop": {"b": "cdc.shop._control.resync"},
+	}, ps[1].Control)
+
+	require.Equal(t, map[string][]string{"crm": {"m._message.*.*"}, "shop": {"m._message.*.*"}}, ps[2].Data)
+	require.Empty(t, ps[2].Control, "the earlier routes carry the control messages to b")
+
+	// A route listing the control op carries them alone, and takes no changes.
+	cfg.Routes = append(cfg.Routes, config.Route{Match: config.Match{Ops: []string{"control"}}, Sinks: []string{"b"}, Subject: "ctl.{{.Source}}"})
+	ps = SubjectPatterns(cfg)
+	require.Empty(t, ps[0].Control)
+	require.Empty(t, ps[1].Control)
+	require.Empty(t, ps[3].Data)
+	require.Equal(t, map[string]map[string]string{"crm": {"b": "ctl.crm"}, "shop": {"b": "ctl.shop"}}, ps[3].Control)
+}
+
+// TestCheckSubjects: a route whose subjects can fall outside a sink's is
+// refused with the route's path, the subjects, the sink's and the fix; a
+// sink that does not know its subjects is not checked.
+func TestCheckSubjects(t *testing.T) {
+	cfg := testConfig(
+		config.Route{Match: config.Match{Sources: []string{"shop"}}, Sinks: []string{"main"}, Subject: "orders.{{.Table}}"},
+		config.Route{Match: config.Match{Sources: []string{"shop"}}, Sinks: []string{"other"}, Subject: "orders.{{.Table}}"},
+		config.Route{Match: config.Match{Sources: []string{"crm"}}, Sinks: []string{"main"}, Subject: "cdc.crm.{{.Schema}}.{{.Table}}"},
+	)
+	cfg.Sources = map[string]config.Plugin{"shop": {}, "crm": {}}
+	set := sinks.SubjectSet{Filters: []string{"cdc.shop.>", "cdc.crm.public.*"}, Of: `stream "CDC"`, Key: "subjects"}
+	err := CheckSubjects(cfg, map[string]sinks.SubjectSet{"main": set})
+	require.Error(t, err)
+	require.Equal(t, `routes[0].subject: "orders.{{.Table}}" gives subjects orders.* for source shop, `+
+		`outside stream "CDC"'s subjects [cdc.shop.>, cdc.crm.public.*] (sinks.main.config.subjects); change the subject or add the subjects to the stream`+"\n"+
+		`routes[2].subject: "cdc.crm.{{.Schema}}.{{.Table}}" gives subjects cdc.crm.*.* for source crm, `+
+		`outside stream "CDC"'s subjects [cdc.shop.>, cdc.crm.public.*] (sinks.main.config.subjects); change the subject or add the subjects to the stream`,
+		err.Error())
+
+	set.Filters = []string{"orders.*", "cdc.crm.>"}
+	require.NoError(t, CheckSubjects(cfg, map[string]sinks.SubjectSet{"main": set}), "orders.resync is within orders.*")
+	require.NoError(t, CheckSubjects(cfg, nil))
+
+	// Tables named in the match give literal subjects; the control
+	// messages need their subject too.
+	cfg.Routes[2].Match.Tables = []string{"public.orders"}
+	set.Filters = []string{"orders.*", "cdc.crm.public.orders"}
+	err = CheckSubjects(cfg, map[string]sinks.SubjectSet{"main": set})
+	require.ErrorContains(t, err, `routes[2].subject: "cdc.crm.{{.Schema}}.{{.Table}}" gives subjects cdc.crm._control.resync (control messages) for source crm, outside`)
+	set.Filters = append(set.Filters, "cdc.crm._control.resync")
+	require.NoError(t, CheckSubjects(cfg, map[string]sinks.SubjectSet{"main": set}))
+}
