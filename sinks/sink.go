@@ -71,6 +71,33 @@ type SubjectLimiter interface {
 	AcceptedSubjects() (set SubjectSet, ok bool)
 }
 
+// Checker is implemented by sinks that can check their destination
+// without changing anything, for `bridge validate --connect`.
+type Checker interface {
+	// Check connects and checks what Connect checks and sets up (what
+	// Connect would create is reported as such, not created), and that
+	// the destination takes the subjects of req. It returns one
+	// config.Check per line, in the order they should print; a failure to
+	// connect is a failed Check, not an error. ctx bounds the whole check.
+	Check(ctx context.Context, req CheckRequest) []config.Check
+}
+
+// CheckRequest is what the runtime asks a Checker to check besides the
+// sink's own setup.
+type CheckRequest struct {
+	// Subjects lists the subjects the routes give this sink's changes.
+	Subjects []SubjectUse
+}
+
+// SubjectUse is a subject one route gives changes.
+type SubjectUse struct {
+	// Route names the route for messages: "routes[0].subject".
+	Route string
+	// Subject is a NATS subject whose "*" tokens stand for a value known
+	// only per change (a column, a table a glob matches).
+	Subject string
+}
+
 // AtMostOnce is implemented by sinks that do not hold back the checkpoint
 // (core NATS): a failed write there is logged and counted, not retried forever.
 type AtMostOnce interface{ AtMostOnce() bool }

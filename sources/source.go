@@ -50,6 +50,42 @@ type Buffered interface {
 	Buffered() int
 }
 
+// Checker is implemented by sources that can check their server's setup
+// without changing anything, for `bridge validate --connect`.
+type Checker interface {
+	// Check connects and checks what Open checks and sets up at start
+	// (what Open would create is reported as such, not created), and the
+	// columns of req. It returns one config.Check per line, in the order
+	// they should print; a failure to connect is a failed Check, not an
+	// error. ctx bounds the whole check.
+	Check(ctx context.Context, req CheckRequest) []config.Check
+}
+
+// CheckRequest is what the runtime asks a Checker to check besides the
+// source's own setup.
+type CheckRequest struct {
+	// From is the checkpoint the next run would start after (0: none), so
+	// the check judges a missing or lost slot as Open would.
+	From cdc.LSN
+	// Columns lists the columns the routes' subject templates read from
+	// this source's tables.
+	Columns []ColumnUse
+}
+
+// ColumnUse is the columns one route's subject template reads.
+type ColumnUse struct {
+	// Route names the route for messages: "routes[0].subject".
+	Route string
+	// Tables are the route's match.tables: path.Match globs over
+	// "schema.table"; empty means every table.
+	Tables []string
+	// Skip are globs of tables earlier routes take (first match wins), so
+	// that they never reach this one.
+	Skip []string
+	// Col and Key are the columns read as {{.Col.x}} and {{.Key.x}}.
+	Col, Key []string
+}
+
 // Env is what the runtime gives a source factory.
 type Env struct {
 	// Name is the source's name in bridge.yaml.

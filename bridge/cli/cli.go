@@ -156,19 +156,7 @@ func NewCommand(stdout, stderr io.Writer, opts ...app.Option) *cobra.Command {
 			return nil
 		},
 	}
-	validate := &cobra.Command{
-		Use:   "validate",
-		Short: "Check bridge.yaml, every plugin block and every route; exit 1 listing all errors",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, _, err := load()
-			if err != nil {
-				return printErrs(err)
-			}
-			fmt.Fprintf(stdout, "%s: ok (%d sources, %d sinks, %d routes)\n", cfgPath, len(cfg.Sources), len(cfg.Sinks), len(cfg.Routes))
-			return nil
-		},
-	}
+	validate := newValidateCommand(load, printErrs, stdout, &cfgPath, opts) // validate.go: --connect checks the servers
 	plugins := &cobra.Command{
 		Use:   "plugins",
 		Short: "List the compiled-in sources and sinks with their config keys",

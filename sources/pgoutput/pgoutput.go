@@ -48,7 +48,12 @@ type plugin struct {
 func (p *plugin) Name() string { return "pgoutput" }
 
 func (p *plugin) Prepare(ctx context.Context, cat *pgx.Conn, log *slog.Logger) error {
-	return pgrepl.EnsurePublication(ctx, cat, log, p.cfg.Publication, p.cfg.Tables, p.cfg.CreatePublication)
+	return pgrepl.EnsurePublication(ctx, cat, log, p.source, p.cfg.Publication, p.cfg.Tables, p.cfg.CreatePublication)
+}
+
+func (p *plugin) Check(ctx context.Context, cat *pgx.Conn) ([]config.Check, []string, error) {
+	_, tables, checks, err := pgrepl.PublicationChecks(ctx, cat, p.source, p.cfg.Publication, p.cfg.Tables, p.cfg.CreatePublication)
+	return checks, tables, err
 }
 
 func (p *plugin) Args() []string {

@@ -85,6 +85,11 @@ func (s *Source) Idle() (safe, after cdc.LSN, ok bool) { return s.inner.Idle() }
 // Close implements sources.Source.
 func (s *Source) Close(ctx context.Context) error { return s.inner.Close(ctx) }
 
+// Check implements sources.Checker.
+func (s *Source) Check(ctx context.Context, req sources.CheckRequest) []config.Check {
+	return s.inner.Check(ctx, req)
+}
+
 // mapError turns the server's report that the output plugin's library
 // (plugin, "wal2json") is missing into a SetupError with the install
 // command; other errors pass unchanged. major is the server's major
@@ -130,36 +135,61 @@ func (p *plugin) Name() string { return "wal2json" }
 // needs no publication; whether the plugin is installed shows when the slot
 // is created or streaming starts (see mapError).
 func (p *plugin) Prepare(ctx context.Context, cat *pgx.Conn, log *slog.Logger) error {
+	checks, _, err := p.Check(ctx, cat)
+	if err != nil {
+		return err
+	}
+	for _, c := range checks {
+		switch c.Status {
+		case config.CheckFail:
+			return &sources.SetupError{What: c.What, Fix: c.Fix}
+		case config.CheckWarn:
+			log.Warn(c.What, "fix", c.Fix)
+		}
+	}
+	return nil
+}
+
+// Check implements pgrepl.Plugin: bytea_output, the configured tables, and
+// the tables whose UPDATEs and DELETEs wal2json would skip. It records the
+// server's major version for mapError.
+func (p *plugin) Check(ctx context.Context, cat *pgx.Conn) ([]config.Check, []string, error) {
 	var num int
 	if err := cat.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&num); err != nil {
-		return fmt.Errorf("reading server version: %w", err)
+		return nil, nil, fmt.Errorf("reading server version: %w", err)
 	}
 	p.major = num / 10000
 	// wal2json prints bytea as the hex output without its "\x"; the escape
 	// format would arrive mangled.
 	var byteaOut, db string
 	if err := cat.QueryRow(ctx, "SELECT current_setting('bytea_output'), current_database()").Scan(&byteaOut, &db); err != nil {
-		return fmt.Errorf("reading bytea_output: %w", err)
+		return nil, nil, fmt.Errorf("reading bytea_output: %w", err)
 	}
 	if byteaOut != "hex" {
-		return &sources.SetupError{
+		return []config.Check{{Status: config.CheckFail,
 			What: fmt.Sprintf("bytea_output is %q; the wal2json source needs 'hex'", byteaOut),
 			Fix:  fmt.Sprintf("ALTER DATABASE %s SET bytea_output = 'hex'; (or drop the role or server setting that changes it)", pgx.Identifier{db}.Sanitize()),
-		}
+		}}, nil, nil
 	}
-	return warnTables(ctx, cat, log, p.cfg.Tables)
+	checks := []config.Check{{Status: config.CheckOK, What: "bytea_output is hex"}}
+	tc, err := tableChecks(ctx, cat, p.source, db, p.cfg.Tables)
+	if err != nil {
+		return nil, nil, err
+	}
+	return append(checks, tc...), p.cfg.Tables, nil
 }
 
-// warnTables logs configured tables that do not exist, and streamed tables
-// whose UPDATEs and DELETEs wal2json skips for lack of a replica identity.
-func warnTables(ctx context.Context, cat *pgx.Conn, log *slog.Logger, tables []string) error {
+// tableChecks warns about configured tables that do not exist, and
+// streamed tables whose UPDATEs and DELETEs wal2json skips for lack of a
+// replica identity.
+func tableChecks(ctx context.Context, cat *pgx.Conn, source, db string, tables []string) ([]config.Check, error) {
 	rows, err := cat.Query(ctx, `SELECT n.nspname::text, c.relname::text, c.relreplident::text,
 			EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\_%'
 		ORDER BY 1, 2`)
 	if err != nil {
-		return fmt.Errorf("listing tables: %w", err)
+		return nil, fmt.Errorf("listing tables: %w", err)
 	}
 	want := map[string]bool{}
 	for _, t := range tables {
@@ -172,7 +202,7 @@ func warnTables(ctx context.Context, cat *pgx.Conn, log *slog.Logger, tables []s
 		var pk bool
 		if err := rows.Scan(&schema, &table, &ident, &pk); err != nil {
 			rows.Close()
-			return fmt.Errorf("listing tables: %w", err)
+			return nil, fmt.Errorf("listing tables: %w", err)
 		}
 		name := schema + "." + table
 		have[name] = true
@@ -185,11 +215,15 @@ func warnTables(ctx context.Context, cat *pgx.Conn, log *slog.Logger, tables []s
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("listing tables: %w", err)
+		return nil, fmt.Errorf("listing tables: %w", err)
 	}
+	var checks []config.Check
+	key := fmt.Sprintf("sources.%s.config.tables", source)
 	for _, t := range tables {
 		if !have[t] {
-			log.Warn("configured table does not exist (yet); its changes stream once it is created", "table", t)
+			checks = append(checks, config.Check{Status: config.CheckWarn,
+				What: fmt.Sprintf("configured table %s does not exist (yet) in database %q; its changes stream once it is created", t, db),
+				Fix:  fmt.Sprintf("create it, or remove it from %s (names are case-sensitive)", key)})
 		}
 	}
 	if len(noIdent) > 0 {
@@ -197,11 +231,12 @@ func warnTables(ctx context.Context, cat *pgx.Conn, log *slog.Logger, tables []s
 		if len(shown) > 20 {
 			shown = shown[:20]
 		}
-		log.Warn("tables without a primary key or replica identity: wal2json skips their UPDATEs and DELETEs (a server-log WARNING each)",
-			"count", len(noIdent), "tables", strings.Join(shown, ", "),
-			"fix", "ALTER TABLE <table> ADD PRIMARY KEY (...); or ALTER TABLE <table> REPLICA IDENTITY FULL;")
+		checks = append(checks, config.Check{Status: config.CheckWarn,
+			What: fmt.Sprintf("%d tables without a primary key or replica identity: wal2json skips their UPDATEs and DELETEs (a server-log WARNING each): %s",
+				len(noIdent), strings.Join(shown, ", ")),
+			Fix: "ALTER TABLE <table> REPLICA IDENTITY FULL; (or add a primary key)"})
 	}
-	return nil
+	return checks, nil
 }
 
 func (p *plugin) Args() []string {

@@ -23,24 +23,11 @@ import (
 func (s *Source) slotLost(ctx context.Context, si SlotInfo, from cdc.LSN) error {
 	slot, db := s.cfg.Slot, s.database
 	reason := "slot_missing"
-	what := fmt.Sprintf("slot %q of database %q is missing but the checkpoint is at %s: it was dropped, so the changes after the checkpoint cannot be read any more", slot, db, from)
 	if si.Exists {
 		reason = "slot_invalidated"
-		what = fmt.Sprintf("slot %q of database %q is invalidated (wal_status = lost): Postgres removed WAL it still needed (max_slot_wal_keep_size), so the changes after the checkpoint at %s cannot be read any more", slot, db, from)
-		if from == 0 {
-			what = fmt.Sprintf("slot %q of database %q is invalidated (wal_status = lost): Postgres removed WAL it still needed (max_slot_wal_keep_size)", slot, db)
-		}
 	}
 	if s.cfg.OnSlotLost != SlotLostRecreate {
-		fix := fmt.Sprintf("set on_slot_lost: recreate on source %q and restart: the bridge creates the slot anew under a new epoch and publishes a resync message (consumers re-read); or start over by hand: ", s.name)
-		if si.Exists {
-			fix += fmt.Sprintf("SELECT pg_drop_replication_slot('%s'); then ", slot)
-		}
-		fix += "delete the checkpoint with `nats kv del <checkpoint bucket> <bridge name>.<source name>` and restart"
-		if si.Exists {
-			fix += "; raise max_slot_wal_keep_size (or set it to -1) to prevent it"
-		}
-		return &SetupError{What: what, Fix: fix}
+		return s.slotLostError(si, from, db)
 	}
 	if si.Exists {
 		if _, err := s.cat.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, slot); err != nil {
@@ -57,6 +44,29 @@ func (s *Source) slotLost(ctx context.Context, si SlotInfo, from cdc.LSN) error 
 	}
 	walEnd, _ := cdc.ParseLSN(end)
 	return &sources.SlotLostError{Slot: slot, Database: db, Reason: reason, Checkpoint: from, WALEnd: walEnd}
+}
+
+// slotLostError is the error of a slot that is invalidated (si.Exists,
+// wal_status lost) or missing while a checkpoint at from depends on it,
+// under on_slot_lost: fail: what was lost and the ways out.
+func (s *Source) slotLostError(si SlotInfo, from cdc.LSN, db string) *SetupError {
+	slot := s.cfg.Slot
+	what := fmt.Sprintf("slot %q of database %q is missing but the checkpoint is at %s: it was dropped, so the changes after the checkpoint cannot be read any more", slot, db, from)
+	if si.Exists {
+		what = fmt.Sprintf("slot %q of database %q is invalidated (wal_status = lost): Postgres removed WAL it still needed (max_slot_wal_keep_size), so the changes after the checkpoint at %s cannot be read any more", slot, db, from)
+		if from == 0 {
+			what = fmt.Sprintf("slot %q of database %q is invalidated (wal_status = lost): Postgres removed WAL it still needed (max_slot_wal_keep_size)", slot, db)
+		}
+	}
+	fix := fmt.Sprintf("set on_slot_lost: recreate on source %q and restart: the bridge creates the slot anew under a new epoch and publishes a resync message (consumers re-read); or start over by hand: ", s.name)
+	if si.Exists {
+		fix += fmt.Sprintf("SELECT pg_drop_replication_slot('%s'); then ", slot)
+	}
+	fix += "delete the checkpoint with `nats kv del <checkpoint bucket> <bridge name>.<source name>` and restart"
+	if si.Exists {
+		fix += "; raise max_slot_wal_keep_size (or set it to -1) to prevent it"
+	}
+	return &SetupError{What: what, Fix: fix}
 }
 
 // explain turns server errors whose cause is the database's setup into a

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/config"
 	"github.com/bridgecdc/bridge/sources"
 )
 
@@ -26,6 +27,11 @@ type Plugin interface {
 	// Prepare runs plugin-specific checks and setup before the slot is
 	// created (pgoutput: the publication). cat is a regular connection.
 	Prepare(ctx context.Context, cat *pgx.Conn, log *slog.Logger) error
+	// Check checks what Prepare checks and sets up, changing nothing (what
+	// Prepare would create is an ok line saying so), and returns the
+	// tables the source would stream ("schema.table"; nil: every table).
+	// err is a failed query.
+	Check(ctx context.Context, cat *pgx.Conn) (checks []config.Check, tables []string, err error)
 	// Args are the START_REPLICATION plugin options.
 	Args() []string
 	// NewDecoder returns a decoder for one replication run; cat stays open
