@@ -247,6 +247,6 @@ func (d *decoder) warnIdentity(rel *cdc.Relation) {
 			}
 		}
 		d.log.Warn("table has no primary key: its UPDATEs and DELETEs fail in the application while it is published, and changes carry no key",
-			"table", name, "fix", "ALTER TABLE "+q+" ADD PRIMARY KEY (...); or ALTER TABLE "+q+" REPLICA IDENTITY FULL;")
+			"table", name, "fix", "ALTER TABLE "+q+" REPLICA IDENTITY FULL; (or add a primary key)")
 	}
 }

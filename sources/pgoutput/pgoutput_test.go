@@ -94,6 +94,14 @@ func TestWalLevelNotLogical(t *testing.T) {
 	pg := pgtest.StartT(t, pgtest.Options{Settings: map[string]string{"wal_level": "replica"}})
 	err := openErr(t, newSource(t, "x", map[string]any{"dsn": pg.DSN("")}), 0)
 	requireSetup(t, err, `wal_level is "replica"`, "ALTER SYSTEM SET wal_level = logical")
+	// The fix, as printed, works after a restart.
+	var se *sources.SetupError
+	require.True(t, errors.As(err, &se))
+	applyFix(t, pg, se.Fix)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(t, pg.Restart(ctx, "fast"))
+	require.NoError(t, openErr(t, newSource(t, "x", map[string]any{"dsn": pg.DSN("")}), 0))
 }
 
 func TestConfigErrorsNameTheirPath(t *testing.T) {

@@ -379,11 +379,13 @@ func PublicationChecks(ctx context.Context, c *pgx.Conn, source, pub string, tab
 			checks = append(checks, config.Check{Status: config.CheckFail,
 				What: fmt.Sprintf("publication %q does not exist, and creating it FOR ALL TABLES needs a superuser; role %q is not one", pub, r.name),
 				Fix:  fmt.Sprintf("as a superuser: %s or list the tables in sources.%s.config.tables (the bridge then creates it FOR TABLE, which needs only ownership of them)", sql, source)})
-		case !r.super && !r.canCreateInDatabase:
-			checks = append(checks, config.Check{Status: config.CheckFail,
-				What: fmt.Sprintf("publication %q does not exist, and role %q may not create it: it lacks CREATE on database %q", pub, r.name, r.database),
-				Fix:  fmt.Sprintf("GRANT CREATE ON DATABASE %s TO %s; or create the publication as its owner: %s", pgx.Identifier{r.database}.Sanitize(), pgx.Identifier{r.name}.Sanitize(), sql)})
 		default:
+			// CREATE PUBLICATION needs CREATE on the database, and FOR
+			// TABLE the ownership of each table.
+			var why []string
+			if !r.super && !r.canCreateInDatabase {
+				why = append(why, fmt.Sprintf("it lacks CREATE on database %q", r.database))
+			}
 			var notOwned []string
 			for _, t := range tables {
 				if ti, ok := info[t]; ok && !ti.owned && !r.super {
@@ -391,10 +393,15 @@ func PublicationChecks(ctx context.Context, c *pgx.Conn, source, pub string, tab
 				}
 			}
 			if len(notOwned) > 0 {
+				why = append(why, "it does not own "+strings.Join(notOwned, ", "))
+			}
+			switch {
+			case len(why) > 0:
 				checks = append(checks, config.Check{Status: config.CheckFail,
-					What: fmt.Sprintf("publication %q does not exist, and role %q may not create it: it does not own %s", pub, r.name, strings.Join(notOwned, ", ")),
-					Fix:  "as the tables' owner or a superuser: " + sql})
-			} else if failures(checks) == nil {
+					What: fmt.Sprintf("publication %q does not exist, and role %q may not create it: %s", pub, r.name, strings.Join(why, "; ")),
+					Fix: fmt.Sprintf("as a superuser: %s or give role %s CREATE on the database (GRANT CREATE ON DATABASE %s TO %s;) and the ownership of the tables",
+						sql, pgx.Identifier{r.name}.Sanitize(), pgx.Identifier{r.database}.Sanitize(), pgx.Identifier{r.name}.Sanitize())})
+			case failures(checks) == nil:
 				checks = append(checks, config.Check{Status: config.CheckOK,
 					What: fmt.Sprintf("publication %q does not exist yet: `bridge run` creates it (%s)", pub, sql)})
 			}
