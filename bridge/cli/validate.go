@@ -233,6 +233,12 @@ func checkpointChecks(ctx context.Context, cfg *config.Config, ne sinks.NATSEnv,
 	p, err := natsconn.DialProbe(ctx, ne.URL, ne)
 	if err != nil {
 		fix := "check nats.url and the credentials (nats.creds, user, password, token)"
+		switch msg := strings.ToLower(err.Error()); {
+		case strings.Contains(msg, "authorization"), strings.Contains(msg, "authentication"):
+			fix = "check the credentials: nats.creds, user, password or token"
+		case strings.Contains(msg, "no servers available"), strings.Contains(msg, "connection refused"):
+			fix = fmt.Sprintf("is nats-server running at %s? (nats.url)", config.Redact(ne.URL))
+		}
 		if cfg.NATS.URL == "" {
 			fix = fmt.Sprintf("something that is not a NATS server listens at %s, so `bridge run` cannot start its embedded server there: stop it, or set nats.embedded.port", strings.TrimPrefix(ne.URL, "nats://"))
 		}

@@ -216,6 +216,18 @@ func TestValidateConnectFailures(t *testing.T) {
 		require.Equal(t, 1, code)
 		require.Contains(t, errs, `routes[1].subject: "vc.{{.Schema}}.{{.Table}}" gives subjects vc.*.* for source app, outside stream "CDC_vc"'s subjects [cdc.vc.>] (sinks.js.config.subjects); change the subject or add the subjects to the stream`)
 	})
+	t.Run("DSN that does not parse", func(t *testing.T) {
+		out := run(t, withConfig(t, base, "dsn: "+e.pg.DSN(""), `dsn: "hello world"`))
+		require.Contains(t, fixOf(t, out, "sources.app.config.dsn does not parse"), "postgres://user:password@host:5432/database")
+	})
+	t.Run("database that does not exist", func(t *testing.T) {
+		out := run(t, withConfig(t, base, "/postgres?", "/nosuchdb?"))
+		require.Contains(t, fixOf(t, out, `database "nosuchdb" does not exist`), `create the database (CREATE DATABASE "nosuchdb";), or fix the database name in sources.app.config.dsn`)
+	})
+	t.Run("NATS not running", func(t *testing.T) {
+		out := run(t, withConfig(t, base, e.natsURL(), fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))))
+		require.Contains(t, fixOf(t, out, "connecting to nats://127.0.0.1:"), "is nats-server running at nats://127.0.0.1:")
+	})
 	t.Run("replicas on a server that is not clustered", func(t *testing.T) {
 		out := run(t, withConfig(t, base, "duplicate_window: 1s", "duplicate_window: 1s\n      replicas: 3"))
 		require.Equal(t, "set sinks.js.config.replicas: 1, or connect to a cluster of at least 3 servers",
