@@ -12,7 +12,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"net"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -27,6 +26,7 @@ import (
 	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/bridge/checkpoint"
 	"github.com/bridgecdc/bridge/bridge/route"
+	"github.com/bridgecdc/bridge/bridge/status"
 	"github.com/bridgecdc/bridge/config"
 	"github.com/bridgecdc/bridge/internal/natsconn"
 	"github.com/bridgecdc/bridge/sinks"
@@ -70,7 +70,7 @@ check failed.`,
 			switch {
 			case failed > 0:
 				fmt.Fprintf(stdout, "\n%s: %s failed, %s; `bridge run` would stop\n", *cfgPath, plural(failed, "check"), plural(warned, "warning"))
-				return fmt.Errorf("%s failed against the servers", plural(failed, "check"))
+				return fmt.Errorf("%s failed against the servers: the checklist's FAIL lines say what and the fix", plural(failed, "check"))
 			case warned > 0:
 				fmt.Fprintf(stdout, "\n%s: every check passed, with %s\n", *cfgPath, plural(warned, "warning"))
 			default:
@@ -123,7 +123,7 @@ func printChecks(w io.Writer, secs []section) (failed, warned int) {
 func connectChecks(ctx context.Context, cfg *config.Config, opts []app.Option) []section {
 	sinkReg, srcReg := app.Registries(opts...)
 	log := slog.New(slog.DiscardHandler)
-	ne, natsSec := bridgeNATS(ctx, cfg)
+	ne, natsSec := bridgeNATS(cfg)
 	froms := map[string]cdc.LSN{}
 	if ne.URL != "" {
 		natsSec.checks = append(natsSec.checks, checkpointChecks(ctx, cfg, ne, froms)...)
@@ -186,44 +186,27 @@ func usesBridgeNATS(sc config.Sink) bool {
 }
 
 // bridgeNATS finds the bridge's NATS server: nats.url, or the embedded
-// server when something answers at its address (the bridge is running).
-// ne.URL is empty when there is nothing to check.
-func bridgeNATS(ctx context.Context, cfg *config.Config) (sinks.NATSEnv, section) {
+// server of a running bridge (status.FindNATS). ne.URL is empty when there
+// is nothing to check.
+func bridgeNATS(cfg *config.Config) (sinks.NATSEnv, section) {
 	n := cfg.NATS
 	ne := sinks.NATSEnv{URL: n.URL, Creds: n.Creds, User: n.User, Password: n.Password, Token: n.Token}
 	sec := section{title: "NATS (nats.url) and checkpoint bucket " + cfg.Checkpoint.Bucket}
 	if n.URL != "" {
 		return ne, sec
 	}
-	e := n.Embedded
 	sec.title = "embedded NATS (nats.url is empty) and checkpoint bucket " + cfg.Checkpoint.Bucket
-	store := e.StoreDir
-	if store == "" {
-		store = filepath.Join(cfg.DataDir, "nats")
-	}
-	if e.Port == -1 {
-		sec.checks = append(sec.checks, config.Check{Status: config.CheckWarn,
-			What: fmt.Sprintf("`bridge run` starts an embedded NATS server on a free port (nats.embedded.port: -1, store %s): its stream, bucket and subjects are checked when it runs", store),
-			Fix:  "set a fixed nats.embedded.port to check them while the bridge runs"})
-		return sinks.NATSEnv{}, sec
-	}
-	host, port := e.Host, e.Port
-	if host == "" || host == "0.0.0.0" || host == "::" {
-		host = "127.0.0.1"
-	}
-	if port == 0 {
-		port = 4222
-	}
-	addr := net.JoinHostPort(host, strconv.Itoa(port))
-	d := net.Dialer{Timeout: 2 * time.Second}
-	c, err := d.DialContext(ctx, "tcp", addr)
+	url, err := status.FindNATS(cfg)
 	if err != nil {
+		store := n.Embedded.StoreDir
+		if store == "" {
+			store = filepath.Join(cfg.DataDir, "nats")
+		}
 		sec.checks = append(sec.checks, config.Check{Status: config.CheckOK,
-			What: fmt.Sprintf("nothing listens at %s yet: `bridge run` starts its embedded NATS server there (store %s) and creates the streams and the bucket in it", addr, store)})
+			What: fmt.Sprintf("no bridge is running with this data_dir: `bridge run` starts its embedded NATS server (store %s) and creates the streams and the bucket in it; they are checked while it runs", store)})
 		return sinks.NATSEnv{}, sec
 	}
-	_ = c.Close()
-	ne.URL = "nats://" + addr
+	ne.URL = url
 	return ne, sec
 }
 
