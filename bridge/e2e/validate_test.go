@@ -261,3 +261,31 @@ func TestValidateConnectPermissions(t *testing.T) {
 	requireLine(t, out, "ok", "routes[0].subject: cdc.vc.ok.orders may be published")
 	require.NotContains(t, out+errs, "pw@", "the password was printed")
 }
+
+// TestValidateConnectEmbedded: with nats.url empty, validate --connect
+// starts no server: with no bridge running it leaves the NATS checks to
+// `bridge run`; with one running it checks its embedded server, found
+// through data_dir.
+func TestValidateConnectEmbedded(t *testing.T) {
+	e := newEnv(t)
+	e.pg.ExecT(t, `CREATE TABLE orders (id int PRIMARY KEY, tenant text)`)
+	p := withConfig(t, e.configRoutes("vce", "", `  - sinks: [js]
+    subject: "cdc.vce.{{.Schema}}.{{.Table}}"
+`), "  url: "+e.natsURL(), "  embedded: { port: -1 }")
+	code, out, errs := execCLI(t, "validate", "--connect", "-c", p)
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errs)
+	requireLine(t, out, "ok", "no bridge is running with this data_dir: `bridge run` starts its embedded NATS server")
+	requireLine(t, out, "warn", "not checked: it uses the embedded NATS server, which is not running")
+	requireLine(t, out, "ok", `publication "pub_vce" does not exist yet`)
+
+	r := e.start(p)
+	waitReady(t, r)
+	code, out, errs = execCLI(t, "validate", "--connect", "-c", p)
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errs)
+	require.Empty(t, checkLines(out, "FAIL"), out)
+	requireLine(t, out, "ok", "; the bridge (or another server) is running there")
+	requireLine(t, out, "ok", `stream "CDC_vce" exists`)
+	requireLine(t, out, "ok", `checkpoint bucket "bridge_checkpoints" exists`)
+	requireLine(t, out, "warn", `slot "slot_vce" is in use by PID`)
+	requireLine(t, out, "ok", `routes[0].subject: cdc.vce.*.* may be published, into stream "CDC_vce"`)
+}
