@@ -28,8 +28,9 @@ import (
 //     two Postgres restarts mid-stream (the reconnections use TLS too);
 //   - sslmode=require without sslrootcert: TLS without verification works;
 //   - a wrong CA, a client certificate from another CA, no client
-//     certificate, and a server with ssl off: the first run stops, not
-//     retried, with one line naming the file and the fix;
+//     certificate, a server certificate for another host or expired, and a
+//     server with ssl off: the first run stops, not retried, with one line
+//     naming the file and the fix;
 //   - an sslrootcert file that does not exist: a configuration error at the
 //     dsn's path, naming the file.
 func TestPostgresTLS(t *testing.T) {
@@ -176,6 +177,29 @@ func TestPostgresTLS(t *testing.T) {
 		require.ErrorContains(t, err, "sources.app.config.dsn: ")
 		require.ErrorContains(t, err, "unable to read CA file: open /nonexistent/ca.crt: no such file or directory")
 		require.ErrorContains(t, err, "sslrootcert, sslcert and sslkey must name PEM files the bridge can read")
+	})
+
+	// The server's certificate replaced (and reloaded) by one for another
+	// host, then by an expired one.
+	certDir := t.TempDir()
+	replace := func(t *testing.T, c pgtest.Cert) {
+		cert, key, err := certs.Signer.WriteFiles(certDir, c.CN, c)
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		require.NoError(t, e.pg.ReplaceTLS(ctx, &pgtest.TLS{CertFile: cert, KeyFile: key, CAFile: certs.CA}))
+	}
+	t.Run("server certificate for another host", func(t *testing.T) {
+		replace(t, pgtest.Cert{CN: "elsewhere", Hosts: []string{"db.example.com", "10.1.2.3"}})
+		stopsAtOnce(t, e, dsn("postgres", verify), []string{
+			"the server's certificate is not valid for host 127.0.0.1: it names db.example.com, 10.1.2.3 (sslmode=verify-full checks the name)",
+			"fix: connect with a name the certificate holds"})
+	})
+	t.Run("expired server certificate", func(t *testing.T) {
+		replace(t, pgtest.Cert{CN: "expired", Hosts: []string{"127.0.0.1"}, NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-24 * time.Hour)})
+		stopsAtOnce(t, e, dsn("postgres", verify), []string{
+			"the server's certificate is not valid now (x509: certificate has expired or is not yet valid",
+			"fix: renew the server's certificate"})
 	})
 
 	// Last: it turns TLS off.

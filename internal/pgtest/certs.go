@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -126,6 +127,8 @@ type Certs struct {
 	// certificate for the same role that a server trusting CA refuses; as
 	// sslrootcert it is a wrong CA.
 	OtherCA, OtherClientCert, OtherClientKey string
+	// Signer is the CA of the file CA, to issue more certificates.
+	Signer *CA
 }
 
 // WriteCerts makes two CAs and the certificates of Certs into dir.
@@ -138,7 +141,7 @@ func WriteCerts(dir, role string) (*Certs, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Certs{}
+	c := &Certs{Signer: ca}
 	files := []struct {
 		name string
 		ca   *CA
@@ -149,29 +152,31 @@ func WriteCerts(dir, role string) (*Certs, error) {
 		{"client", ca, Cert{CN: role}, [2]*string{&c.ClientCert, &c.ClientKey}},
 		{"other-client", other, Cert{CN: role}, [2]*string{&c.OtherClientCert, &c.OtherClientKey}},
 	}
-	write := func(name string, b []byte) (string, error) {
-		p := filepath.Join(dir, name)
-		return p, os.WriteFile(p, b, 0o600)
-	}
-	if c.CA, err = write("ca.crt", ca.PEM); err != nil {
-		return nil, err
-	}
-	if c.OtherCA, err = write("other-ca.crt", other.PEM); err != nil {
+	c.CA = filepath.Join(dir, "ca.crt")
+	c.OtherCA = filepath.Join(dir, "other-ca.crt")
+	if err := errors.Join(os.WriteFile(c.CA, ca.PEM, 0o600), os.WriteFile(c.OtherCA, other.PEM, 0o600)); err != nil {
 		return nil, err
 	}
 	for _, f := range files {
-		certPEM, keyPEM, err := f.ca.Issue(f.cert)
-		if err != nil {
-			return nil, err
-		}
-		if *f.dst[0], err = write(f.name+".crt", certPEM); err != nil {
-			return nil, err
-		}
-		if *f.dst[1], err = write(f.name+".key", keyPEM); err != nil {
+		if *f.dst[0], *f.dst[1], err = f.ca.WriteFiles(dir, f.name, f.cert); err != nil {
 			return nil, err
 		}
 	}
 	return c, nil
+}
+
+// WriteFiles issues a certificate for c and writes it and its key into
+// dir as name.crt and name.key (mode 0600), returning their paths.
+func (ca *CA) WriteFiles(dir, name string, c Cert) (certFile, keyFile string, err error) {
+	certPEM, keyPEM, err := ca.Issue(c)
+	if err != nil {
+		return "", "", err
+	}
+	certFile, keyFile = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	if err := errors.Join(os.WriteFile(certFile, certPEM, 0o600), os.WriteFile(keyFile, keyPEM, 0o600)); err != nil {
+		return "", "", err
+	}
+	return certFile, keyFile, nil
 }
 
 // TLS returns the server's files of c, for Options.TLS: the server

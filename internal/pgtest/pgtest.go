@@ -145,8 +145,14 @@ func Start(ctx context.Context, o Options) (_ *Server, err error) {
 		"TimeZone":                "'UTC'",
 	}
 	if o.TLS != nil {
-		if err := s.installTLS(o.TLS, settings); err != nil {
+		if err := s.installTLS(o.TLS); err != nil {
 			return nil, err
+		}
+		settings["ssl"] = "on"
+		settings["ssl_cert_file"] = "'server.crt'"
+		settings["ssl_key_file"] = "'server.key'"
+		if o.TLS.CAFile != "" {
+			settings["ssl_ca_file"] = "'root.crt'"
 		}
 	}
 	for k, v := range o.Settings {
@@ -184,17 +190,26 @@ func Start(ctx context.Context, o Options) (_ *Server, err error) {
 	return s, nil
 }
 
-// installTLS copies t's files into the data directory, owned by the
-// server's user with mode 0600 (the server refuses a key others can read),
-// and turns ssl on in settings.
-func (s *Server) installTLS(t *TLS, settings map[string]string) error {
+// ReplaceTLS replaces the server's certificate and key (and client CA,
+// when t has one) with t's, for a cluster started with Options.TLS, and
+// reloads the configuration: new connections get the new certificate.
+func (s *Server) ReplaceTLS(ctx context.Context, t *TLS) error {
+	if err := s.installTLS(t); err != nil {
+		return err
+	}
+	if out, err := s.run(ctx, "pg_ctl", "-D", s.DataDir, "reload"); err != nil {
+		return fmt.Errorf("pg_ctl reload: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// installTLS copies t's files into the data directory (server.crt,
+// server.key, root.crt), owned by the server's user with mode 0600 (the
+// server refuses a key others can read).
+func (s *Server) installTLS(t *TLS) error {
 	files := [][2]string{{t.CertFile, "server.crt"}, {t.KeyFile, "server.key"}}
-	settings["ssl"] = "on"
-	settings["ssl_cert_file"] = "'server.crt'"
-	settings["ssl_key_file"] = "'server.key'"
 	if t.CAFile != "" {
 		files = append(files, [2]string{t.CAFile, "root.crt"})
-		settings["ssl_ca_file"] = "'root.crt'"
 	}
 	for _, f := range files {
 		b, err := os.ReadFile(f[0])
