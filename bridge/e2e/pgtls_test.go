@@ -3,10 +3,7 @@ package e2e_test
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -60,7 +57,11 @@ func TestPostgresTLS(t *testing.T) {
 			ssl         bool
 		}
 		read := func() []conn {
-			rows, err := e.pg.Conn(t, "").Query(context.Background(), `SELECT a.backend_type, coalesce(s.ssl, false), coalesce(s.client_dn, '')
+			ctx := context.Background()
+			admin, err := pgx.Connect(ctx, e.pg.DSN(""))
+			require.NoError(t, err)
+			defer admin.Close(ctx)
+			rows, err := admin.Query(context.Background(), `SELECT a.backend_type, coalesce(s.ssl, false), coalesce(s.client_dn, '')
 				FROM pg_stat_activity a LEFT JOIN pg_stat_ssl s USING (pid) WHERE a.application_name = 'bridge:app' ORDER BY 1`)
 			require.NoError(t, err)
 			out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (c conn, err error) {
@@ -72,58 +73,7 @@ func TestPostgresTLS(t *testing.T) {
 		want := []conn{{"client backend", "/CN=bridgecert", true}, {"walsender", "/CN=bridgecert", true}}
 		require.Equal(t, want, read())
 
-		var stop atomic.Bool
-		var wg sync.WaitGroup
-		for wi := range 2 {
-			wg.Go(func() {
-				ctx := context.Background()
-				n := 0
-				for !stop.Load() {
-					c, err := pgx.Connect(ctx, e.pg.DSN(""))
-					if err != nil {
-						time.Sleep(100 * time.Millisecond)
-						continue
-					}
-					for !stop.Load() {
-						n++
-						if _, err := c.Exec(ctx, `INSERT INTO ev (w, n) SELECT $1, $2 FROM generate_series(1, 3)`, wi, n); err != nil {
-							break
-						}
-						time.Sleep(time.Millisecond)
-					}
-					c.Close(ctx)
-				}
-			})
-		}
-		for _, mode := range []string{"fast", "immediate"} {
-			time.Sleep(time.Duration(500+rand.N(500)) * time.Millisecond)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			require.NoError(t, e.pg.Restart(ctx, mode))
-			cancel()
-		}
-		time.Sleep(700 * time.Millisecond)
-		stop.Store(true)
-		wg.Wait()
-
-		// Ground truth from the table: an immediate shutdown leaves some
-		// commits' outcome unknown to the writers.
-		rows, err := e.pg.Conn(t, "").Query(context.Background(), `SELECT id FROM ev`)
-		require.NoError(t, err)
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		require.NoError(t, err)
-		require.NotEmpty(t, ids)
-		ms := e.waitCount("CDC_pgtls", len(ids), 2*time.Minute)
-		checkOrdered(t, ms)
-		got := map[string]bool{}
-		for _, m := range ms {
-			id := fmt.Sprint(m.Body["after"].(map[string]any)["id"])
-			require.False(t, got[id], "row %s published twice", id)
-			got[id] = true
-		}
-		require.Len(t, got, len(ids), "stream holds rows the table does not")
-		for _, id := range ids {
-			require.True(t, got[fmt.Sprint(id)], "row %d missing", id)
-		}
+		insertAcrossRestarts(t, e, "CDC_pgtls")
 		require.Eventually(t, func() bool { return len(read()) == 2 }, time.Minute, 50*time.Millisecond)
 		require.Equal(t, want, read(), "the connections made after the restarts use TLS too")
 		r.stop(t)
