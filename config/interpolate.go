@@ -1,11 +1,29 @@
 package config
 
 import (
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
+	"os"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
+
+// maxFileRef is the largest file a ${file:PATH} reference reads: secrets are
+// small, and a reference to the wrong file (a log, a device) must not fill
+// the memory.
+const maxFileRef = 1 << 20
+
+// resolver resolves the references expand finds.
+type resolver struct {
+	// env reports a variable's value and whether it is set.
+	env func(name string) (string, bool)
+	// file returns the content of the file at path, or an error naming the
+	// file and never the content.
+	file func(path string) (string, error)
+}
 
 // unsetError reports a ${NAME} reference to an unset variable without a
 // default.
@@ -15,6 +33,47 @@ func (e *unsetError) Error() string {
 	return fmt.Sprintf("environment variable %s is not set (use ${%s:-default} for a default)", e.name, e.name)
 }
 
+// readFileRef reads the file of a ${file:PATH} reference: its content with
+// trailing newlines removed (a secret file written by echo, Docker or
+// Kubernetes often ends with one). Errors name the file and say what to do;
+// they never hold the content.
+func readFileRef(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fileRefError(path, err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.IsDir() {
+		return "", fmt.Errorf("file %s (${file:...}) is a directory: name the file inside it", path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxFileRef+1))
+	if err != nil {
+		return "", fileRefError(path, err)
+	}
+	if len(b) > maxFileRef {
+		return "", fmt.Errorf("file %s (${file:...}) is larger than 1 MiB: ${file:...} reads secrets, check the path", path)
+	}
+	return strings.TrimRight(string(b), "\r\n"), nil
+}
+
+// fileRefError explains why the file of a ${file:PATH} reference could not
+// be read.
+func fileRefError(path string, err error) error {
+	// The *PathError repeats the path; keep only its cause.
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("file %s (${file:...}) does not exist: mount the secret there, or correct the path", path)
+	case errors.Is(err, fs.ErrPermission):
+		return fmt.Errorf("file %s (${file:...}) cannot be read by the bridge (uid %d): %v; make it readable (in Kubernetes: the volume's defaultMode or the pod's fsGroup)", path, os.Getuid(), err)
+	default:
+		return fmt.Errorf("file %s (${file:...}) cannot be read: %v", path, err)
+	}
+}
+
 // expand interpolates s:
 //
 //   - ${NAME} becomes the value of the variable NAME (which may be empty); it
@@ -22,35 +81,42 @@ func (e *unsetError) Error() string {
 //   - ${NAME:-default} becomes the value of NAME, or default when NAME is
 //     unset or empty; default may itself contain references, which are
 //     resolved only when the default is used;
+//   - ${file:PATH} becomes the content of the file at PATH, trailing
+//     newlines removed; it is an error if the file cannot be read. PATH runs
+//     to the closing brace and may itself contain references (
+//     ${file:${SECRETS:-/run/secrets}/pw}); a file's content is used as it
+//     is, never expanded;
 //   - $$ becomes a literal $;
 //   - any other $ is an error, so that a forgotten brace ($NAME) is not
 //     silently kept.
 //
-// NAME is a letter or underscore followed by letters, digits and underscores.
-// lookup reports a variable's value and whether it is set. substituted
-// reports whether s held at least one reference. Errors never quote s, which
-// may hold a secret.
-func expand(s string, lookup func(string) (string, bool)) (out string, substituted bool, err error) {
-	out, _, substituted, unset, err := expandFrom(s, 0, false, lookup)
+// NAME is a letter or underscore followed by letters, digits and underscores
+// (a variable named file is still read by ${file} and ${file:-default}).
+// substituted reports whether s held at least one reference. Errors never
+// quote s, a variable's value or a file's content, which may hold a secret.
+func expand(s string, r resolver) (out string, substituted bool, err error) {
+	out, _, substituted, missing, err := expandFrom(s, 0, false, r)
 	if err != nil {
 		return "", false, err
 	}
-	if unset != nil {
-		return "", false, unset
+	if missing != nil {
+		return "", false, missing
 	}
 	return out, substituted, nil
 }
 
-// expandFrom expands s from offset i. In a default (inDefault) it stops at the
-// closing brace and returns its offset. Syntax errors come back in err; the
-// first reference to an unset variable in unset, so that a caller can ignore
-// it when the default holding it is not used.
-func expandFrom(s string, i int, inDefault bool, lookup func(string) (string, bool)) (out string, end int, substituted bool, unset *unsetError, err error) {
+// expandFrom expands s from offset i. In a default or a file's path
+// (inner) it stops at the closing brace and returns its offset. Syntax
+// errors come back in err; the first reference that cannot be resolved (an
+// unset variable, a file that cannot be read) in missing, so that a caller
+// can ignore it when the default holding it is not used. A file is read only
+// when its reference is used.
+func expandFrom(s string, i int, inner bool, r resolver) (out string, end int, substituted bool, missing error, err error) {
 	var b strings.Builder
 	for i < len(s) {
 		c := s[i]
-		if c == '}' && inDefault {
-			return b.String(), i, substituted, unset, nil
+		if c == '}' && inner {
+			return b.String(), i, substituted, missing, nil
 		}
 		if c != '$' {
 			b.WriteByte(c)
@@ -77,38 +143,66 @@ func expandFrom(s string, i int, inDefault bool, lookup func(string) (string, bo
 		case j >= len(s):
 			return "", 0, false, nil, fmt.Errorf("unterminated ${%s at offset %d", name, start)
 		case s[j] == '}':
-			v, ok := lookup(name)
-			if !ok && unset == nil {
-				unset = &unsetError{name: name}
+			v, ok := r.env(name)
+			if !ok && missing == nil {
+				missing = &unsetError{name: name}
 			}
 			b.WriteString(v)
 			i = j + 1
 		case strings.HasPrefix(s[j:], ":-"):
-			def, k, _, defUnset, err := expandFrom(s, j+2, true, lookup)
+			v, ok := r.env(name)
+			use := !ok || v == ""
+			dr := r
+			if !use { // parse the default for its syntax, but read no file
+				dr.file = func(string) (string, error) { return "", nil }
+			}
+			def, k, _, defMissing, err := expandFrom(s, j+2, true, dr)
 			if err != nil {
 				return "", 0, false, nil, err
 			}
 			if k >= len(s) {
 				return "", 0, false, nil, fmt.Errorf("unterminated ${%s:- at offset %d", name, start)
 			}
-			v, ok := lookup(name)
-			if !ok || v == "" {
+			if use {
 				v = def
-				if unset == nil {
-					unset = defUnset
+				if missing == nil {
+					missing = defMissing
 				}
 			}
 			b.WriteString(v)
 			i = k + 1
+		case name == "file" && s[j] == ':':
+			path, k, _, pathMissing, err := expandFrom(s, j+1, true, r)
+			if err != nil {
+				return "", 0, false, nil, err
+			}
+			if k >= len(s) {
+				return "", 0, false, nil, fmt.Errorf("unterminated ${file: at offset %d", start)
+			}
+			switch {
+			case pathMissing != nil:
+				if missing == nil {
+					missing = pathMissing
+				}
+			case path == "":
+				return "", 0, false, nil, fmt.Errorf("invalid reference ${file:} at offset %d: name the file, e.g. ${file:/run/secrets/pg_password}", start)
+			default:
+				v, err := r.file(path)
+				if err != nil && missing == nil {
+					missing = err
+				}
+				b.WriteString(v)
+			}
+			i = k + 1
 		default:
-			return "", 0, false, nil, fmt.Errorf("invalid reference ${%s at offset %d: only ${NAME} and ${NAME:-default} are supported", name, start)
+			return "", 0, false, nil, fmt.Errorf("invalid reference ${%s at offset %d: only ${NAME}, ${NAME:-default} and ${file:PATH} are supported", name, start)
 		}
 		substituted = true
 	}
-	if inDefault {
+	if inner {
 		return "", len(s), false, nil, nil // the caller reports the missing brace
 	}
-	return b.String(), i, substituted, unset, nil
+	return b.String(), i, substituted, missing, nil
 }
 
 // isNameByte reports whether c may appear in a variable name; digits may not

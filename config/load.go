@@ -107,12 +107,16 @@ func WithOverrides(m map[string]any) Option {
 //     ("<data_dir>/nats") are defaulted after merging, so that they apply to
 //     sinks and routes from any layer);
 //  2. the YAML file at path, unless path is ""; after parsing, every string
-//     value is interpolated, so a variable's value can never inject YAML:
-//     ${VAR} is VAR's value (an error naming the key's path and VAR when VAR
-//     is unset), ${VAR:-default} is default when VAR is unset or empty, $$ is
-//     a literal $, and any other $ is an error; a value holding a reference
-//     that expands to a plain number or boolean becomes one (port:
-//     "${NATS_PORT:-4222}" is an int);
+//     value is interpolated, so a variable's value or a file's content can
+//     never inject YAML: ${VAR} is VAR's value (an error naming the key's
+//     path and VAR when VAR is unset), ${VAR:-default} is default when VAR
+//     is unset or empty, ${file:PATH} is the content of the file at PATH
+//     (relative to the working directory) without its trailing newlines (an
+//     error naming the key's path and the file when it cannot be read, or
+//     is larger than 1 MiB; the content is never quoted), $$ is a literal $,
+//     and any other $ is an error; a value holding a reference that expands
+//     to a plain number or boolean becomes one (port: "${NATS_PORT:-4222}"
+//     is an int), which a string field still receives as its text;
 //  3. BRIDGE_* environment variables: the name after the prefix is
 //     lowercased and split at double underscores
 //     (BRIDGE_SOURCES__SHOP__CONFIG__DSN sets sources.shop.config.dsn), and
@@ -245,11 +249,34 @@ type loader struct {
 	ignored []string
 	// overridden holds the keys WithOverrides set.
 	overridden map[string]bool
+	// files caches the files ${file:PATH} references read.
+	files map[string]fileRef
 }
 
 func (l *loader) lookup(name string) (string, bool) {
 	v, ok := l.vars[name]
 	return v, ok
+}
+
+// fileRef is a file read by a ${file:PATH} reference.
+type fileRef struct {
+	content string
+	err     error
+}
+
+// readFile returns the content of the file at path for a ${file:PATH}
+// reference, reading each file once per Load, so that every key naming it
+// gets the same content.
+func (l *loader) readFile(path string) (string, error) {
+	f, ok := l.files[path]
+	if !ok {
+		f.content, f.err = readFileRef(path)
+		if l.files == nil {
+			l.files = map[string]fileRef{}
+		}
+		l.files[path] = f
+	}
+	return f.content, f.err
 }
 
 // interpolate expands, in place, every string in the tree v found at path,
@@ -279,7 +306,7 @@ func (l *loader) interpolate(path string, v any) any {
 			x[i] = l.interpolate(indexPath(path, i), e)
 		}
 	case string:
-		s, substituted, err := expand(x, l.lookup)
+		s, substituted, err := expand(x, resolver{env: l.lookup, file: l.readFile})
 		if err != nil {
 			l.errs.add(path, "%v", err)
 			return x

@@ -317,6 +317,43 @@ sources:
 		assert.Equal(t, "0123", cfg.NATS.Password)
 		assert.Equal(t, "1e3", cfg.NATS.Token)
 	})
+	t.Run("secrets from files", func(t *testing.T) {
+		dir := t.TempDir()
+		secret := func(name, content string) string {
+			p := filepath.Join(dir, name)
+			require.NoError(t, os.WriteFile(p, []byte(content), 0o600))
+			return p
+		}
+		pw := secret("pg_password", "fi1eSecret\n")
+		port := secret("port", "5222\n")
+		natsPw := secret("nats_password", "0123\n")
+		doc := withBase(t, fmt.Sprintf(`
+sources: { shop: { config: { dsn: "postgres://app:${file:%s}@db/shop" } } }
+nats: { password: "${file:%s}", token: "${file:${SECRETS}/pg_password}", embedded: { port: "${file:%s}" } }
+`, pw, natsPw, port))
+		cfg, err := loadYAML(t, doc, environ("SECRETS="+dir))
+		require.NoError(t, err)
+		assert.Equal(t, "postgres://app:fi1eSecret@db/shop", cfg.Sources["shop"].Config["dsn"])
+		assert.Equal(t, "0123", cfg.NATS.Password, "a number-looking secret keeps its text")
+		assert.Equal(t, "fi1eSecret", cfg.NATS.Token)
+		assert.Equal(t, 5222, cfg.NATS.Embedded.Port, "a file's number is typed like a variable's")
+	})
+	t.Run("unreadable secret files name the path and the file, never the content", func(t *testing.T) {
+		dir := t.TempDir()
+		other := filepath.Join(dir, "other")
+		require.NoError(t, os.WriteFile(other, []byte("otherSecret"), 0o600))
+		missing := filepath.Join(dir, "pg_password")
+		doc := withBase(t, fmt.Sprintf(`
+sources: { shop: { config: { dsn: "postgres://app:${file:%s}@db/shop" } } }
+nats: { password: "${file:%s}", token: "${file:%s}" }
+`, missing, dir, other))
+		_, err := loadYAML(t, doc)
+		assert.Equal(t, []string{
+			"nats.password: file " + dir + " (${file:...}) is a directory: name the file inside it",
+			"sources.shop.config.dsn: file " + missing + " (${file:...}) does not exist: mount the secret there, or correct the path",
+		}, problems(t, err), "in the order of the file (withBase sorts the keys)")
+		assert.NotContains(t, err.Error(), "otherSecret")
+	})
 	t.Run("interpolation failure is not also a validation error", func(t *testing.T) {
 		_, err := loadYAML(t, "name: ${NAME}\nsources: { shop: { type: pgoutput } }\n")
 		assert.Equal(t, []string{

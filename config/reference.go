@@ -174,7 +174,7 @@ func (r *refWriter) header(plugins []RefPlugin) {
 
 Every key of §bridge.yaml§, with its type, its default and the environment variable that
 sets it. How the layers combine (defaults < file < §BRIDGE_*§ variables < flags),
-§${VAR}§ interpolation and the error messages are described in the
+§${VAR}§ and §${file:PATH}§ interpolation and the error messages are described in the
 [README](../README.md#configuration); [§bridge.yaml§](../bridge.yaml) is an annotated example.
 
 - Paths are YAML paths: §<name>§ is the name you give a source or sink, §[]§ an element of a list.

@@ -383,6 +383,15 @@ func TestPostgresRestartMidStream(t *testing.T) {
 	e.pg.ExecT(t, `CREATE TABLE ev (id bigserial PRIMARY KEY, w int, n int)`)
 	r := e.start(e.config("pgrestart", ""))
 	waitReady(t, r)
+	insertAcrossRestarts(t, e, "CDC_pgrestart")
+}
+
+// insertAcrossRestarts inserts rows into table ev (id bigserial, w int, n
+// int) from two writers while Postgres restarts twice (fast, then
+// immediate), and requires stream to hold every row of ev exactly once, in
+// commit order.
+func insertAcrossRestarts(t *testing.T, e *env, stream string) {
+	t.Helper()
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	for wi := 0; wi < 2; wi++ {
@@ -431,7 +440,7 @@ func TestPostgresRestartMidStream(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	require.NotEmpty(t, want)
-	ms := e.waitCount("CDC_pgrestart", len(want), 2*time.Minute)
+	ms := e.waitCount(stream, len(want), 2*time.Minute)
 	checkOrdered(t, ms)
 	got := map[string]bool{}
 	for _, m := range ms {

@@ -26,7 +26,8 @@ import (
 //   - marked by who knows: sources.SetupError (the database's setup),
 //     sinks.Permanent (a sink's refusal), checkpoint.ErrFenced (another
 //     instance owns the slot);
-//   - a DSN that does not parse;
+//   - a DSN that does not parse, or names certificate files that cannot be
+//     read (Postgres TLS problems found when connecting are SetupErrors);
 //   - Postgres refusing the role (28P01 wrong password, 28000 no pg_hba.conf
 //     entry, 42501 no privilege), a database, table or object that does not
 //     exist (3D000, 42P01, 42704), a server that cannot do logical decoding
@@ -53,6 +54,10 @@ func Permanent(err error) (fix string, ok bool) {
 	}
 	var pce *pgconn.ParseConfigError
 	if errors.As(err, &pce) {
+		// Postgres TLS: the DSN names a certificate file that cannot be read.
+		if msg := pce.Error(); strings.Contains(msg, "failed to configure TLS") && !strings.Contains(msg, "sslmode is invalid") {
+			return "sslrootcert, sslcert and sslkey in the source's dsn must name PEM files the bridge can read (sslcert and sslkey together)", true
+		}
 		return "correct the dsn: a URL (postgres://user:pass@host:5432/db?sslmode=require) or key=value pairs (host=db port=5432 dbname=app)", true
 	}
 	var pgErr *pgconn.PgError

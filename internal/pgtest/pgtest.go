@@ -1,7 +1,8 @@
 // Package pgtest starts private PostgreSQL clusters for tests and the demo:
 // initdb into a fresh directory (as the postgres OS user when running as
 // root, since initdb refuses root), wal_level=logical, its own port and socket
-// directory, trust authentication on loopback.
+// directory, trust authentication on loopback; optionally TLS with
+// test-generated certificates (WriteCerts).
 package pgtest
 
 import (
@@ -51,8 +52,23 @@ type Options struct {
 	Logf func(format string, args ...any)
 	// HBA are pg_hba.conf lines put before the default ones (trust on
 	// loopback), e.g. "host all alice 127.0.0.1/32 scram-sha-256" to make
-	// one role authenticate with its password.
+	// one role authenticate with its password, or "hostssl all,replication
+	// alice 127.0.0.1/32 cert" to make it present a client certificate.
 	HBA []string
+	// TLS, when set, turns ssl on with these files. The default pg_hba.conf
+	// lines (host ...) accept connections with TLS and without.
+	TLS *TLS
+}
+
+// TLS are the server's certificate files (PEM), copied into the data
+// directory (server.crt, server.key, root.crt) so that the server's OS user
+// owns them. WriteCerts makes a set for tests.
+type TLS struct {
+	// CertFile and KeyFile are the server's certificate and key. Required.
+	CertFile, KeyFile string
+	// CAFile holds the CAs whose client certificates the server accepts
+	// (ssl_ca_file); optional, but pg_hba's cert method needs it.
+	CAFile string
 }
 
 // Server is a running private cluster.
@@ -128,6 +144,17 @@ func Start(ctx context.Context, o Options) (_ *Server, err error) {
 		"log_min_messages":        "warning",
 		"TimeZone":                "'UTC'",
 	}
+	if o.TLS != nil {
+		if err := s.installTLS(o.TLS); err != nil {
+			return nil, err
+		}
+		settings["ssl"] = "on"
+		settings["ssl_cert_file"] = "'server.crt'"
+		settings["ssl_key_file"] = "'server.key'"
+		if o.TLS.CAFile != "" {
+			settings["ssl_ca_file"] = "'root.crt'"
+		}
+	}
 	for k, v := range o.Settings {
 		settings[k] = v
 	}
@@ -151,8 +178,8 @@ func Start(ctx context.Context, o Options) (_ *Server, err error) {
 	if err := os.WriteFile(filepath.Join(s.DataDir, "pg_hba.conf"), []byte(hba), 0o600); err != nil {
 		return nil, err
 	}
-	if s.asUser {
-		_, _ = exec.Command("chown", "postgres:postgres", filepath.Join(s.DataDir, "pg_hba.conf")).CombinedOutput()
+	if err := s.own(filepath.Join(s.DataDir, "pg_hba.conf")); err != nil {
+		return nil, err
 	}
 	if err := s.Start(ctx); err != nil {
 		return nil, err
@@ -161,6 +188,61 @@ func Start(ctx context.Context, o Options) (_ *Server, err error) {
 		o.Logf("postgres on 127.0.0.1:%d, data %s", s.Port, s.DataDir)
 	}
 	return s, nil
+}
+
+// ReplaceTLS replaces the server's certificate and key (and client CA,
+// when t has one) with t's, for a cluster started with Options.TLS, and
+// reloads the configuration: new connections get the new certificate.
+func (s *Server) ReplaceTLS(ctx context.Context, t *TLS) error {
+	if err := s.installTLS(t); err != nil {
+		return err
+	}
+	if out, err := s.run(ctx, "pg_ctl", "-D", s.DataDir, "reload"); err != nil {
+		return fmt.Errorf("pg_ctl reload: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// installTLS copies t's files into the data directory (server.crt,
+// server.key, root.crt), owned by the server's user with mode 0600 (the
+// server refuses a key others can read).
+func (s *Server) installTLS(t *TLS) error {
+	files := [][2]string{{t.CertFile, "server.crt"}, {t.KeyFile, "server.key"}}
+	if t.CAFile != "" {
+		files = append(files, [2]string{t.CAFile, "root.crt"})
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f[0])
+		if err != nil {
+			return fmt.Errorf("pgtest TLS: %w", err)
+		}
+		dst := filepath.Join(s.DataDir, f[1])
+		if err := os.WriteFile(dst, b, 0o600); err != nil {
+			return fmt.Errorf("pgtest TLS: %w", err)
+		}
+		if err := s.own(dst); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// own gives the file at path to the server's OS user when the cluster runs
+// as postgres.
+func (s *Server) own(path string) error {
+	if !s.asUser {
+		return nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return err
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if err := os.Chown(path, uid, gid); err != nil {
+		return fmt.Errorf("chown %s: %w", path, err)
+	}
+	return nil
 }
 
 // StartT starts a cluster for a test and stops it in cleanup. It never skips:

@@ -2,7 +2,13 @@ package pgtest
 
 import (
 	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 )
 
 func TestStartAndQuery(t *testing.T) {
@@ -14,5 +20,49 @@ func TestStartAndQuery(t *testing.T) {
 	}
 	if wl != "logical" {
 		t.Fatalf("wal_level = %q, want logical", wl)
+	}
+}
+
+// TestTLS starts a cluster with ssl on and a role that must present a
+// client certificate, and connects with verify-full, with and without the
+// certificate, and with the wrong CA.
+func TestTLS(t *testing.T) {
+	certs, err := WriteCerts(t.TempDir(), "certuser")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := StartT(t, Options{TLS: certs.TLS(), HBA: []string{"hostssl all certuser 127.0.0.1/32 cert"}})
+	s.ExecT(t, `CREATE ROLE certuser LOGIN`)
+	ctx := context.Background()
+	dsn := func(user, params string) string {
+		return fmt.Sprintf("postgres://%s@127.0.0.1:%d/postgres?%s", user, s.Port, params)
+	}
+	verify := "sslmode=verify-full&sslrootcert=" + certs.CA
+
+	connect := func(dsn string) (ssl bool, clientDN string, err error) {
+		c, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			return false, "", err
+		}
+		defer c.Close(ctx)
+		err = c.QueryRow(ctx, `SELECT ssl, coalesce(client_dn, '') FROM pg_stat_ssl WHERE pid = pg_backend_pid()`).Scan(&ssl, &clientDN)
+		return ssl, clientDN, err
+	}
+	if ssl, _, err := connect(dsn("postgres", verify)); err != nil || !ssl {
+		t.Fatalf("verify-full: ssl %v, err %v", ssl, err)
+	}
+	if ssl, _, err := connect(dsn("postgres", "sslmode=disable")); err != nil || ssl {
+		t.Fatalf("sslmode=disable: ssl %v, err %v", ssl, err)
+	}
+	ssl, dn, err := connect(dsn("certuser", verify+"&sslcert="+certs.ClientCert+"&sslkey="+certs.ClientKey))
+	if err != nil || !ssl || dn != "/CN=certuser" {
+		t.Fatalf("client certificate: ssl %v, client_dn %q, err %v", ssl, dn, err)
+	}
+	if _, _, err := connect(dsn("certuser", verify)); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("certuser without a certificate: err %v, want a refusal", err)
+	}
+	var unknownCA x509.UnknownAuthorityError
+	if _, _, err := connect(dsn("postgres", "sslmode=verify-full&sslrootcert="+certs.OtherCA)); !errors.As(err, &unknownCA) {
+		t.Fatalf("wrong CA: err %v, want x509.UnknownAuthorityError", err)
 	}
 }

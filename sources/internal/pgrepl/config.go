@@ -8,6 +8,7 @@ import (
 	"errors"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -108,7 +109,11 @@ func (c *Config) Validate() error {
 		// ParseConfig reads the DSN (and PG* variables, a passfile or a
 		// service file it names) without connecting; its error hides the
 		// password.
-		errs = append(errs, config.Field("dsn", "%s; write a URL (postgres://user:pass@host:5432/db?sslmode=require) or key=value pairs (host=db port=5432 dbname=app)", config.Redact(err.Error())))
+		hint := "write a URL (postgres://user:pass@host:5432/db?sslmode=require) or key=value pairs (host=db port=5432 dbname=app)"
+		if msg := err.Error(); strings.Contains(msg, "failed to configure TLS") && !strings.Contains(msg, "sslmode is invalid") {
+			hint = "sslrootcert, sslcert and sslkey must name PEM files the bridge can read (sslcert and sslkey together)"
+		}
+		errs = append(errs, config.Field("dsn", "%s; %s", config.Redact(err.Error()), hint))
 	}
 	if !identRE.MatchString(c.Slot) {
 		errs = append(errs, config.Field("slot", "%q is not a valid slot name: lower-case letters, digits and _ only, at most 63", c.Slot))

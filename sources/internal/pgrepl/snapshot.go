@@ -115,7 +115,7 @@ func (s *Source) snapConn(ctx context.Context) (*snapState, error) {
 	}
 	c, err := pgx.ConnectConfig(ctx, ccfg)
 	if err != nil {
-		return nil, fmt.Errorf("opening the snapshot connection to %s: %w", Redact(s.cfg.DSN), err)
+		return nil, fmt.Errorf("opening the snapshot connection to %s: %w", Redact(s.cfg.DSN), explainConnect(s.cfg.DSN, err))
 	}
 	s.snap.conn, s.snap.types, s.snap.tables = c, pgtypes.NewResolver(c), map[string]*snapMeta{}
 	return &s.snap, nil

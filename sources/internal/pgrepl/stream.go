@@ -106,7 +106,7 @@ func (s *Source) Open(ctx context.Context, from cdc.LSN) (err error) {
 	ccfg.RuntimeParams["application_name"] = "bridge:" + s.name
 	s.cat, err = pgx.ConnectConfig(ctx, ccfg)
 	if err != nil {
-		return fmt.Errorf("connecting to %s: %w", Redact(s.cfg.DSN), err)
+		return fmt.Errorf("connecting to %s: %w", Redact(s.cfg.DSN), explainConnect(s.cfg.DSN, err))
 	}
 	if err := s.cat.QueryRow(ctx, "SELECT current_database()").Scan(&s.database); err != nil {
 		return fmt.Errorf("reading current database: %w", err)
@@ -139,7 +139,7 @@ func (s *Source) Open(ctx context.Context, from cdc.LSN) (err error) {
 	rcfg.RuntimeParams["bytea_output"] = "hex"
 	s.repl, err = pgconn.ConnectConfig(ctx, rcfg)
 	if err != nil {
-		return fmt.Errorf("opening replication connection to %s: %w", Redact(s.cfg.DSN), err)
+		return fmt.Errorf("opening replication connection to %s: %w", Redact(s.cfg.DSN), explainConnect(s.cfg.DSN, err))
 	}
 
 	start := from
