@@ -44,6 +44,9 @@ func (s *Source) Check(ctx context.Context, req sources.CheckRequest) []config.C
 	cat, err := pgx.ConnectConfig(cctx, ccfg)
 	cancel()
 	if err != nil {
+		if what, fix := tlsProblem(s.cfg.DSN, err); what != "" {
+			return append(out, config.Check{Status: config.CheckFail, What: config.Redact(what), Fix: fix})
+		}
 		return append(out, config.Check{Status: config.CheckFail,
 			What: config.Redact(fmt.Sprintf("connecting to %s: %v", Redact(s.cfg.DSN), err)), Fix: connectFix(err, dsnKey, ccfg)})
 	}
@@ -105,6 +108,9 @@ func (s *Source) replicationCheck(ctx context.Context, dsnKey string) config.Che
 	defer cancel()
 	repl, err := pgconn.ConnectConfig(cctx, rcfg)
 	if err != nil {
+		if what, fix := tlsProblem(s.cfg.DSN, err); what != "" {
+			return config.Check{Status: config.CheckFail, What: config.Redact(what), Fix: fix}
+		}
 		return config.Check{Status: config.CheckFail,
 			What: config.Redact(fmt.Sprintf("opening a replication connection to %s: %v", Redact(s.cfg.DSN), err)),
 			Fix:  replicationFix(err)}
