@@ -9,8 +9,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -75,4 +78,29 @@ func Watch(ctx context.Context, log *slog.Logger, files []string, trigger <-chan
 		}
 	}()
 	return nil
+}
+
+// OnSIGHUP returns a channel that receives each SIGHUP until ctx ends: the
+// conventional signal to reload files, for Watch's trigger. Once
+// subscribed, SIGHUP no longer ends the process.
+func OnSIGHUP(ctx context.Context) <-chan struct{} {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGHUP)
+	out := make(chan struct{})
+	go func() {
+		defer signal.Stop(sig)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-sig:
+				select {
+				case out <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out
 }

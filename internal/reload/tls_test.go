@@ -190,22 +190,9 @@ func TestServerTLSReloadsOnSIGHUP(t *testing.T) {
 	defer signal.Stop(guard)
 
 	f := serve(t, "first", false)
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	trigger := make(chan struct{})
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	go func() {
-		for {
-			select {
-			case <-hup:
-				trigger <- struct{}{}
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	trigger := reload.OnSIGHUP(ctx)
 	require.NoError(t, reload.Watch(ctx, slog.New(slog.DiscardHandler), nil, trigger, func() { _ = f.stls.Reload() }))
 
 	f.rotate(t, "second")

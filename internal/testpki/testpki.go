@@ -4,12 +4,16 @@
 package testpki
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/json"
 	"encoding/pem"
 	"math/big"
 	"net"
@@ -171,4 +175,60 @@ func serial(t testing.TB) *big.Int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// JWK is one public key of a JSON Web Key Set.
+type JWK struct {
+	Kid string
+	Alg string // RS256, ES256...
+	Key crypto.PublicKey
+}
+
+// JWKS returns the JSON Web Key Set of keys (RSA and ECDSA P-256 public
+// keys), as an identity provider publishes it.
+func JWKS(t testing.TB, keys ...JWK) []byte {
+	t.Helper()
+	b64 := base64.RawURLEncoding.EncodeToString
+	var set struct {
+		Keys []map[string]string `json:"keys"`
+	}
+	for _, k := range keys {
+		m := map[string]string{"kid": k.Kid, "alg": k.Alg, "use": "sig"}
+		switch pk := k.Key.(type) {
+		case *rsa.PublicKey:
+			m["kty"], m["n"], m["e"] = "RSA", b64(pk.N.Bytes()), b64(big.NewInt(int64(pk.E)).Bytes())
+		case *ecdsa.PublicKey:
+			ecdh, err := pk.ECDH()
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw := ecdh.Bytes() // 0x04 || X || Y
+			n := (len(raw) - 1) / 2
+			m["kty"], m["crv"], m["x"], m["y"] = "EC", "P-256", b64(raw[1:1+n]), b64(raw[1+n:])
+		default:
+			t.Fatalf("JWKS: unsupported key type %T", k.Key)
+		}
+		set.Keys = append(set.Keys, m)
+	}
+	b, err := json.Marshal(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// RSAKey makes a 2048-bit RSA key.
+func RSAKey(t testing.TB) *rsa.PrivateKey {
+	t.Helper()
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// ECKey makes an ECDSA P-256 key.
+func ECKey(t testing.TB) *ecdsa.PrivateKey {
+	t.Helper()
+	return newKey(t)
 }
