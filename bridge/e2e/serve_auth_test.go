@@ -3,11 +3,13 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -20,9 +22,11 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bridgecdc/bridge/bridge/cli"
 	"github.com/bridgecdc/bridge/bridge/feeds"
 	"github.com/bridgecdc/bridge/bridge/serve"
 	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/internal/natsembed"
 	"github.com/bridgecdc/bridge/internal/testpki"
 )
 
@@ -243,4 +247,68 @@ func authCounter(t *testing.T, base, token, name string, kv ...string) float64 {
 	v, ok := metricValue(fams, name, labels)
 	require.True(t, ok, "no sample %s%v", name, labels)
 	return v
+}
+
+// TestServeSecretsNeverLogged runs `bridge serve` at debug level with an
+// HS256 secret and http.token in bridge.yaml, takes good and bad tokens
+// in headers and in the query, and refuses a short secret in `bridge
+// validate`: no secret and no token reaches the log or the output.
+func TestServeSecretsNeverLogged(t *testing.T) {
+	const (
+		jwtSecret    = "jwtSecr3t-never-logged-0123456789abcdef"
+		shortSecret  = "shortSecr3tQ"
+		metricsToken = "metricsT0ken-never-logged-77"
+	)
+	ns := natsembed.StartT(t, natsembed.Options{})
+	nc, err := nats.Connect(ns.URL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	_, err = js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "CDC", Subjects: []string{"cdc.>"}})
+	require.NoError(t, err)
+
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cfg := serveYAML(t, ns.URL(), fmt.Sprintf("  listen: %q\n  auth: {hs256_secret: %q, query_token: true}\n", addr, jwtSecret))
+	b, err := os.ReadFile(cfg)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(cfg, append(b, fmt.Sprintf("\nhttp: {token: %q}\n", metricsToken)...), 0o600))
+
+	good := mint(t, jwtSecret, jwt.MapClaims{"sub": "s", "exp": time.Now().Add(time.Hour).Unix()})
+	bad := mint(t, strings.Repeat("w", 40), jwt.MapClaims{"sub": "s", "exp": time.Now().Add(time.Hour).Unix()})
+	expired := mint(t, jwtSecret, jwt.MapClaims{"sub": "s", "exp": time.Now().Add(-time.Hour).Unix()})
+	secrets := []string{jwtSecret, shortSecret, metricsToken, good, bad, expired}
+
+	var logs, out lockedBuffer
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		cmd := cli.NewCommand(&out, &logs)
+		cmd.SetArgs([]string{"serve", "-c", cfg, "--log-level", "debug"})
+		done <- cmd.ExecuteContext(ctx)
+	}()
+	base := "http://" + addr
+	require.Eventually(t, func() bool { code, _ := httpStatus(t, base+"/readyz"); return code == http.StatusOK }, time.Minute, 20*time.Millisecond)
+	for _, tk := range []string{good, bad, expired} {
+		getStatus(t, http.DefaultClient, base+"/v1/position", tk)
+		getStatus(t, http.DefaultClient, base+"/v1/feed?timeout=1ms&access_token="+tk, "")
+		getStatus(t, http.DefaultClient, base+"/v1/feed?timeout=1ms&where=bad&access_token="+tk, "")
+	}
+	require.Equal(t, http.StatusRequestHeaderFieldsTooLarge, rawGet(t, addr, "/v1/feed", "Authorization: Bearer "+good+strings.Repeat("x", 1<<17)))
+	cancel()
+	require.NoError(t, <-done)
+
+	short := serveYAML(t, ns.URL(), fmt.Sprintf("  auth: {hs256_secret: %q}\n", shortSecret))
+	cmd := cli.NewCommand(&out, &logs)
+	cmd.SetArgs([]string{"validate", "-c", short})
+	require.Error(t, cmd.Execute())
+	require.Contains(t, logs.String(), "serve.auth.hs256_secret: must be at least 32 bytes")
+
+	all := logs.String() + out.String()
+	require.Contains(t, all, "serving feeds", "the log was captured")
+	for _, s := range secrets {
+		if i := strings.Index(all, s); i >= 0 {
+			t.Errorf("secret %q leaked: ...%s...", s, all[max(0, i-200):min(len(all), i+100)])
+		}
+	}
 }
