@@ -26,7 +26,6 @@ import (
 	"github.com/bridgecdc/bridge/bridge/feeds"
 	"github.com/bridgecdc/bridge/bridge/serve"
 	"github.com/bridgecdc/bridge/config"
-	"github.com/bridgecdc/bridge/internal/natsembed"
 	"github.com/bridgecdc/bridge/internal/testpki"
 )
 
@@ -75,14 +74,24 @@ func startFeeds(t *testing.T, e *env, stream string, cs config.Serve) string {
 	return "http://" + ln.Addr().String()
 }
 
+// bearerGet sends GET u with c and the bearer token ("" for none); the
+// caller closes the body.
+func bearerGet(t *testing.T, c *http.Client, u, token string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest("GET", u, nil)
+	require.NoError(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
+	require.NoError(t, err)
+	return resp
+}
+
 // mustPosition returns GET /v1/position's token.
 func mustPosition(t *testing.T, base, token string) string {
 	t.Helper()
-	req, err := http.NewRequest("GET", base+"/v1/position", nil)
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
+	resp := bearerGet(t, http.DefaultClient, base+"/v1/position", token)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	var body struct{ Token string }
@@ -94,13 +103,7 @@ func mustPosition(t *testing.T, base, token string) string {
 // bearer token ("" for none).
 func getStatus(t *testing.T, c *http.Client, u, token string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest("GET", u, nil)
-	require.NoError(t, err)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := c.Do(req)
-	require.NoError(t, err)
+	resp := bearerGet(t, c, u, token)
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode, resp.Header.Get("WWW-Authenticate")
@@ -230,11 +233,7 @@ func TestServeAuth(t *testing.T) {
 // authCounter is counter for a /metrics that takes a bearer token.
 func authCounter(t *testing.T, base, token, name string, kv ...string) float64 {
 	t.Helper()
-	req, err := http.NewRequest("GET", base+"/metrics", nil)
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
+	resp := bearerGet(t, http.DefaultClient, base+"/metrics", token)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	parser := expfmt.NewTextParser(model.UTF8Validation)
@@ -259,17 +258,10 @@ func TestServeSecretsNeverLogged(t *testing.T) {
 		shortSecret  = "shortSecr3tQ"
 		metricsToken = "metricsT0ken-never-logged-77"
 	)
-	ns := natsembed.StartT(t, natsembed.Options{})
-	nc, err := nats.Connect(ns.URL())
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	_, err = js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "CDC", Subjects: []string{"cdc.>"}})
-	require.NoError(t, err)
+	natsURL, _ := cdcStream(t)
 
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	cfg := serveYAML(t, ns.URL(), fmt.Sprintf("  listen: %q\n  auth: {hs256_secret: %q, query_token: true}\n", addr, jwtSecret))
+	cfg := serveYAML(t, natsURL, fmt.Sprintf("  listen: %q\n  auth: {hs256_secret: %q, query_token: true}\n", addr, jwtSecret))
 	b, err := os.ReadFile(cfg)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(cfg, append(b, fmt.Sprintf("\nhttp: {token: %q}\n", metricsToken)...), 0o600))
@@ -298,7 +290,7 @@ func TestServeSecretsNeverLogged(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done)
 
-	short := serveYAML(t, ns.URL(), fmt.Sprintf("  auth: {hs256_secret: %q}\n", shortSecret))
+	short := serveYAML(t, natsURL, fmt.Sprintf("  auth: {hs256_secret: %q}\n", shortSecret))
 	cmd := cli.NewCommand(&out, &logs)
 	cmd.SetArgs([]string{"validate", "-c", short})
 	require.Error(t, cmd.Execute())

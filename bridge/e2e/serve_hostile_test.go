@@ -25,9 +25,9 @@ import (
 	"github.com/bridgecdc/bridge/internal/natsembed"
 )
 
-// hostileFeeds returns a feeds reader of an empty stream on an in-process
-// NATS server.
-func hostileFeeds(t *testing.T) *feeds.Feeds {
+// cdcStream starts an in-process NATS server with an empty stream CDC
+// over cdc.> and returns its URL and a JetStream client.
+func cdcStream(t *testing.T) (string, jetstream.JetStream) {
 	t.Helper()
 	ns := natsembed.StartT(t, natsembed.Options{})
 	nc, err := nats.Connect(ns.URL())
@@ -37,6 +37,14 @@ func hostileFeeds(t *testing.T) *feeds.Feeds {
 	require.NoError(t, err)
 	_, err = js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "CDC", Subjects: []string{"cdc.>"}})
 	require.NoError(t, err)
+	return ns.URL(), js
+}
+
+// hostileFeeds returns a feeds reader of an empty stream on an in-process
+// NATS server.
+func hostileFeeds(t *testing.T) *feeds.Feeds {
+	t.Helper()
+	_, js := cdcStream(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	fs, err := feeds.New(ctx, js, feeds.Config{})

@@ -13,12 +13,9 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bridgecdc/bridge/bridge/cli"
-	"github.com/bridgecdc/bridge/internal/natsembed"
 	"github.com/bridgecdc/bridge/internal/testpki"
 )
 
@@ -70,18 +67,11 @@ func (p *pki) rotate(t *testing.T, cn string) {
 // CA, is refused; a rotated certificate is served to new connections
 // without a restart.
 func TestServeTLSCommand(t *testing.T) {
-	ns := natsembed.StartT(t, natsembed.Options{})
-	nc, err := nats.Connect(ns.URL())
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	_, err = js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "CDC", Subjects: []string{"cdc.>"}})
-	require.NoError(t, err)
+	natsURL, _ := cdcStream(t)
 
 	p := newPKI(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	cfg := serveYAML(t, ns.URL(), fmt.Sprintf(`  listen: %q
+	cfg := serveYAML(t, natsURL, fmt.Sprintf(`  listen: %q
   tls: {cert_file: %q, key_file: %q, client_ca_file: %q}
   auth: {hs256_secret: %q}
 `, addr, p.cert, p.key, p.cliCA, testSecret))
