@@ -61,6 +61,13 @@ func defaults() map[string]any {
 		"serve.write_timeout":  10 * time.Second,
 		"serve.max_lag":        100000,
 		"serve.window_txns":    100000,
+
+		"serve.max_header_bytes":    65536,
+		"serve.max_query_bytes":     16384,
+		"serve.max_filter_depth":    16,
+		"serve.read_header_timeout": 10 * time.Second,
+		"serve.idle_timeout":        2 * time.Minute,
+		"serve.auth.leeway":         30 * time.Second,
 	}
 }
 

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -31,6 +32,21 @@ serve:
   write_timeout: 2s
   max_lag: 500
   window_txns: 1000
+  tls: {cert_file: /tls/crt.pem, key_file: /tls/key.pem, client_ca_file: /tls/ca.pem}
+  auth:
+    mode: jwt
+    jwks_url: https://idp.example.com/jwks.json
+    issuer: https://idp.example.com/
+    audience: bridge
+    leeway: 5s
+    tables_claim: tables
+    where: {eq: [tenant_id, "{{.claims.tenant_id}}"]}
+    query_token: true
+  max_header_bytes: 8192
+  max_query_bytes: 4096
+  max_filter_depth: 4
+  read_header_timeout: 3s
+  idle_timeout: 1m
 `))
 		require.NoError(t, err)
 		assert.Equal(t, Serve{
@@ -43,6 +59,14 @@ serve:
 			MaxConns: 50, MaxPerClient: 5, ClientHeader: "X-Client-Id",
 			Hold: 30 * time.Second, KeepAlive: 5 * time.Second, WriteTimeout: 2 * time.Second,
 			MaxLag: 500, WindowTxns: 1000,
+			TLS: ServerTLS{CertFile: "/tls/crt.pem", KeyFile: "/tls/key.pem", ClientCAFile: "/tls/ca.pem"},
+			Auth: ServeAuth{
+				Mode: "jwt", JWKSURL: "https://idp.example.com/jwks.json", Issuer: "https://idp.example.com/", Audience: "bridge",
+				Leeway: 5 * time.Second, TablesClaim: "tables", QueryToken: true,
+				Where: map[string]any{"eq": []any{"tenant_id", "{{.claims.tenant_id}}"}},
+			},
+			MaxHeaderBytes: 8192, MaxQueryBytes: 4096, MaxFilterDepth: 4,
+			ReadHeaderTimeout: 3 * time.Second, IdleTimeout: time.Minute,
 		}, cfg.Serve)
 	})
 	t.Run("environment", func(t *testing.T) {
@@ -89,8 +113,33 @@ func TestServeValidation(t *testing.T) {
 		{"max_lag negative", "max_lag: -5", []string{"serve.max_lag: expected a non-negative integer, got a negative one"}},
 		{"window_txns zero", "window_txns: 0", []string{"serve.window_txns: must be > 0, got 0"}},
 		{"where not a mapping", `where: "tenant_id = 42"`, []string{"serve.where: expected a mapping, got a string"}},
-		{"unknown key", "max_conn: 5", []string{"serve.max_conn: unknown key (known: client_header, hold, keep_alive, listen, max_conns, max_lag, max_per_client, stream, tables, where, window_txns, write_timeout)"}},
+		{"unknown key", "max_conn: 5", []string{"serve.max_conn: unknown key (known: auth, client_header, hold, idle_timeout, keep_alive, listen, max_conns, max_filter_depth, max_header_bytes, max_lag, max_per_client, max_query_bytes, read_header_timeout, stream, tables, tls, where, window_txns, write_timeout)"}},
 		{"several at once", "max_conns: 0\n  hold: 0s", []string{"serve.hold: must be > 0, got 0s", "serve.max_conns: must be > 0, got 0"}},
+		{"max_header_bytes too small", "max_header_bytes: 100", []string{"serve.max_header_bytes: must be >= 4096, got 100"}},
+		{"max_query_bytes zero", "max_query_bytes: 0", []string{"serve.max_query_bytes: must be > 0, got 0"}},
+		{"max_filter_depth zero", "max_filter_depth: 0", []string{"serve.max_filter_depth: must be > 0, got 0"}},
+		{"read_header_timeout zero", "read_header_timeout: 0s", []string{"serve.read_header_timeout: must be > 0, got 0s"}},
+		{"idle_timeout negative", "idle_timeout: -1s", []string{"serve.idle_timeout: must be > 0, got -1s"}},
+		{"tls cert without key", "tls: {cert_file: /c.pem}", []string{"serve.tls.key_file: must be set with cert_file: the private key of the certificate"}},
+		{"tls key without cert", "tls: {key_file: /k.pem}", []string{"serve.tls.cert_file: must be set with key_file: the certificate of the private key"}},
+		{"tls client CA alone", "tls: {client_ca_file: /ca.pem}", []string{"serve.tls.client_ca_file: needs cert_file and key_file: mutual TLS is served over TLS"}},
+		{"auth mode unknown", "auth: {mode: oauth}", []string{`serve.auth.mode: must be one of jwt, proxy, none, got "oauth"`}},
+		{"jwt without a key", "auth: {mode: jwt}", []string{"serve.auth.mode: jwt needs a key to verify tokens: set serve.auth.hs256_secret, jwks_file or jwks_url"}},
+		{"two keys", "auth: {hs256_secret: " + strings.Repeat("s", 32) + ", jwks_file: /j.json}", []string{"serve.auth: set one of hs256_secret, jwks_file and jwks_url, got 2"}},
+		{"short secret, not printed", "auth: {hs256_secret: tooShortSecret}", []string{"serve.auth.hs256_secret: must be at least 32 bytes (256 bits) for HS256, got 14; generate one with `openssl rand -base64 48`"}},
+		{"key with mode none", "auth: {mode: none, jwks_file: /j.json}", []string{`serve.auth.jwks_file: is used only with serve.auth.mode: jwt, got mode "none"`}},
+		{"jwks_url plain http", "auth: {jwks_url: http://idp.example.com/jwks}", []string{`serve.auth.jwks_url: must be https: keys fetched over plain http could be replaced on the way (http is accepted only on loopback), got "http://idp.example.com/jwks"`}},
+		{"jwks_url not a URL", "auth: {jwks_url: idp.example.com}", []string{`serve.auth.jwks_url: must be an https URL such as https://idp.example.com/.well-known/jwks.json, got "idp.example.com"`}},
+		{"leeway too large", "auth: {jwks_file: /j.json, leeway: 1h}", []string{"serve.auth.leeway: must be between 0s and 5m0s, got 1h0m0s"}},
+		{"proxy without header", "auth: {mode: proxy}", []string{"serve.client_header: must be set with serve.auth.mode: proxy: the header the authenticating proxy sets"}},
+		{"claims without jwt", "auth: {tables_claim: tables, where: {eq: [t, 1]}, query_token: true}", []string{
+			"serve.auth.query_token: needs JWT authentication (serve.auth.hs256_secret, jwks_file or jwks_url)",
+			"serve.auth.tables_claim: needs JWT authentication (serve.auth.hs256_secret, jwks_file or jwks_url)",
+			"serve.auth.where: needs JWT authentication (serve.auth.hs256_secret, jwks_file or jwks_url); use serve.where for a condition without claims",
+		}},
+		{"query token in clear", "listen: \":8090\"\n  auth: {jwks_file: /j.json, query_token: true}", []string{"serve.auth.query_token: needs serve.tls, or serve.listen on loopback behind a TLS-terminating proxy: a token in the URL would cross the network in clear"}},
+		{"public without auth", "listen: 0.0.0.0:8090", []string{`serve.listen: "0.0.0.0:8090" can be reached from other machines and serve.auth is not set: anyone who reaches it reads every row. Set serve.auth.hs256_secret or jwks_url (JWT), serve.client_header behind an authenticating proxy, listen on 127.0.0.1, or set serve.auth.mode: none to serve without authentication`}},
+		{"every interface without auth", `listen: ":8090"`, []string{`serve.listen: ":8090" can be reached from other machines and serve.auth is not set: anyone who reaches it reads every row. Set serve.auth.hs256_secret or jwks_url (JWT), serve.client_header behind an authenticating proxy, listen on 127.0.0.1, or set serve.auth.mode: none to serve without authentication`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -98,6 +147,26 @@ func TestServeValidation(t *testing.T) {
 			assert.Equal(t, tt.want, problems(t, err))
 		})
 	}
+	t.Run("accepted", func(t *testing.T) {
+		for _, y := range []string{
+			"listen: 127.0.0.1:8090",                     // loopback needs nothing
+			"listen: \"[::1]:8090\"",                     // nor IPv6 loopback
+			"listen: localhost:8090",                     // nor localhost
+			"listen: \":8090\"\n  auth: {mode: none}",    // the explicit opt-in
+			"listen: \":8090\"\n  client_header: X-User", // behind an authenticating proxy
+			"listen: \":8090\"\n  auth: {hs256_secret: " + strings.Repeat("s", 32) + "}",
+			"listen: \":8090\"\n  auth: {jwks_url: https://idp/jwks.json, query_token: true}\n  tls: {cert_file: /c, key_file: /k}",
+			"auth: {jwks_url: http://127.0.0.1:9999/jwks.json, query_token: true}", // loopback: plain http and query tokens
+		} {
+			_, err := loadYAML(t, withBase(t, "serve:\n  "+y+"\n"))
+			assert.NoError(t, err, y)
+		}
+	})
+	t.Run("the secret is never in the problem", func(t *testing.T) {
+		_, err := loadYAML(t, withBase(t, "serve:\n  auth: {hs256_secret: sEcReT5hort}\n"))
+		require.Error(t, err)
+		assert.NotContains(t, err.Error(), "sEcReT5hort")
+	})
 	t.Run("blames the environment variable", func(t *testing.T) {
 		_, err := loadYAML(t, base, environ("BRIDGE_SERVE__MAX_CONNS=0"))
 		assert.Equal(t, []string{"serve.max_conns: must be > 0, got 0 (set by environment variable BRIDGE_SERVE__MAX_CONNS)"}, problems(t, err))

@@ -238,6 +238,33 @@ type HTTP struct {
 	// MaxCheckpointAge is how long delivered changes may wait for their
 	// checkpoint before /readyz fails. Default 1m.
 	MaxCheckpointAge time.Duration `koanf:"max_checkpoint_age"`
+	// TLS serves HTTPS with a certificate read from files and reloaded on
+	// SIGHUP or when the files change; with client_ca_file, only clients
+	// presenting a certificate signed by that CA connect (mutual TLS).
+	TLS ServerTLS `koanf:"tls"`
+	// Token, when set, is required on /metrics as "Authorization: Bearer
+	// <token>" (Prometheus: authorization.credentials_file); /livez and
+	// /readyz stay open. A secret: never logged; read it from a file with
+	// ${file:/run/secrets/metrics_token}.
+	Token string `koanf:"token"`
+	// AllowPublic lets a listen address other than loopback serve /metrics
+	// without http.token or http.tls.client_ca_file. Without it such a
+	// configuration is refused. Default false.
+	AllowPublic bool `koanf:"allow_public"`
+}
+
+// ServerTLS is the certificate of an HTTPS listener (http.tls, serve.tls),
+// reloaded on SIGHUP and when a file changes; a file that fails to load at
+// reload keeps the previous certificate. All PEM.
+type ServerTLS struct {
+	// CertFile is the server's certificate chain, leaf first. Set with
+	// key_file; empty serves plain HTTP.
+	CertFile string `koanf:"cert_file"`
+	// KeyFile is the private key of cert_file.
+	KeyFile string `koanf:"key_file"`
+	// ClientCAFile, when set, requires every client to present a
+	// certificate signed by one of its CAs (mutual TLS). Needs cert_file.
+	ClientCAFile string `koanf:"client_ca_file"`
 }
 
 // Serve configures `bridge serve`, the feeds HTTP server (docs/feeds.md);
@@ -284,4 +311,74 @@ type Serve struct {
 	// WindowTxns bounds the transactions kept in memory to serve resumes
 	// without reading the stream. Default 100000.
 	WindowTxns int `koanf:"window_txns"`
+	// TLS serves the feeds over HTTPS (see http.tls).
+	TLS ServerTLS `koanf:"tls"`
+	// Auth decides who may read which rows (docs/security.md). A listen
+	// address other than loopback needs it, or serve.client_header behind
+	// an authenticating proxy, or auth.mode: none.
+	Auth ServeAuth `koanf:"auth"`
+	// MaxHeaderBytes bounds a request's line and headers; beyond it the
+	// server answers 431. Default 65536.
+	MaxHeaderBytes int `koanf:"max_header_bytes"`
+	// MaxQueryBytes bounds a request's query string (filters included);
+	// beyond it the server answers 414. Default 16384.
+	MaxQueryBytes int `koanf:"max_query_bytes"`
+	// MaxFilterDepth bounds how deeply a request's where may nest and, or
+	// and not; beyond it the server answers 400. Default 16.
+	MaxFilterDepth int `koanf:"max_filter_depth"`
+	// ReadHeaderTimeout bounds the time a client may take to send its
+	// request's headers (and the TLS handshake); a slower client is
+	// disconnected. Default 10s.
+	ReadHeaderTimeout time.Duration `koanf:"read_header_timeout"`
+	// IdleTimeout closes a kept-alive connection without a request for this
+	// long. Default 2m.
+	IdleTimeout time.Duration `koanf:"idle_timeout"`
+}
+
+// ServeAuth authenticates `bridge serve`'s callers and limits what each
+// may read (docs/security.md).
+type ServeAuth struct {
+	// Mode is jwt (bearer JWTs verified here, with hs256_secret, jwks_file
+	// or jwks_url), proxy (an authenticating proxy in front sets
+	// serve.client_header; a request without it gets 401) or none (no
+	// authentication; needed to serve a listen address other than loopback
+	// without either). Default: jwt when a key is set, else proxy when
+	// serve.client_header is set, else none.
+	Mode string `koanf:"mode"`
+	// HS256Secret verifies HS256 tokens: at least 32 bytes. A secret: never
+	// logged; read it from a file with ${file:/run/secrets/jwt_secret}.
+	HS256Secret string `koanf:"hs256_secret"`
+	// JWKSFile is a JSON Web Key Set verifying RS256, ES256 (and the other
+	// RSA, ECDSA and EdDSA algorithms) tokens by their kid; reloaded when the
+	// file changes or on SIGHUP.
+	JWKSFile string `koanf:"jwks_file"`
+	// JWKSURL is the identity provider's JSON Web Key Set, fetched at start
+	// and refreshed hourly and when a token names an unknown kid (at most
+	// every 5 minutes). https only, except on loopback.
+	JWKSURL string `koanf:"jwks_url"`
+	// Issuer, when set, must equal the token's iss claim.
+	Issuer string `koanf:"issuer"`
+	// Audience, when set, must be one of the token's aud claim.
+	Audience string `koanf:"audience"`
+	// Leeway is the clock skew allowed when checking exp, nbf and iat.
+	// Default 30s.
+	Leeway time.Duration `koanf:"leeway"`
+	// TablesClaim names the claim listing the "schema.table" names the
+	// caller may read (a JSON array of strings, or one string of names
+	// separated by spaces or commas). A request for another table gets 403;
+	// a token without the claim reads nothing. Empty: every table served.
+	TablesClaim string `koanf:"tables_claim"`
+	// Where is a condition over the token's claims ANDed with every
+	// request's filter, e.g. {eq: [tenant_id, "{{.claims.tenant_id}}"]}. A
+	// value that is exactly one {{.claims.<name>}} takes the claim's JSON
+	// value (number, string, boolean; an array for in and contains);
+	// other templates render to a string. A claim can only ever be a value,
+	// never a column or a condition. A token missing a claim it uses gets 403.
+	Where map[string]any `koanf:"where"`
+	// QueryToken accepts the token in the access_token query parameter as
+	// well, for browsers' EventSource, which cannot set headers. Query
+	// strings end up in proxies' access logs and browser history: only with
+	// serve.tls or on loopback (a TLS-terminating proxy on the same host).
+	// Default false.
+	QueryToken bool `koanf:"query_token"`
 }

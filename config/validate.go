@@ -102,6 +102,7 @@ func (c *Config) validate(known Errors) Errors {
 		add("nats.embedded.port", "must be a port number, or -1 for any free port, got %d", p)
 	}
 
+	c.HTTP.validate(add)
 	if !reflect.ValueOf(c.Serve).IsZero() { // a Config built in code without a serve section
 		c.Serve.validate(add)
 	}
@@ -209,7 +210,24 @@ func (s *Serve) validate(add func(p, format string, args ...any)) {
 	if s.WindowTxns <= 0 {
 		add("serve.window_txns", "must be > 0, got %d", s.WindowTxns)
 	}
+	if s.MaxHeaderBytes < minHeaderBytes {
+		add("serve.max_header_bytes", "must be >= %d, got %d", minHeaderBytes, s.MaxHeaderBytes)
+	}
+	if s.MaxQueryBytes <= 0 {
+		add("serve.max_query_bytes", "must be > 0, got %d", s.MaxQueryBytes)
+	}
+	if s.MaxFilterDepth <= 0 {
+		add("serve.max_filter_depth", "must be > 0, got %d", s.MaxFilterDepth)
+	}
+	checkPositive(add, "serve.read_header_timeout", s.ReadHeaderTimeout)
+	checkPositive(add, "serve.idle_timeout", s.IdleTimeout)
+	checkServerTLS(add, "serve.tls", s.TLS)
+	s.validateAuth(add)
 }
+
+// minHeaderBytes is the smallest serve.max_header_bytes: room for a
+// request line, a bearer token and the usual headers.
+const minHeaderBytes = 4096
 
 func checkPositive(add func(p, format string, args ...any), p string, d time.Duration) {
 	if d <= 0 {

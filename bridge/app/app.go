@@ -142,7 +142,8 @@ func New(cfg *config.Config, opts ...Option) (*App, error) {
 		errs = append(errs, err)
 	}
 	errs = append(errs, telemetry.Validate(cfg)...)
-	errs = append(errs, serve.Validate(cfg)...) // serve.where
+	errs = append(errs, serve.Validate(cfg)...) // serve.where, serve.auth, serve.tls
+	errs = append(errs, validateHTTP(cfg)...)   // http.tls
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}

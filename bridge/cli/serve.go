@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -21,6 +20,7 @@ import (
 	"github.com/bridgecdc/bridge/bridge/status"
 	"github.com/bridgecdc/bridge/config"
 	"github.com/bridgecdc/bridge/internal/natsconn"
+	"github.com/bridgecdc/bridge/internal/reload"
 	"github.com/bridgecdc/bridge/sinks"
 )
 
@@ -104,7 +104,9 @@ section. See docs/feeds.md.`,
 				return printErrs(err)
 			}
 			log := NewLogger(cfg.Log, stderr)
-			sc, fc, err := serve.FromConfig(cfg.Serve, log)
+			ctx, cancel := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer cancel()
+			sc, fc, err := serve.FromConfig(ctx, cfg.Serve, log)
 			if err != nil {
 				return printErrs(err)
 			}
@@ -126,8 +128,6 @@ section. See docs/feeds.md.`,
 			if err != nil {
 				return fmt.Errorf("opening JetStream: %w", err)
 			}
-			ctx, cancel := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-			defer cancel()
 			startCtx, startCancel := context.WithTimeout(ctx, time.Minute)
 			fs, err := feeds.New(startCtx, js, fc)
 			startCancel()
@@ -135,14 +135,26 @@ section. See docs/feeds.md.`,
 				return fmt.Errorf("serve.stream: %w", err)
 			}
 			defer fs.Close()
-			srv := &http.Server{Addr: sc.Listen, Handler: serve.New(fs, sc, log).Handler(), ReadHeaderTimeout: 10 * time.Second}
-			ln, err := net.Listen("tcp", srv.Addr)
+			fsrv := serve.New(fs, sc, log)
+			srv := fsrv.HTTPServer()
+			ln, err := net.Listen("tcp", sc.Listen)
 			if err != nil {
-				return fmt.Errorf("serve.listen: listening on %s: %w (choose another address with serve.listen or --listen)", srv.Addr, err)
+				return fmt.Errorf("serve.listen: listening on %s: %w (choose another address with serve.listen or --listen)", sc.Listen, err)
 			}
-			log.Info("serving feeds and /metrics", "listen", ln.Addr().String(), "stream", fc.Stream, "position", fs.Position().String())
+			if err := fsrv.Watch(ctx, reload.OnSIGHUP(ctx)); err != nil {
+				return err
+			}
+			scheme := "http"
+			if sc.TLS != nil {
+				scheme = "https"
+			}
+			auth := cfg.Serve.EffectiveMode()
+			log.Info("serving feeds and /metrics", "listen", ln.Addr().String(), "scheme", scheme, "auth", auth, "stream", fc.Stream, "position", fs.Position().String())
+			if auth == config.AuthNone && !config.IsLoopback(sc.Listen) {
+				log.Warn("serving every row without authentication to every machine that reaches serve.listen (serve.auth.mode: none)", "listen", sc.Listen)
+			}
 			errc := make(chan error, 1)
-			go func() { errc <- srv.Serve(ln) }()
+			go func() { errc <- fsrv.Serve(srv, ln) }()
 			select {
 			case err := <-errc:
 				return err

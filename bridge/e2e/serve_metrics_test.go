@@ -366,10 +366,13 @@ func TestServeConfigFile(t *testing.T) {
 		})
 		return base
 	}
+	// client_header without a key is proxy mode (serve.auth.mode):
+	// every feed request names its client.
+	me := http.Header{"X-Client": {"me"}}
 	tenants := func(t *testing.T, base string) []float64 {
-		resp, body := get(t, base, url.Values{"token": {"now"}, "timeout": {"1ms"}}, nil)
+		resp, body := get(t, base, url.Values{"token": {"now"}, "timeout": {"1ms"}}, me)
 		require.Equal(t, http.StatusOK, resp.StatusCode, "%+v", body)
-		resp, body = get(t, base, url.Values{"token": {strings.Split(body.Token, ".")[0] + ".0"}, "timeout": {"5s"}}, nil)
+		resp, body = get(t, base, url.Values{"token": {strings.Split(body.Token, ".")[0] + ".0"}, "timeout": {"5s"}}, me)
 		require.Equal(t, http.StatusOK, resp.StatusCode, "%+v", body)
 		var out []float64
 		for _, c := range changesOf(t, body.Changes) {
@@ -384,7 +387,10 @@ func TestServeConfigFile(t *testing.T) {
 	t.Run("file", func(t *testing.T) {
 		base := run(t, fileAddr)
 		require.Equal(t, []float64{1, 1}, tenants(t, base), "serve.where")
-		resp, body := get(t, base, url.Values{"tables": {"public.items"}}, nil)
+		resp, body := get(t, base, url.Values{"timeout": {"1ms"}}, nil)
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "no client header, no feed (proxy mode)")
+		require.Equal(t, "no X-Client header: requests must come through the authenticating proxy", body.Detail)
+		resp, body = get(t, base, url.Values{"tables": {"public.items"}}, me)
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode, "serve.tables")
 		require.Contains(t, body.Detail, "not served")
 		stop := parkPoll(t, base, "a", waiting(t, base))
@@ -399,7 +405,7 @@ func TestServeConfigFile(t *testing.T) {
 		flagAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 		base := run(t, flagAddr, "--listen", flagAddr, "--where", `{"eq":["tenant",2]}`, "--max-per-client", "2", "--tables", "")
 		require.Equal(t, []float64{2, 2}, tenants(t, base), "--where replaces serve.where (ANDed they would match nothing)")
-		resp, _ := get(t, base, url.Values{"tables": {"public.items"}, "timeout": {"1ms"}}, nil)
+		resp, _ := get(t, base, url.Values{"tables": {"public.items"}, "timeout": {"1ms"}}, me)
 		require.Equal(t, http.StatusOK, resp.StatusCode, `--tables "" serves every table`)
 		stop1 := parkPoll(t, base, "a", waiting(t, base))
 		defer stop1()

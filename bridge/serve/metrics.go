@@ -33,6 +33,10 @@ const (
 	outcomeTooMany    = "too-many-requests"
 	outcomeOverloaded = "overloaded"
 	outcomeClientGone = "client-gone" // a long-poll whose client left before the response
+	// Refused by serve.auth: no or an invalid token (401), a table or
+	// claim not granted (403).
+	outcomeUnauthorized = "unauthorized"
+	outcomeForbidden    = "forbidden"
 )
 
 // Reasons an SSE stream ended: the reason label of the disconnects.
@@ -42,13 +46,14 @@ const (
 	disconnectClientGone   = "client-gone"   // the client closed the stream
 	disconnectRefetch      = "must-refetch"  // a must-refetch event ended the stream
 	disconnectError        = "error"         // an error event (the server closing, the stream unreadable)
+	disconnectExpired      = "expired"       // the caller's token expired
 )
 
 var (
 	requestModes    = []string{modeLongPoll, modeSSE}
-	requestOutcomes = []string{outcomeOK, outcomeRefetch, outcomeBadRequest, outcomeTooMany, outcomeOverloaded, outcomeClientGone}
+	requestOutcomes = []string{outcomeOK, outcomeRefetch, outcomeBadRequest, outcomeTooMany, outcomeOverloaded, outcomeClientGone, outcomeUnauthorized, outcomeForbidden}
 	refetchReasons  = []string{feeds.ReasonGone, feeds.ReasonStream, feeds.ReasonResync, feeds.ReasonEpoch, feeds.ReasonTruncate}
-	sseEndReasons   = []string{disconnectSlow, disconnectWriteTimeout, disconnectClientGone, disconnectRefetch, disconnectError}
+	sseEndReasons   = []string{disconnectSlow, disconnectWriteTimeout, disconnectClientGone, disconnectRefetch, disconnectError, disconnectExpired}
 )
 
 // feedMetrics is a Server's registry and the vectors its handlers feed.
@@ -68,7 +73,7 @@ func newFeedMetrics(s *Server, fs *feeds.Feeds) *feedMetrics {
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bridge_feeds_requests_total",
-			Help: "Feed requests by mode (longpoll, sse) and outcome (ok, must-refetch, bad-request, too-many-requests, overloaded, client-gone). An SSE request counts once, when its stream starts (ok) or is refused.",
+			Help: "Feed requests by mode (longpoll, sse) and outcome (ok, must-refetch, bad-request, too-many-requests, overloaded, client-gone, unauthorized, forbidden). An SSE request counts once, when its stream starts (ok) or is refused.",
 		}, []string{"mode", "outcome"}),
 		refetches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bridge_feeds_must_refetch_total",
@@ -76,7 +81,7 @@ func newFeedMetrics(s *Server, fs *feeds.Feeds) *feedMetrics {
 		}, []string{"reason"}),
 		disconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bridge_feeds_sse_disconnects_total",
-			Help: "SSE streams ended, by reason: slow (behind by more than max_lag), write-timeout, client-gone, must-refetch, error.",
+			Help: "SSE streams ended, by reason: slow (behind by more than max_lag), write-timeout, client-gone, must-refetch, error, expired (the caller's token).",
 		}, []string{"reason"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "bridge_feeds_delivery_latency_seconds",

@@ -21,6 +21,7 @@ import (
 	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/bridge/feeds"
 	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/internal/reload"
 )
 
 // Config configures the feeds HTTP server of `bridge serve`. Zero
@@ -55,6 +56,29 @@ type Config struct {
 	// head after a write before it is disconnected with reason "slow".
 	// Default 100000.
 	MaxLag uint64
+
+	// Auth authenticates /v1/feed and /v1/position (and /metrics when
+	// ProtectMetrics); nil serves everyone (NewAuth).
+	Auth *Auth
+	// ProtectMetrics asks Auth's credentials on /metrics too: set for a
+	// listen address beyond loopback.
+	ProtectMetrics bool
+	// TLS serves HTTPS (Serve, HTTPServer); nil serves plain HTTP.
+	TLS *reload.ServerTLS
+	// MaxHeaderBytes bounds a request's line and headers: 431 beyond.
+	// Default 65536.
+	MaxHeaderBytes int
+	// MaxQueryBytes bounds a request's query string: 414 beyond. Default
+	// 16384.
+	MaxQueryBytes int
+	// MaxFilterDepth bounds the nesting of and, or and not in a request's
+	// where: 400 beyond. Default 16.
+	MaxFilterDepth int
+	// ReadHeaderTimeout bounds the TLS handshake and the reading of a
+	// request's headers. Default 10s.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes a kept-alive connection idle this long. Default 2m.
+	IdleTimeout time.Duration
 }
 
 func (c *Config) defaults() {
@@ -78,6 +102,21 @@ func (c *Config) defaults() {
 	}
 	if c.MaxLag == 0 {
 		c.MaxLag = 100_000
+	}
+	if c.MaxHeaderBytes <= 0 {
+		c.MaxHeaderBytes = 64 << 10
+	}
+	if c.MaxQueryBytes <= 0 {
+		c.MaxQueryBytes = 16 << 10
+	}
+	if c.MaxFilterDepth <= 0 {
+		c.MaxFilterDepth = 16
+	}
+	if c.ReadHeaderTimeout <= 0 {
+		c.ReadHeaderTimeout = 10 * time.Second
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 2 * time.Minute
 	}
 }
 
@@ -115,14 +154,26 @@ func (s *Server) inProgress() int {
 	return s.conns
 }
 
-// Handler returns the HTTP handler.
+// Handler returns the HTTP handler. A query string longer than
+// MaxQueryBytes gets 414 before anything else is read.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/feed", s.feed)
 	mux.HandleFunc("GET /v1/position", func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := s.authenticate(w, r, false, ""); !ok {
+			return
+		}
 		writeJSON(w, http.StatusOK, map[string]string{"token": s.fs.Position().String()})
 	})
-	mux.Handle("GET /metrics", s.met.handler())
+	metrics := s.met.handler()
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.ProtectMetrics {
+			if _, ok := s.authenticate(w, r, false, ""); !ok {
+				return
+			}
+		}
+		metrics.ServeHTTP(w, r)
+	})
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if !s.fs.Ready() {
@@ -131,7 +182,91 @@ func (s *Server) Handler() http.Handler {
 		}
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n := len(r.URL.RawQuery); n > s.cfg.MaxQueryBytes {
+			writeJSON(w, http.StatusRequestURITooLong, apiError{Error: "uri-too-long",
+				Detail: fmt.Sprintf("the query string is %d bytes, more than the server's limit of %d (serve.max_query_bytes)", n, s.cfg.MaxQueryBytes)})
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// authenticate checks r's credentials with Auth, answering 401, 403 or 400
+// itself when they fail; a nil caller with ok means no Auth. grants asks
+// for the caller's tables and rows (feed requests). mode, when set, counts
+// a refusal in the feed requests' metrics.
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, grants bool, mode string) (*caller, bool) {
+	if s.cfg.Auth == nil {
+		return nil, true
+	}
+	c, err := s.cfg.Auth.authenticate(r, grants)
+	if err == nil {
+		return c, true
+	}
+	if mode != "" {
+		switch err.status {
+		case http.StatusUnauthorized:
+			s.met.request(mode, outcomeUnauthorized)
+		case http.StatusForbidden:
+			s.met.request(mode, outcomeForbidden)
+		default:
+			s.met.request(mode, outcomeBadRequest)
+		}
+	}
+	challenge(w, err)
+	return nil, false
+}
+
+// HTTPServer returns an http.Server for the handler with the server's
+// limits: MaxHeaderBytes, ReadHeaderTimeout (which bounds a TLS handshake
+// too), IdleTimeout, and TLS when configured. net/http's own log (refused
+// handshakes, malformed requests) goes to the server's logger at debug
+// level: hostile clients must not flood the log.
+func (s *Server) HTTPServer() *http.Server {
+	srv := &http.Server{
+		Handler:           s.Handler(),
+		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	if s.cfg.TLS != nil {
+		srv.TLSConfig = s.cfg.TLS.Config()
+	}
+	return srv
+}
+
+// Serve serves srv (from HTTPServer) on ln, over TLS when configured,
+// until srv is shut down.
+func (s *Server) Serve(srv *http.Server, ln net.Listener) error {
+	if s.cfg.TLS != nil {
+		return srv.ServeTLS(ln, "", "")
+	}
+	return srv.Serve(ln)
+}
+
+// Watch reloads the TLS files and serve.auth.jwks_file when they change
+// and each time trigger receives (SIGHUP), until ctx ends.
+func (s *Server) Watch(ctx context.Context, trigger <-chan struct{}) error {
+	var files []string
+	var fns []func()
+	if s.cfg.TLS != nil {
+		files = append(files, s.cfg.TLS.Files()...)
+		fns = append(fns, func() { _ = s.cfg.TLS.Reload() })
+	}
+	if f := s.cfg.Auth.files(); len(f) > 0 {
+		files = append(files, f...)
+		fns = append(fns, s.cfg.Auth.reloadJWKS)
+	}
+	if len(fns) == 0 {
+		return nil
+	}
+	return reload.Watch(ctx, s.log, files, trigger, func() {
+		for _, f := range fns {
+			f()
+		}
+	})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -149,11 +284,16 @@ type apiError struct {
 	Position string `json:"position,omitempty"` // for must-refetch: where to start again after refetching
 }
 
-// admit counts a feed request in; the returned func counts it out.
-func (s *Server) admit(w http.ResponseWriter, r *http.Request, mode string) (func(), bool) {
+// admit counts a feed request in; the returned func counts it out. The
+// client is ClientHeader's value, else the authenticated caller's, else
+// the remote IP.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, mode string, who *caller) (func(), bool) {
 	client := ""
 	if s.cfg.ClientHeader != "" {
 		client = r.Header.Get(s.cfg.ClientHeader)
+	}
+	if client == "" && who != nil {
+		client = who.id
 	}
 	if client == "" {
 		client, _, _ = net.SplitHostPort(r.RemoteAddr)
@@ -185,25 +325,51 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, mode string) (fun
 	}, true
 }
 
-// parseRequest reads the filter and position of a feed request.
-func (s *Server) parseRequest(r *http.Request) (feeds.Filter, feeds.Token, error) {
+// parseRequest reads the filter and position of a feed request. The
+// filter is the request's, limited to Tables and the caller's tables, and
+// its where ANDed with Where and the caller's. An *authError (403) is a
+// table the caller may not read; other errors are the request's (400).
+func (s *Server) parseRequest(r *http.Request, who *caller) (feeds.Filter, feeds.Token, error) {
 	q := r.URL.Query()
 	var f feeds.Filter
 	if v := q.Get("tables"); v != "" {
 		f.Tables = strings.Split(v, ",")
 	}
-	if len(s.cfg.Tables) > 0 {
-		if len(f.Tables) == 0 {
-			f.Tables = s.cfg.Tables
+	for _, t := range f.Tables {
+		if schema, table, ok := strings.Cut(t, "."); !ok || schema == "" || table == "" {
+			return f, feeds.Token{}, fmt.Errorf("tables: %q is not schema.table (e.g. public.orders)", t)
 		}
-		for _, t := range f.Tables {
-			if !contains(s.cfg.Tables, t) {
-				return f, feeds.Token{}, fmt.Errorf("tables: %q is not served here (served: %s)", t, strings.Join(s.cfg.Tables, ","))
+		if len(s.cfg.Tables) > 0 && !contains(s.cfg.Tables, t) {
+			return f, feeds.Token{}, fmt.Errorf("tables: %q is not served here (served: %s)", t, strings.Join(s.cfg.Tables, ","))
+		}
+		if who != nil && who.tables != nil && !contains(who.tables, t) {
+			return f, feeds.Token{}, forbidden("tables: the token does not grant %q", t)
+		}
+	}
+	if len(f.Tables) == 0 {
+		f.Tables = s.cfg.Tables
+		if who != nil && who.tables != nil {
+			f.Tables = who.tables
+			if len(s.cfg.Tables) > 0 {
+				f.Tables = nil
+				for _, t := range who.tables {
+					if contains(s.cfg.Tables, t) {
+						f.Tables = append(f.Tables, t)
+					}
+				}
+				if len(f.Tables) == 0 {
+					return f, feeds.Token{}, forbidden("tables: the token grants none of the tables served here (%s)", strings.Join(s.cfg.Tables, ","))
+				}
 			}
 		}
 	}
 	if v := q.Get("ops"); v != "" {
 		for _, op := range strings.Split(v, ",") {
+			switch cdc.Op(op) {
+			case cdc.OpInsert, cdc.OpUpdate, cdc.OpDelete, cdc.OpRead:
+			default:
+				return f, feeds.Token{}, fmt.Errorf("ops: %q is not one of insert, update, delete, read", op)
+			}
 			f.Ops = append(f.Ops, cdc.Op(op))
 		}
 	}
@@ -212,7 +378,7 @@ func (s *Server) parseRequest(r *http.Request) (feeds.Filter, feeds.Token, error
 	}
 	var conds []feeds.Cond
 	if v := q.Get("where"); v != "" {
-		c, err := feeds.ParseCond([]byte(v))
+		c, err := s.parseWhere(v)
 		if err != nil {
 			return f, feeds.Token{}, err
 		}
@@ -221,10 +387,14 @@ func (s *Server) parseRequest(r *http.Request) (feeds.Filter, feeds.Token, error
 	if s.cfg.Where != nil {
 		conds = append(conds, *s.cfg.Where)
 	}
+	if who != nil && who.where != nil {
+		conds = append(conds, *who.where)
+	}
 	switch len(conds) {
+	case 0:
 	case 1:
 		f.Where = &conds[0]
-	case 2:
+	default:
 		f.Where = feeds.And(conds...).Ptr()
 	}
 	tok := q.Get("token")
@@ -243,6 +413,67 @@ func (s *Server) parseRequest(r *http.Request) (feeds.Filter, feeds.Token, error
 	return f, t, nil
 }
 
+// parseWhere parses a request's where, refusing one nested deeper than
+// MaxFilterDepth before the parser recurses into it.
+func (s *Server) parseWhere(v string) (feeds.Cond, error) {
+	// A condition n deep nests JSON at most 2n+1 deep ({"and":[...]}).
+	if jsonDepth(v, 2*s.cfg.MaxFilterDepth+1) > 2*s.cfg.MaxFilterDepth+1 {
+		return feeds.Cond{}, fmt.Errorf("where: nested deeper than the server's limit of %d (serve.max_filter_depth)", s.cfg.MaxFilterDepth)
+	}
+	c, err := feeds.ParseCond([]byte(v))
+	if err != nil {
+		return feeds.Cond{}, err
+	}
+	if d := condDepth(&c); d > s.cfg.MaxFilterDepth {
+		return feeds.Cond{}, fmt.Errorf("where: nested %d deep, more than the server's limit of %d (serve.max_filter_depth)", d, s.cfg.MaxFilterDepth)
+	}
+	return c, nil
+}
+
+// jsonDepth returns how deeply objects and arrays nest in the JSON text
+// v, stopping once past limit.
+func jsonDepth(v string, limit int) int {
+	depth, deepest := 0, 0
+	inString, escaped := false, false
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '{', '[':
+			if depth++; depth > deepest {
+				if deepest = depth; deepest > limit {
+					return deepest
+				}
+			}
+		case '}', ']':
+			depth--
+		}
+	}
+	return deepest
+}
+
+// condDepth is the nesting of c: 1 for a comparison, one more for each
+// and, or and not around it.
+func condDepth(c *feeds.Cond) int {
+	d := 0
+	for i := range c.Subs {
+		d = max(d, condDepth(&c.Subs[i]))
+	}
+	return d + 1
+}
+
 func contains(l []string, s string) bool {
 	for _, x := range l {
 		if x == s {
@@ -257,13 +488,23 @@ func (s *Server) feed(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Get("sse") != "" || strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
 		mode = modeSSE
 	}
-	filter, tok, err := s.parseRequest(r)
+	who, ok := s.authenticate(w, r, true, mode)
+	if !ok {
+		return
+	}
+	filter, tok, err := s.parseRequest(r, who)
+	var denied *authError
+	if errors.As(err, &denied) {
+		s.met.request(mode, outcomeForbidden)
+		challenge(w, denied)
+		return
+	}
 	if err != nil {
 		s.met.request(mode, outcomeBadRequest)
 		writeJSON(w, http.StatusBadRequest, apiError{Error: "bad-request", Detail: err.Error()})
 		return
 	}
-	done, ok := s.admit(w, r, mode)
+	done, ok := s.admit(w, r, mode, who)
 	if !ok {
 		return
 	}
@@ -275,7 +516,11 @@ func (s *Server) feed(w http.ResponseWriter, r *http.Request) {
 	}
 	defer f.Close()
 	if mode == modeSSE {
-		s.sse(w, r, f)
+		var until time.Time
+		if who != nil {
+			until = who.until
+		}
+		s.sse(w, r, f, until)
 		return
 	}
 	hold := s.cfg.Hold
@@ -347,8 +592,9 @@ func refetchBody(re *feeds.RefetchError, pos feeds.Token) apiError {
 
 // sse streams batches as server-sent events: "changes" events whose id is
 // the token after them, "up-to-date" when caught up, "must-refetch" and
-// "error" (reason "slow") before closing, and keep-alive comments.
-func (s *Server) sse(w http.ResponseWriter, r *http.Request, f *feeds.Feed) {
+// "error" (reason "slow", or "expired" once until passes when it is set)
+// before closing, and keep-alive comments.
+func (s *Server) sse(w http.ResponseWriter, r *http.Request, f *feeds.Feed, until time.Time) {
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
@@ -377,7 +623,18 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request, f *feeds.Feed) {
 	upToDateSent := false
 	var buf []byte
 	for {
-		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.KeepAlive)
+		wait := s.cfg.KeepAlive
+		if !until.IsZero() {
+			left := time.Until(until)
+			if left <= 0 {
+				s.met.disconnect(disconnectExpired)
+				body, _ := json.Marshal(apiError{Error: "unauthorized", Reason: "expired", Detail: "the token has expired: reconnect with a new one and Last-Event-ID"})
+				_ = write(fmt.Appendf(nil, "event: error\ndata: %s\n\n", body))
+				return
+			}
+			wait = min(wait, left)
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), wait)
 		b, err := f.Next(ctx)
 		cancel()
 		if r.Context().Err() != nil {
@@ -436,16 +693,20 @@ const serveWherePath = "serve.where"
 // serveWhere parses serve.where, a feeds condition in its JSON form written
 // as YAML; nil when empty. Errors are *config.FieldError at the offending
 // path, e.g. serve.where.and[1].eq.
-func serveWhere(m map[string]any) (*feeds.Cond, error) {
+func serveWhere(m map[string]any) (*feeds.Cond, error) { return parseCondAt(serveWherePath, m) }
+
+// parseCondAt parses the condition m at YAML path (serve.where,
+// serve.auth.where); nil when empty.
+func parseCondAt(path string, m map[string]any) (*feeds.Cond, error) {
 	if len(m) == 0 {
 		return nil, nil
 	}
-	if err := checkJSONValues(serveWherePath, m); err != nil {
+	if err := checkJSONValues(path, m); err != nil {
 		return nil, err
 	}
 	b, err := json.Marshal(m)
 	if err != nil {
-		return nil, &config.FieldError{Path: serveWherePath, Msg: err.Error()}
+		return nil, &config.FieldError{Path: path, Msg: err.Error()}
 	}
 	c, err := feeds.ParseCond(b)
 	if err != nil {
@@ -453,9 +714,9 @@ func serveWhere(m map[string]any) (*feeds.Cond, error) {
 		// "where.and[1].eq: want [...]". It returns no typed error.
 		msg := err.Error()
 		if p, rest, ok := strings.Cut(msg, ": "); ok && (p == "where" || strings.HasPrefix(p, "where.")) {
-			return nil, &config.FieldError{Path: "serve." + p, Msg: rest}
+			return nil, &config.FieldError{Path: path + strings.TrimPrefix(p, "where"), Msg: rest}
 		}
-		return nil, &config.FieldError{Path: serveWherePath, Msg: msg}
+		return nil, &config.FieldError{Path: path, Msg: msg}
 	}
 	return &c, nil
 }
@@ -487,25 +748,50 @@ func checkJSONValues(path string, v any) error {
 	return nil
 }
 
-// Validate checks serve.where, which the config package leaves to the
-// runtime: it needs the feeds condition syntax. Errors name their YAML path.
+// Validate checks what the config package leaves to the runtime:
+// serve.where and serve.auth.where (the feeds condition syntax, claim
+// templates only in values), and that the files of serve.tls and
+// serve.auth.jwks_file load. Errors name their YAML path.
 func Validate(cfg *config.Config) []error {
+	var errs []error
 	if _, err := serveWhere(cfg.Serve.Where); err != nil {
-		return []error{err}
+		errs = append(errs, err)
 	}
-	return nil
+	if _, err := parseWhereTemplate(cfg.Serve.Auth.Where); err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, reload.Check("serve.tls", cfg.Serve.TLS)...)
+	if f := cfg.Serve.Auth.JWKSFile; f != "" {
+		if _, err := loadJWKS(f); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
 }
 
 // FromConfig returns the feeds server's and the feeds library's
-// configurations from bridge.yaml's serve section.
-func FromConfig(s config.Serve, log *slog.Logger) (Config, feeds.Config, error) {
+// configurations from bridge.yaml's serve section: the TLS files loaded
+// and the authentication built (NewAuth; ctx bounds a jwks_url's refresh).
+func FromConfig(ctx context.Context, s config.Serve, log *slog.Logger) (Config, feeds.Config, error) {
 	where, err := serveWhere(s.Where)
+	if err != nil {
+		return Config{}, feeds.Config{}, err
+	}
+	auth, err := NewAuth(ctx, s, log)
 	if err != nil {
 		return Config{}, feeds.Config{}, err
 	}
 	sc := Config{
 		Listen: s.Listen, Where: where, Tables: s.Tables, MaxConns: s.MaxConns, MaxPerClient: s.MaxPerClient,
 		ClientHeader: s.ClientHeader, Hold: s.Hold, KeepAlive: s.KeepAlive, WriteTimeout: s.WriteTimeout, MaxLag: s.MaxLag,
+		Auth: auth, ProtectMetrics: auth != nil && !config.IsLoopback(s.Listen),
+		MaxHeaderBytes: s.MaxHeaderBytes, MaxQueryBytes: s.MaxQueryBytes, MaxFilterDepth: s.MaxFilterDepth,
+		ReadHeaderTimeout: s.ReadHeaderTimeout, IdleTimeout: s.IdleTimeout,
+	}
+	if s.TLS.Enabled() {
+		if sc.TLS, err = reload.NewServerTLS("serve.tls", s.TLS, log); err != nil {
+			return Config{}, feeds.Config{}, err
+		}
 	}
 	return sc, feeds.Config{Stream: s.Stream, WindowTxns: s.WindowTxns, Logger: log}, nil
 }
