@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/bridgecdc/bridge/bridge/app"
 	"github.com/bridgecdc/bridge/config"
 	"github.com/bridgecdc/bridge/internal/pgtest"
+	"github.com/bridgecdc/bridge/internal/testpki"
 )
 
 // TestPostgresTLS runs the bridge against a Postgres with ssl on and
@@ -31,9 +33,8 @@ import (
 //   - an sslrootcert file that does not exist: a configuration error at the
 //     dsn's path, naming the file.
 func TestPostgresTLS(t *testing.T) {
-	certs, err := pgtest.WriteCerts(t.TempDir(), "bridgecert")
-	require.NoError(t, err)
-	e := newEnvWith(t, pgtest.Options{TLS: certs.TLS(), HBA: []string{
+	certs := testpki.WriteCerts(t, t.TempDir(), "bridgecert")
+	e := newEnvWith(t, pgtest.Options{TLS: &pgtest.TLS{CertFile: certs.ServerCert, KeyFile: certs.ServerKey, CAFile: certs.CA}, HBA: []string{
 		"hostssl all bridgecert 127.0.0.1/32 cert",
 		"hostnossl all bridgecert 127.0.0.1/32 reject",
 	}})
@@ -132,21 +133,20 @@ func TestPostgresTLS(t *testing.T) {
 	// The server's certificate replaced (and reloaded) by one for another
 	// host, then by an expired one.
 	certDir := t.TempDir()
-	replace := func(t *testing.T, c pgtest.Cert) {
-		cert, key, err := certs.Signer.WriteFiles(certDir, c.CN, c)
-		require.NoError(t, err)
+	replace := func(t *testing.T, c testpki.Leaf) {
+		cert, key := certs.Signer.WriteFiles(t, certDir, c.CommonName, c)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		require.NoError(t, e.pg.ReplaceTLS(ctx, &pgtest.TLS{CertFile: cert, KeyFile: key, CAFile: certs.CA}))
 	}
 	t.Run("server certificate for another host", func(t *testing.T) {
-		replace(t, pgtest.Cert{CN: "elsewhere", Hosts: []string{"db.example.com", "10.1.2.3"}})
+		replace(t, testpki.Leaf{CommonName: "elsewhere", DNS: []string{"db.example.com"}, IPs: []net.IP{net.ParseIP("10.1.2.3")}})
 		stopsAtOnce(t, e, dsn("postgres", verify), []string{
 			"the server's certificate is not valid for host 127.0.0.1: it names db.example.com, 10.1.2.3 (sslmode=verify-full checks the name)",
 			"fix: connect with a name the certificate holds"})
 	})
 	t.Run("expired server certificate", func(t *testing.T) {
-		replace(t, pgtest.Cert{CN: "expired", Hosts: []string{"127.0.0.1"}, NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-24 * time.Hour)})
+		replace(t, testpki.Leaf{CommonName: "expired", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-24 * time.Hour)})
 		stopsAtOnce(t, e, dsn("postgres", verify), []string{
 			"the server's certificate is not valid now (x509: certificate has expired or is not yet valid",
 			"fix: renew the server's certificate"})

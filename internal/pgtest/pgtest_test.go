@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/bridgecdc/bridge/internal/testpki"
 )
 
 func TestStartAndQuery(t *testing.T) {
@@ -27,11 +29,8 @@ func TestStartAndQuery(t *testing.T) {
 // client certificate, and connects with verify-full, with and without the
 // certificate, and with the wrong CA.
 func TestTLS(t *testing.T) {
-	certs, err := WriteCerts(t.TempDir(), "certuser")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := StartT(t, Options{TLS: certs.TLS(), HBA: []string{"hostssl all certuser 127.0.0.1/32 cert"}})
+	certs := testpki.WriteCerts(t, t.TempDir(), "certuser")
+	s := StartT(t, Options{TLS: &TLS{CertFile: certs.ServerCert, KeyFile: certs.ServerKey, CAFile: certs.CA}, HBA: []string{"hostssl all certuser 127.0.0.1/32 cert"}})
 	s.ExecT(t, `CREATE ROLE certuser LOGIN`)
 	ctx := context.Background()
 	dsn := func(user, params string) string {

@@ -232,3 +232,31 @@ func ECKey(t testing.TB) *ecdsa.PrivateKey {
 	t.Helper()
 	return newKey(t)
 }
+
+// Certs are the files WriteCerts writes, by path.
+type Certs struct {
+	// CA signed the server's and the client's certificates.
+	CA string
+	// ServerCert and ServerKey are valid for 127.0.0.1 and localhost.
+	ServerCert, ServerKey string
+	// ClientCert and ClientKey authenticate the role given to WriteCerts
+	// (their common name).
+	ClientCert, ClientKey string
+	// OtherCA signed only OtherClientCert (OtherClientKey), a client
+	// certificate for the same role that a server trusting CA refuses; as a
+	// client's root it is a wrong CA.
+	OtherCA, OtherClientCert, OtherClientKey string
+	// Signer is the CA of the file CA, to issue more certificates.
+	Signer *CA
+}
+
+// WriteCerts makes two CAs and the certificates of Certs into dir.
+func WriteCerts(t testing.TB, dir, role string) *Certs {
+	t.Helper()
+	ca, other := NewCA(t, "pgtest CA"), NewCA(t, "pgtest other CA")
+	c := &Certs{Signer: ca, CA: ca.WriteCA(t, dir, "ca"), OtherCA: other.WriteCA(t, dir, "other-ca")}
+	c.ServerCert, c.ServerKey = ca.WriteFiles(t, dir, "server", Localhost("localhost"))
+	c.ClientCert, c.ClientKey = ca.WriteFiles(t, dir, "client", Leaf{CommonName: role, Client: true})
+	c.OtherClientCert, c.OtherClientKey = other.WriteFiles(t, dir, "other-client", Leaf{CommonName: role, Client: true})
+	return c
+}
