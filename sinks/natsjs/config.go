@@ -49,7 +49,8 @@ type Config struct {
 	// (and is retried), a duration. Default 10s.
 	AckTimeout time.Duration `koanf:"ack_timeout"`
 	// DeadLetterSubject, when set, receives a change the server refuses for
-	// good (larger than max_payload or the stream's max_msg_size, a subject
+	// good (a message larger than max_payload or the stream's max_msg_size,
+	// counting its payload and every header the bridge sends; a subject
 	// that is invalid or not bound to the stream) instead of stopping the
 	// bridge. The dead letter carries the change's headers and Nats-Msg-Id,
 	// Bridge-Dead-Letter-Reason and Bridge-Original-Subject, and the payload
@@ -57,8 +58,9 @@ type Config struct {
 	// stream. Default "" (stop with the error).
 	DeadLetterSubject string `koanf:"dead_letter_subject"`
 	// LargePayloadBucket, when set, is a JetStream object store (created
-	// when missing) that receives payloads too large for one message, under
-	// the change's id; the message then carries the headers
+	// when missing) that receives payloads too large for one message (the
+	// payload plus every header the bridge sends over max_payload or the
+	// stream's max_msg_size), under the change's id; the message then carries the headers
 	// Bridge-Payload-Object ("<bucket>/<id>") and Bridge-Payload-Bytes and
 	// no payload. Default "" (such a change is refused: dead letter or stop).
 	LargePayloadBucket string `koanf:"large_payload_bucket"`

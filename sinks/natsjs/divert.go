@@ -75,14 +75,15 @@ func (s *Sink) msgLimit(nc *nats.Conn) (int, string) {
 	return limit, what
 }
 
-// deadLetter turns msg into its dead letter: same id and headers, the
-// reason, the dead-letter subject, and the payload only when it fits.
-func (s *Sink) deadLetter(nc *nats.Conn, c *cdc.Change, msg *nats.Msg, reason error) *nats.Msg {
+// deadLetter turns msg into its dead letter: same id and headers (those
+// of the publish included), the reason, the dead-letter subject, and the
+// payload only when the whole message fits limit (0: unknown).
+func (s *Sink) deadLetter(c *cdc.Change, msg *nats.Msg, limit int, reason error) *nats.Msg {
 	h := msg.Header
 	h.Set(HeaderDeadLetterReason, strings.NewReplacer("\r", " ", "\n", " ").Replace(reason.Error()))
 	h.Set(HeaderOriginalSubject, strings.NewReplacer("\r", " ", "\n", " ").Replace(c.Subject))
 	data := msg.Data
-	if limit, _ := s.msgLimit(nc); limit > 0 && len(data)+natsconn.HeaderSize(h)+len(s.cfg.DeadLetterSubject) > limit {
+	if limit > 0 && len(data)+natsconn.HeaderSize(h) > limit {
 		h.Set(HeaderPayloadBytes, strconv.Itoa(len(data)))
 		data = nil
 	}

@@ -10,6 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
+
+	"github.com/bridgecdc/bridge/internal/natsconn"
 )
 
 // fastMin is the smallest Write sent as a fast batch: a fast batch waits
@@ -50,7 +52,7 @@ func (s *Sink) fastOK() bool {
 //
 // It returns the first index not published and, when it stopped for a
 // reason of its own (ctx), that reason.
-func (s *Sink) writeFast(w *write, js jetstream.JetStream, prepare func(int) (*nats.Msg, bool), from int, fenced bool, exp uint64) (int, error) {
+func (s *Sink) writeFast(w *write, js jetstream.JetStream, from int, fenced bool, exp uint64) (int, error) {
 	batch := w.batch
 	var asyncMu sync.Mutex
 	var asyncErr error // the first error the server reported on the batch's control channel
@@ -105,7 +107,11 @@ func (s *Sink) writeFast(w *write, js jetstream.JetStream, prepare func(int) (*n
 			}
 			return i, err
 		}
-		m, ok := prepare(i)
+		ph := pubHeaders{expStream: true}
+		if fenced {
+			ph.expLast = strconv.FormatUint(exp+uint64(i-from), 10)
+		}
+		m, ok := w.prepare(i, ph)
 		if !ok { // refused; prepare recorded why
 			if i > from+int(acked) {
 				failFrom(i-1, fmt.Errorf("not known to be stored: change #%d of the fast batch was refused: %w", i, errSkipped))
@@ -115,15 +121,11 @@ func (s *Sink) writeFast(w *write, js jetstream.JetStream, prepare func(int) (*n
 			}
 			return i + 1, nil
 		}
-		m.Header.Set(jetstream.ExpectedStreamHeader, s.cfg.Stream)
-		if fenced {
-			m.Header.Set(jetstream.ExpectedLastSeqHeader, strconv.FormatUint(exp+uint64(i-from), 10))
-		}
 		msgs = append(msgs, m)
 		if i == len(batch)-1 {
 			ack, err := fp.CommitMsg(w.ctx, m)
 			if err != nil {
-				failFrom(i, s.publishErr(w.nc, &batch[i], len(m.Data)+len(m.Subject), withServer(fmt.Errorf("committing the fast batch: %w", err))))
+				failFrom(i, s.publishErr(w.nc, &batch[i], len(m.Data)+natsconn.HeaderSize(m.Header), withServer(fmt.Errorf("committing the fast batch: %w", err))))
 				return i + 1, nil
 			}
 			if n := len(batch) - from; ack.BatchSize < uint64(n) {
@@ -133,7 +135,7 @@ func (s *Sink) writeFast(w *write, js jetstream.JetStream, prepare func(int) (*n
 				// rest not, though the commit's ack reports no error.
 				end := from + int(ack.BatchSize)
 				cause := withServer(fmt.Errorf("the fast batch ended after %d of its %d messages", ack.BatchSize, n))
-				w.err.Fail(end, s.publishErr(w.nc, &batch[end], len(msgs[end-from].Data)+len(msgs[end-from].Subject), cause))
+				w.err.Fail(end, s.publishErr(w.nc, &batch[end], len(msgs[end-from].Data)+natsconn.HeaderSize(msgs[end-from].Header), cause))
 				for k := end + 1; k < len(batch); k++ {
 					w.err.Fail(k, fmt.Errorf("not stored: the fast batch ended at %s: %w", batch[end].ID(), errSkipped))
 				}
@@ -156,7 +158,7 @@ func (s *Sink) writeFast(w *write, js jetstream.JetStream, prepare func(int) (*n
 		}
 		a, err := fp.AddMsg(m)
 		if err != nil {
-			failFrom(i, s.publishErr(w.nc, &batch[i], len(m.Data)+len(m.Subject), withServer(err)))
+			failFrom(i, s.publishErr(w.nc, &batch[i], len(m.Data)+natsconn.HeaderSize(m.Header), withServer(err)))
 			return i + 1, nil
 		}
 		acked = max(acked, a.AckSequence)

@@ -61,6 +61,10 @@ var ErrFenced = errors.New("natsjs: fenced: the stream holds messages published 
 // the checkpoint's cursor, e.g. two sources routed to one stream) and turns
 // the fence off for the sink's lifetime with a warning, so such a
 // configuration loses the zombie fence instead of failing every run.
+// Messages of another epoch of the same bridge and source (sameLineage:
+// the epoch before a deleted checkpoint or a resync, snapshot reads) are
+// not another producer's: they are this source's history, and an instance
+// still publishing them is a zombie, so the fence stays on.
 type fence struct {
 	mu     sync.Mutex
 	last   uint64 // the stream's last sequence as the sink knows it

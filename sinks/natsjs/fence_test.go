@@ -2,6 +2,7 @@ package natsjs
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -140,4 +141,52 @@ func TestConnectDropsAbandonedAcks(t *testing.T) {
 	p.thaw()
 	writeRest(t, s, all[20:])
 	require.Equal(t, ids(all), storedIDs(t, srv.URL(), "CDC"))
+}
+
+// TestFenceOwnEarlierEpoch: messages of an earlier epoch of the same
+// bridge and source ("shop.main.e0" for producer "shop.main.e1", as after
+// the checkpoint was deleted), and its snapshot reads, are this sink's own
+// history, not another writer's: the fence stays on. A snapshot's Delivered
+// (producer "<producer>.snap-<run>") counts the producer's own changes as
+// its own too. Another source's messages ("shop.other.e1"), or a producer
+// that only looks alike ("shop.main.x.e1", "shop.mainly.e1"), turn it off.
+func TestFenceOwnEarlierEpoch(t *testing.T) {
+	old := txs("shop.main.e0", 0x1000, 2, 2)
+	snap := txs("shop.main.e0", 0x2000, 1, 1)
+	snap[0].MsgID = "shop.main.e0.snap-r1:0000000000002000:0"
+	for _, tc := range []struct {
+		name, other string // other: a producer whose message is in the stream too
+		delivered   string // the producer Delivered is asked about
+		shared      bool
+	}{
+		{"earlier epoch", "", "shop.main.e1", false},
+		{"snapshot of the running epoch", "shop.main.e1", "shop.main.e1.snap-r2", false},
+		{"another source", "shop.other.e1", "shop.main.e1", true},
+		{"a source named like an epoch", "shop.main.x.e1", "shop.main.e1", true},
+		{"a longer source name", "shop.mainly.e1", "shop.main.e1", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := natsembed.StartT(t, natsembed.Options{})
+			prev := connected(t, srv, nil)
+			require.NoError(t, prev.Write(t.Context(), old))
+			require.NoError(t, prev.Write(t.Context(), snap))
+			if tc.other != "" {
+				require.NoError(t, prev.Write(t.Context(), txs(tc.other, 0x3000, 1, 1)))
+			}
+			s := connected(t, srv, nil)
+			_, err := s.Delivered(t.Context(), tc.delivered, "")
+			require.NoError(t, err)
+			require.Equal(t, tc.shared, s.fence.isShared())
+			// The fence's header goes out exactly when it is on.
+			mine := txs("shop.main.e1", 0x9000, 1, 1)
+			require.NoError(t, s.Write(t.Context(), mine))
+			msgs := stored(t, srv.URL(), "CDC")
+			last := msgs[len(msgs)-1]
+			if tc.shared {
+				require.Empty(t, last.Header.Get("Nats-Expected-Last-Sequence"))
+			} else {
+				require.Equal(t, strconv.FormatUint(last.Sequence-1, 10), last.Header.Get("Nats-Expected-Last-Sequence"))
+			}
+		})
+	}
 }

@@ -1,14 +1,107 @@
 package natsjs
 
 import (
+	"fmt"
 	"strconv"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/internal/natsconn"
+	"github.com/bridgecdc/bridge/sinks"
 )
+
+// pubHeaders are the headers a publish adds to a change's message besides
+// buildMsg's. They count against max_payload like every other byte, so
+// prepare sets them before it measures the message, and nothing adds a
+// header after prepare.
+type pubHeaders struct {
+	expStream bool   // Nats-Expected-Stream: a publish whose ack is awaited
+	expLast   string // Nats-Expected-Last-Sequence (the fence), "" for none
+	batchID   string // Nats-Batch-Id of an atomic batch, "" for none
+	batchSeq  int    // Nats-Batch-Sequence, from 1
+	commit    bool   // Nats-Batch-Commit: the atomic batch's last message
+}
+
+// set adds the headers to h and returns the bytes they take on the wire.
+func (ph pubHeaders) set(h nats.Header, expStream []string) int {
+	n := 0
+	add := func(k string, v []string) {
+		h[k] = v
+		n += len(k) + len(v[0]) + 4
+	}
+	if ph.expStream {
+		add(jetstream.ExpectedStreamHeader, expStream) // shared: capacity 1, never appended to
+	}
+	if ph.expLast != "" {
+		add(jetstream.ExpectedLastSeqHeader, []string{ph.expLast})
+	}
+	if ph.batchID != "" {
+		add(jetstreamext.BatchIDHeader, []string{ph.batchID})
+		add(jetstreamext.BatchSeqHeader, []string{strconv.Itoa(ph.batchSeq)})
+		if ph.commit {
+			add(jetstreamext.BatchCommitHeader, []string{"1"})
+		}
+	}
+	return n
+}
+
+// prepare assembles the message of change i as it will be sent: buildMsg's
+// headers and payload plus the publish's own (ph). That is where the size
+// is decided, counting what NATS counts against max_payload and a stream's
+// max_msg_size (the header block and the payload; the subject does not
+// count): a message over the limit goes to the object store
+// (large_payload_bucket) or, failing that, to the dead-letter subject, as
+// does one the server would refuse for its subject. false means the change
+// cannot be published; prepare recorded why in w.err. The caller adds no
+// header afterwards.
+func (w *write) prepare(i int, ph pubHeaders) (*nats.Msg, bool) {
+	s, c := w.s, &w.batch[i]
+	var refusal error // a reason the server would refuse c for good
+	known := c.Subject == w.okSubject && w.okSubject != ""
+	valid := known || validSubject(c.Subject)
+	if !valid {
+		refusal = fmt.Errorf("publishing %s: invalid subject %q", c.ID(), c.Subject)
+	}
+	if valid && !known && len(w.subjects) > 0 && !covered(w.subjects, c.Subject) && !w.refreshed {
+		w.refreshed = true // the stream may have been given the subject since
+		if err := s.ensureStream(w.ctx, w.nc, w.js); err == nil {
+			s.mu.Lock()
+			w.subjects = s.subjects
+			s.mu.Unlock()
+			w.limit, w.what = s.msgLimit(w.nc)
+		}
+	}
+	if valid && !known && len(w.subjects) > 0 && !covered(w.subjects, c.Subject) {
+		refusal = fmt.Errorf("publishing %s: subject %q is not bound to stream %q (its subjects: %q); add it to the stream's subjects or change the route",
+			c.ID(), c.Subject, s.cfg.Stream, w.subjects)
+	}
+	if refusal == nil {
+		w.okSubject = c.Subject
+	}
+	msg, hsize := s.buildMsg(c)
+	hsize += ph.set(msg.Header, s.expStream)
+	if size := len(msg.Data) + hsize; refusal == nil && w.limit > 0 && size > w.limit {
+		if s.cfg.LargePayloadBucket == "" {
+			refusal = fmt.Errorf("publishing %s to %q: the message is %d bytes (a %d-byte payload and %d bytes of headers), over %s of %d; set large_payload_bucket to carry it through the object store",
+				c.ID(), c.Subject, size, len(msg.Data), hsize, w.what, w.limit)
+		} else if err := s.offload(w.ctx, w.js, c, msg); err != nil {
+			w.err.Fail(i, err)
+			return nil, false
+		}
+	}
+	if refusal != nil {
+		if s.cfg.DeadLetterSubject == "" {
+			w.err.Fail(i, sinks.Permanent(fmt.Errorf("%w; set dead_letter_subject to divert such changes instead of stopping", refusal)))
+			return nil, false
+		}
+		msg = s.deadLetter(c, msg, w.limit, refusal)
+		s.log.Warn("change dead-lettered", "change", c.ID(), "table", c.Schema+"."+c.Table, "subject", s.cfg.DeadLetterSubject, "reason", refusal.Error())
+	}
+	return msg, true
+}
 
 // toMsg builds the message of c: its subject and payload as the router set
 // them, the change's own headers (except "Nats-*" ones, which would steer

@@ -113,6 +113,7 @@ func (s *Sink) Delivered(ctx context.Context, producer, cursor string) (map[cdc.
 		}
 	}()
 	prefix := producer + ":"
+	family := lineage(producer)
 	for {
 		msg, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
@@ -125,10 +126,7 @@ func (s *Sink) Delivered(ctx context.Context, producer, cursor string) (map[cdc.
 				ours = true
 			}
 		}
-		if !ours && strings.HasPrefix(msg.Headers().Get(jetstream.MsgIDHeader), producer+".snap-") {
-			ours = true // a snapshot read of this producer (its own ids: cdc.Change.MsgID)
-		}
-		if !ours {
+		if !ours && !sameLineage(msg.Headers().Get(jetstream.MsgIDHeader), family) {
 			s.fence.foundOther(s, msg.Headers().Get(jetstream.MsgIDHeader), msg.Subject())
 		}
 		md, err := msg.Metadata()
@@ -143,3 +141,38 @@ func (s *Sink) Delivered(ctx context.Context, producer, cursor string) (map[cdc.
 
 // deliveredBatch is how many headers-only messages Delivered asks for at once.
 const deliveredBatch = 8192
+
+// lineage returns what every epoch of producer's bridge and source share:
+// "<bridge>.<source>." of "<bridge>.<source>.<epoch>", and of a snapshot's
+// "<bridge>.<source>.<epoch>.snap-<run>". The epoch never holds a dot.
+func lineage(producer string) string {
+	if i := strings.Index(producer, ".snap-"); i >= 0 {
+		producer = producer[:i]
+	}
+	i := strings.LastIndexByte(producer, '.')
+	if i < 0 {
+		return ""
+	}
+	return producer[:i+1]
+}
+
+// sameLineage reports whether the message id id was published by some
+// epoch of the bridge and source whose lineage is family: "<family><epoch>"
+// or a snapshot read "<family><epoch>.snap-<run>", then ":<LSN>:<seq>".
+// Such messages are this source's own history (an earlier epoch after the
+// checkpoint was deleted or a resync, snapshot reads, its changes as seen
+// from a snapshot's Delivered), not another writer's: an instance of an
+// earlier epoch still publishing is a zombie, which is what the fence
+// stops, while another source in the same stream would be refused at
+// every run if the fence stayed on.
+func sameLineage(id, family string) bool {
+	if family == "" || !strings.HasPrefix(id, family) {
+		return false
+	}
+	p, _, err := cdc.ParseID(id)
+	if err != nil || len(p) <= len(family) {
+		return false
+	}
+	epoch, rest, _ := strings.Cut(p[len(family):], ".")
+	return epoch != "" && !strings.ContainsAny(epoch, ":*> ") && (rest == "" || strings.HasPrefix(rest, "snap-"))
+}

@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/internal/natsconn"
@@ -112,61 +111,11 @@ func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
 			return w.err.Err()
 		}
 	}
-	synced := exp // the stream's last sequence where the chain stands
-	refreshed := false
+	synced := exp      // the stream's last sequence where the chain stands
 	stop := len(batch) // first index not published
 	var stopErr error  // why, when stopped before a failure of its own
-	// prepare builds change i's message, diverting or offloading it when the
-	// server would refuse it; false means it failed (recorded in w.err).
-	okSubject := "" // the last subject found valid and bound to the stream
-	limit, what := s.msgLimit(nc)
-	prepare := func(i int) (*nats.Msg, bool) {
-		c := &batch[i]
-		var refusal error // a reason the server would refuse c for good
-		known := c.Subject == okSubject && okSubject != ""
-		valid := known || validSubject(c.Subject)
-		if !valid {
-			refusal = fmt.Errorf("publishing %s: invalid subject %q", c.ID(), c.Subject)
-		}
-		if valid && !known && len(subjects) > 0 && !covered(subjects, c.Subject) && !refreshed {
-			refreshed = true // the stream may have been given the subject since
-			if err := s.ensureStream(ctx, nc, js); err == nil {
-				s.mu.Lock()
-				subjects = s.subjects
-				s.mu.Unlock()
-				limit, what = s.msgLimit(nc)
-			}
-		}
-		if valid && !known && len(subjects) > 0 && !covered(subjects, c.Subject) {
-			refusal = fmt.Errorf("publishing %s: subject %q is not bound to stream %q (its subjects: %q); add it to the stream's subjects or change the route",
-				c.ID(), c.Subject, s.cfg.Stream, subjects)
-		}
-		if refusal == nil {
-			okSubject = c.Subject
-		}
-		msg, hsize := s.buildMsg(c)
-		if refusal == nil {
-			size := len(msg.Data) + hsize + len(msg.Subject)
-			if limit > 0 && size > limit {
-				if s.cfg.LargePayloadBucket == "" {
-					refusal = fmt.Errorf("publishing %s to %q: the message is %d bytes, over %s of %d; set large_payload_bucket to carry it through the object store",
-						c.ID(), c.Subject, size, what, limit)
-				} else if err := s.offload(ctx, js, c, msg); err != nil {
-					w.err.Fail(i, err)
-					return nil, false
-				}
-			}
-		}
-		if refusal != nil {
-			if s.cfg.DeadLetterSubject == "" {
-				w.err.Fail(i, sinks.Permanent(fmt.Errorf("%w; set dead_letter_subject to divert such changes instead of stopping", refusal)))
-				return nil, false
-			}
-			msg = s.deadLetter(nc, c, msg, refusal)
-			s.log.Warn("change dead-lettered", "change", c.ID(), "table", c.Schema+"."+c.Table, "subject", s.cfg.DeadLetterSubject, "reason", refusal.Error())
-		}
-		return msg, true
-	}
+	w.js, w.subjects = js, subjects
+	w.limit, w.what = s.msgLimit(nc)
 	atomic := s.atomicOK()
 	// firstDone resolves the Write's first publish (a message or an atomic
 	// batch ending at index end) when fenced, and turns the rest of the
@@ -215,7 +164,7 @@ func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
 		if fenced {
 			fastRest = true
 		} else {
-			stop, stopErr = s.writeFast(w, js, prepare, 0, false, 0) // fast.go
+			stop, stopErr = s.writeFast(w, js, 0, false, 0) // fast.go
 			from = len(batch)
 		}
 	}
@@ -237,8 +186,13 @@ publish:
 			// commit whose ack (awaited like any other) covers them all.
 			// Pipelined: no round trip per transaction.
 			msgs := make([]*nats.Msg, n)
+			bid := nuid.Next()
 			for k := range n {
-				m, ok := prepare(i + k)
+				ph := pubHeaders{batchID: bid, batchSeq: k + 1, commit: k == n-1, expStream: k == n-1}
+				if fenced && k == 0 { // only a batch's first message may carry it
+					ph.expLast = strconv.FormatUint(exp, 10)
+				}
+				m, ok := w.prepare(i+k, ph)
 				if !ok {
 					for kk := range k { // its transaction goes all or nothing
 						w.err.Fail(i+kk, fmt.Errorf("not publishing %s: change #%d of its transaction was refused: %w", batch[i+kk].ID(), i+k, errSkipped))
@@ -248,14 +202,7 @@ publish:
 				}
 				msgs[k] = m
 			}
-			bid := nuid.Next()
-			for k, m := range msgs {
-				m.Header.Set(jetstreamext.BatchIDHeader, bid)
-				m.Header.Set(jetstreamext.BatchSeqHeader, strconv.Itoa(k+1))
-			}
-			msgs[n-1].Header.Set(jetstreamext.BatchCommitHeader, "1")
-			if fenced { // only a batch's first message may carry it
-				msgs[0].Header.Set(jetstream.ExpectedLastSeqHeader, strconv.FormatUint(exp, 10))
+			if fenced {
 				exp += uint64(n)
 			}
 			for k := range n - 1 {
@@ -276,23 +223,20 @@ publish:
 				break
 			}
 			w.group[i+n-1] = n
-			if w.msgs == nil {
-				w.msgs = map[int]*nats.Msg{}
-			}
-			for k, m := range msgs {
-				w.msgs[i+k] = m
-			}
 			firstDone(i + n - 1)
 			i += n - 1
 			continue
 		}
-		msg, ok := prepare(i)
+		ph := pubHeaders{expStream: true}
+		if fenced {
+			ph.expLast = strconv.FormatUint(exp, 10)
+		}
+		msg, ok := w.prepare(i, ph)
 		if !ok {
 			stop = i + 1
 			break
 		}
 		if fenced {
-			msg.Header.Set(jetstream.ExpectedLastSeqHeader, strconv.FormatUint(exp, 10))
 			exp++
 		}
 		w.msg[i] = msg
@@ -303,7 +247,7 @@ publish:
 		}
 		firstDone(i)
 		if fastRest && i == w.firstEnd && fenced && w.err.Failed == nil && !w.aw.failed.Load() && ctx.Err() == nil {
-			stop, stopErr = s.writeFast(w, js, prepare, i+1, true, exp) // fast.go
+			stop, stopErr = s.writeFast(w, js, i+1, true, exp) // fast.go
 			break
 		}
 	}
@@ -336,7 +280,8 @@ publish:
 
 // replayRedo publishes, message by message, the changes of the atomic
 // batches that met messages stored already (only a Write's first publish
-// when fenced: fence.go); dedupe drops the stored ones.
+// when fenced: fence.go); dedupe drops the stored ones. Each message is
+// prepared again, as a plain publish's: its size changes with its headers.
 func (w *write) replayRedo() {
 	for len(w.redo) > 0 && w.err.Failed == nil {
 		end := w.redo[0]
@@ -344,13 +289,18 @@ func (w *write) replayRedo() {
 		n := w.group[end]
 		w.group[end] = 0
 		for k := end - n + 1; k <= end; k++ {
-			m := w.msgs[k]
-			for _, h := range []string{jetstreamext.BatchIDHeader, jetstreamext.BatchSeqHeader, jetstreamext.BatchCommitHeader, jetstream.ExpectedLastSeqHeader} {
-				m.Header.Del(h)
+			m, ok := w.prepare(k, pubHeaders{expStream: true}) // !ok: prepare recorded why
+			if ok {
+				w.msg[k] = m
+				if err := w.publish(k); err != nil {
+					w.err.Fail(k, w.s.publishErr(w.nc, &w.batch[k], len(m.Data)+natsconn.HeaderSize(m.Header), err))
+					ok = false
+				}
 			}
-			w.msg[k] = m
-			if err := w.publish(k); err != nil {
-				w.err.Fail(k, w.s.publishErr(w.nc, &w.batch[k], len(m.Data)+natsconn.HeaderSize(m.Header), err))
+			if !ok {
+				for kk := k + 1; kk <= end; kk++ { // not published: not stored
+					w.err.Fail(kk, fmt.Errorf("not publishing %s after #%d failed: %w", w.batch[kk].ID(), k, errSkipped))
+				}
 				break
 			}
 		}
@@ -367,12 +317,11 @@ type write struct {
 	ctx   context.Context
 	batch []cdc.Change
 	acks  *acker
-	aw    *ackWait          // acks.go: this Write's acks
-	msg   []*nats.Msg       // per change: its message once published with an ack awaited
-	group []int             // at the commit's index: the size of its atomic batch
-	msgs  map[int]*nats.Msg // messages of atomic batches, for a republish
-	redo  []int             // commit indexes of atomic batches to republish
-	seqs  []uint64          // stream sequence of each acked change
+	aw    *ackWait    // acks.go: this Write's acks
+	msg   []*nats.Msg // per change: its message once published with an ack awaited
+	group []int       // at the commit's index: the size of its atomic batch
+	redo  []int       // commit indexes of atomic batches to republish
+	seqs  []uint64    // stream sequence of each acked change
 	dups  int
 	// dupMax is the highest stream sequence of the stored originals of
 	// changes acked as duplicates.
@@ -383,14 +332,20 @@ type write struct {
 	// publish is awaited alone (fence.go), else -1.
 	firstEnd int
 	err      sinks.BatchError
+
+	// For prepare (msg.go).
+	js        jetstream.JetStream
+	subjects  []string // the stream's subjects as known to this Write
+	refreshed bool     // the stream was read again for an unbound subject
+	okSubject string   // the last subject found valid and bound to the stream
+	limit     int      // the largest message the server and the stream accept; 0: unknown
+	what      string   // which limit that is
 }
 
-// publish publishes w.msg[i] with its ack awaited, and the header that
-// makes the server refuse it unless the subject belongs to the stream.
+// publish publishes w.msg[i], as prepare assembled it (with
+// Nats-Expected-Stream), with its ack awaited.
 func (w *write) publish(i int) error {
-	m := w.msg[i]
-	m.Header[jetstream.ExpectedStreamHeader] = w.s.expStream
-	return w.acks.publish(w.aw, i, m)
+	return w.acks.publish(w.aw, i, w.msg[i])
 }
 
 // resolve waits for the ack of change w.next (unless it was not published
