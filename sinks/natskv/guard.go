@@ -201,7 +201,7 @@ func (s *Sink) multiLast(ctx context.Context, nc *nats.Conn, keys []string, out 
 			return false, fmt.Errorf("%s: %w: no responders for the direct get of stream %s (the bucket's stream does not allow direct gets, or is gone)",
 				what, sinks.ErrNotConnected, s.cfg.stream())
 		case "408":
-			return false, fmt.Errorf("%s: the server refused the batched direct get (%s): nats_kv needs nats-server 2.11 or later", what, m.Header.Get("Description"))
+			return false, sinks.Permanent(fmt.Errorf("%s: the server refused the batched direct get (%s): nats_kv needs nats-server 2.11 or later", what, m.Header.Get("Description")))
 		default:
 			return false, fmt.Errorf("%s: the server answered %s %s", what, status, m.Header.Get("Description"))
 		}
