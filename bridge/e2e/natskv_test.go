@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
@@ -24,38 +23,22 @@ import (
 
 // kvConfig writes a bridge.yaml for source "app" → sink "kv" (nats_kv,
 // bucket ROWS_<name>, history 64) with the route's format, and returns
-// its path. source is added to the pgoutput config block, checkpoint to
-// the checkpoint section.
+// its path: e.config's, with a data directory of its own (bridges of
+// several names run side by side). source is added to the pgoutput config
+// block, checkpoint to the checkpoint section.
 func (e *env) kvConfig(name, format, source, checkpoint string) string {
 	e.t.Helper()
-	y := fmt.Sprintf(`name: %s
-data_dir: %s
-nats:
-  url: %s
-sources:
-  app:
-    type: pgoutput
-    config:
-      dsn: %s
-      slot: slot_%s
-      publication: pub_%s
-%s
-checkpoint:
-  interval: 200ms
-%s
-http:
-  listen: "127.0.0.1:0"
-sinks:
-  kv:
-    type: nats_kv
-    config:
-      bucket: ROWS_%s
-      history: 64
-routes:
-  - sinks: [kv]
-    format: %s
-`, name, filepath.Join(e.dir, "data-"+name), e.natsURL(), e.pg.DSN(""), name, name, source, checkpoint, name, format)
-	p := filepath.Join(e.dir, name+".yaml")
+	p := e.config(name, source)
+	b, err := os.ReadFile(p)
+	require.NoError(e.t, err)
+	y := string(b)
+	y = strings.Replace(y, "data_dir: "+filepath.Join(e.dir, "data")+"\n", "data_dir: "+filepath.Join(e.dir, "data-"+name)+"\n", 1)
+	if checkpoint != "" {
+		y = strings.Replace(y, "  interval: 200ms\n", "  interval: 200ms\n"+checkpoint+"\n", 1)
+	}
+	i := strings.Index(y, "sinks:\n")
+	require.Positive(e.t, i, "no sinks section in %s", p)
+	y = y[:i] + fmt.Sprintf("sinks:\n  kv:\n    type: nats_kv\n    config:\n      bucket: ROWS_%s\n      history: 64\nroutes:\n  - sinks: [kv]\n    format: %s\n", name, format)
 	require.NoError(e.t, os.WriteFile(p, []byte(y), 0o644))
 	return p
 }
@@ -371,29 +354,7 @@ func TestKVKill9MidStream(t *testing.T) {
 	cfg := e.kvConfig("kvkill", "native", "", "")
 	p := startProc(t, bin, cfg)
 	waitSlotActive(t, e, "slot_kvkill")
-
-	done := make(chan struct{})
-	go func() {
-		w.run(t, 4, changes, 500*time.Microsecond)()
-		close(done)
-	}()
-	kills := 0
-	writing := true
-	for writing || kills < 10 {
-		time.Sleep(time.Duration(200+rand.N(1200)) * time.Millisecond)
-		p.kill9(t)
-		kills++
-		if rand.N(3) == 0 {
-			time.Sleep(time.Duration(rand.N(1500)) * time.Millisecond)
-		}
-		p = startProc(t, bin, cfg)
-		select {
-		case <-done:
-			writing = false
-		default:
-		}
-	}
-	t.Logf("killed the bridge %d times while %d changes were committed", kills, w.total.Load())
+	p, _ = killWhileWriting(t, p, bin, cfg, w, changes, 10)
 	ms := e.waitKT(t, "ROWS_kvkill", 3*time.Minute)
 	checkRevisions(t, ms)
 	t.Logf("the bucket holds %d rows after %d stored revisions", len(ktOracle(t, e)), len(ms))
@@ -406,7 +367,7 @@ func TestKVKill9MidStream(t *testing.T) {
 // what comes after is written.
 func TestKVReplayFromOlderCheckpoint(t *testing.T) {
 	e := newEnv(t)
-	e.pg.ExecT(t, `CREATE TABLE kt (id bigserial PRIMARY KEY, w int NOT NULL, n int NOT NULL, v int NOT NULL DEFAULT 0, pad text)`)
+	newWorkload(t, e) // its table, kt; the test writes the rows itself
 	cfg := e.kvConfig("kvreplay", "native", "", "  confirm_delay: 1h")
 	r := e.start(cfg)
 	waitReady(t, r)

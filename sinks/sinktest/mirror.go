@@ -2,7 +2,8 @@ package sinktest
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 
 	"github.com/stretchr/testify/require"
 
@@ -32,7 +33,7 @@ func (r *runner) exactly(want []cdc.Change) func([]Received) error {
 				last[k] = &want[i]
 			}
 		}
-		for _, k := range sortedKeys(last) {
+		for _, k := range slices.Sorted(maps.Keys(last)) {
 			c := last[k]
 			m, ok := byKey[k]
 			switch {
@@ -45,7 +46,7 @@ func (r *runner) exactly(want []cdc.Change) func([]Received) error {
 				return fmt.Errorf("key %q holds %s with Deleted %t, but it is a %s", k, m.ID, m.Deleted, c.Op)
 			}
 		}
-		for _, k := range sortedKeys(byKey) {
+		for _, k := range slices.Sorted(maps.Keys(byKey)) {
 			if _, ok := last[k]; !ok {
 				return fmt.Errorf("key %q holds %s, but this case wrote nothing there", k, byKey[k].ID)
 			}
@@ -81,7 +82,7 @@ func (r *runner) has(all []cdc.Change, need ...[]cdc.Change) func([]Received) er
 				}
 			}
 		}
-		for _, k := range sortedKeys(last) {
+		for _, k := range slices.Sorted(maps.Keys(last)) {
 			i := last[k]
 			m, ok := byKey[k]
 			if !ok {
@@ -144,13 +145,4 @@ func (r *runner) checkEntries(got []Received, all []cdc.Change) {
 			}
 		}
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
