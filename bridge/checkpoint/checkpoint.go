@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/internal/kvkey"
 )
 
 // ErrFenced is returned (wrapped) by Save when the key holds a revision
@@ -223,25 +224,5 @@ func NewEpoch() string {
 // outside [A-Za-z0-9_-] (including '.') are escaped as "=XX" (hex), so the
 // key is always a valid KV key and distinct names never share a key.
 func Key(bridge, source string) string {
-	return escape(bridge) + "." + escape(source)
-}
-
-func escape(s string) string {
-	const hex = "0123456789ABCDEF"
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-':
-			b.WriteByte(c)
-		default:
-			b.WriteByte('=')
-			b.WriteByte(hex[c>>4])
-			b.WriteByte(hex[c&0xF])
-		}
-	}
-	if b.Len() == 0 {
-		return "=" // no escape is a lone '=', so this stays distinct
-	}
-	return b.String()
+	return kvkey.Escape(bridge) + "." + kvkey.Escape(source)
 }

@@ -96,7 +96,28 @@ func kill9MidStream(t *testing.T, options []string, changes, bulk int) {
 	p := startProc(t, bin, cfg)
 	// Let it create the publication and slot before the writers start.
 	waitSlotActive(t, e, "slot_kill")
+	p, kills := killWhileWriting(t, p, bin, cfg, w, changes, 12)
+	w.verifyExactlyOnce(t, e, "CDC_kill")
+	p.term(t)
+	// A clean stop writes the final checkpoint and confirms it to Postgres.
+	var confirmed string
+	require.NoError(t, e.pg.Conn(t, "").QueryRow(t.Context(), `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'slot_kill'`).Scan(&confirmed))
+	got, err := cdc.ParseLSN(confirmed)
+	require.NoError(t, err)
+	ms := e.messages("CDC_kill")
+	last := ms[len(ms)-1].Pos.LSN
+	require.GreaterOrEqual(t, uint64(got), uint64(last),
+		"after SIGTERM the slot must be confirmed up to the last published commit %s, got %s", last, got)
+	t.Logf("slot confirmed_flush_lsn after stop: %s, last commit %s (kills: %s)", confirmed, last, strconv.Itoa(kills))
+}
 
+// killWhileWriting starts four writers committing about changes changes
+// and meanwhile kills the bridge p with SIGKILL at random moments,
+// restarting it from cfg each time (now and then after a pause), until
+// the writers are done and it was killed at least minKills times. It
+// returns the bridge running last and how often it was killed.
+func killWhileWriting(t *testing.T, p *proc, bin, cfg string, w *workload, changes, minKills int) (*proc, int) {
+	t.Helper()
 	done := make(chan struct{})
 	go func() {
 		w.run(t, 4, changes, 500*time.Microsecond)()
@@ -104,7 +125,7 @@ func kill9MidStream(t *testing.T, options []string, changes, bulk int) {
 	}()
 	kills := 0
 	writing := true
-	for writing || kills < 12 {
+	for writing || kills < minKills {
 		time.Sleep(time.Duration(200+rand.N(1200)) * time.Millisecond)
 		p.kill9(t)
 		kills++
@@ -119,16 +140,5 @@ func kill9MidStream(t *testing.T, options []string, changes, bulk int) {
 		}
 	}
 	t.Logf("killed the bridge %d times while %d changes were committed", kills, w.total.Load())
-	w.verifyExactlyOnce(t, e, "CDC_kill")
-	p.term(t)
-	// A clean stop writes the final checkpoint and confirms it to Postgres.
-	var confirmed string
-	require.NoError(t, e.pg.Conn(t, "").QueryRow(t.Context(), `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'slot_kill'`).Scan(&confirmed))
-	got, err := cdc.ParseLSN(confirmed)
-	require.NoError(t, err)
-	ms := e.messages("CDC_kill")
-	last := ms[len(ms)-1].Pos.LSN
-	require.GreaterOrEqual(t, uint64(got), uint64(last),
-		"after SIGTERM the slot must be confirmed up to the last published commit %s, got %s", last, got)
-	t.Logf("slot confirmed_flush_lsn after stop: %s, last commit %s (kills: %s)", confirmed, last, strconv.Itoa(kills))
+	return p, kills
 }

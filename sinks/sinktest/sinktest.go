@@ -41,6 +41,11 @@
 //     again by a second instance, as after a restart) is stored once when
 //     Dedupes, at least once otherwise.
 //
+// A destination that keeps the latest state of each row rather than every
+// change (a key-value mirror) sets Harness.Mirror: the cases then check the
+// rows it holds instead of the messages, by folding the changes written
+// per key in order (see Harness.Mirror).
+//
 // Between failures the suite drives the sink as the pipeline does: it
 // retries the indexes a *sinks.BatchError lists (the whole batch after any
 // other error), calling Connect before each retry.
@@ -108,6 +113,22 @@ type Harness struct {
 	// doubled, how long a Write or Connect may keep failing after Heal).
 	// Default 10s.
 	Wait time.Duration
+	// Mirror, when set, says the destination keeps the latest state of
+	// each row rather than every change (a key-value mirror such as
+	// nats_kv). It returns the key the destination files c's row under,
+	// and false for a change the destination does not hold (a logical
+	// decoding message). Derive it from the change (schema, table, key
+	// values) independently of the sink's own code, so that a sink filing
+	// rows under the wrong keys fails. Read then returns what the
+	// destination holds now: one Received per key, Key set, a deleted row
+	// either absent or a tombstone (Deleted set, ID the delete's). Run
+	// checks the cases by folding the changes written per key in order:
+	// where messages must arrive once each and in order, every key must
+	// hold the last change written to it; where they must have arrived
+	// (after a failure), every key must hold its last delivered change or
+	// a later one, never an earlier one: a retried or replayed change must
+	// not win over a later one the destination holds.
+	Mirror func(c *cdc.Change) (key string, ok bool)
 	// IgnoreLeaks are extra options for the per-case goroutine leak check,
 	// for goroutines the destination rather than the sink starts. Goroutines
 	// alive at the start of a case and right after each Heal are ignored
@@ -131,6 +152,11 @@ type Received struct {
 	// none, and then not checked. Otherwise every header of the change must
 	// be there with its value.
 	Headers map[string]string
+	// Key is the row's key, for a Harness.Mirror destination.
+	Key string
+	// Deleted marks a Harness.Mirror destination's tombstone of a deleted
+	// row; its Payload is checked when not nil.
+	Deleted bool
 }
 
 // Timing of the suite.
@@ -438,6 +464,10 @@ func idsOf(batch []cdc.Change) []string {
 // that first arrivals come in the order of all (one sequence, written in order).
 func (r *runner) checkContent(got []Received, all []cdc.Change) {
 	r.t.Helper()
+	if r.h.Mirror != nil {
+		r.checkEntries(got, all)
+		return
+	}
 	pos := make(map[string]int, len(all))
 	for i := range all {
 		pos[all[i].ID()] = i

@@ -30,6 +30,51 @@ type mem struct {
 	dedupe bool
 	seen   map[string]bool
 	msgs   []sinktest.Received
+
+	// mirror makes it keep the latest change per row (mirrorKey) instead
+	// of every message: a key-value mirror, which with dedupe keeps a
+	// row's change unless it holds a later one of the same producer. bug
+	// plants a mirror's flaw: "wrongkey" (rows filed by table only),
+	// "nodelete" (deletes ignored).
+	mirror bool
+	bug    string
+	rows   map[string]sinktest.Received
+	pos    map[string]cdc.Pos
+}
+
+// mirrorKey is the key a mirror files c's row under: schema, table and
+// the first column (the key of the suite's tables).
+func mirrorKey(c *cdc.Change) (string, bool) {
+	if c.Op == cdc.OpMessage {
+		return "", false
+	}
+	row := c.After
+	if row == nil {
+		row = c.Before
+	}
+	return fmt.Sprintf("%s.%s.%v", c.Schema, c.Table, row[0]), true
+}
+
+// putRow is put for a mirror; m.mu is held.
+func (m *mem) putRow(c *cdc.Change) {
+	k, ok := mirrorKey(c)
+	if !ok {
+		return
+	}
+	if m.bug == "wrongkey" {
+		k = c.Schema + "." + c.Table
+	}
+	if m.rows == nil {
+		m.rows, m.pos = map[string]sinktest.Received{}, map[string]cdc.Pos{}
+	}
+	if prev, ok := m.rows[k]; ok && m.dedupe && strings.HasPrefix(prev.ID, c.Producer+":") && !m.pos[k].Less(c.Pos()) {
+		return // holds this change or a later one
+	}
+	if c.Op == cdc.OpDelete && m.bug == "nodelete" {
+		return
+	}
+	m.rows[k] = sinktest.Received{ID: c.ID(), Key: k, Payload: c.Payload, Headers: c.Headers, Deleted: c.Op == cdc.OpDelete}
+	m.pos[k] = c.Pos()
 }
 
 var errBroken = errors.New("mem: broken")
@@ -39,6 +84,10 @@ func (m *mem) put(c *cdc.Change) error {
 	defer m.mu.Unlock()
 	if m.broken {
 		return errBroken
+	}
+	if m.mirror {
+		m.putRow(c)
+		return nil
 	}
 	if m.dedupe && m.seen[c.ID()] {
 		return nil
@@ -66,6 +115,13 @@ func (m *mem) setBroken(b bool) {
 func (m *mem) read() []sinktest.Received {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.mirror {
+		out := make([]sinktest.Received, 0, len(m.rows))
+		for _, r := range m.rows {
+			out = append(out, r)
+		}
+		return out
+	}
 	return append([]sinktest.Received(nil), m.msgs...)
 }
 
@@ -173,7 +229,7 @@ func (s *memSink) Close(ctx context.Context) error {
 }
 
 func harness(m *mem, yaml string) sinktest.Harness {
-	return sinktest.Harness{
+	h := sinktest.Harness{
 		Type:     "mem",
 		Registry: register(m),
 		YAML:     yaml,
@@ -182,6 +238,10 @@ func harness(m *mem, yaml string) sinktest.Harness {
 		Heal:     func(*testing.T) { m.setBroken(false) },
 		Dedupes:  m.dedupe,
 	}
+	if m.mirror {
+		h.Mirror = mirrorKey
+	}
+	return h
 }
 
 func TestRun(t *testing.T) {
@@ -190,6 +250,12 @@ func TestRun(t *testing.T) {
 	})
 	t.Run("dedupes", func(t *testing.T) {
 		sinktest.Run(t, harness(&mem{dedupe: true}, "delay: 10us"))
+	})
+	t.Run("mirror", func(t *testing.T) {
+		sinktest.Run(t, harness(&mem{mirror: true, dedupe: true}, "delay: 10us"))
+	})
+	t.Run("mirror without dedupe", func(t *testing.T) {
+		sinktest.Run(t, harness(&mem{mirror: true}, "delay: 10us"))
 	})
 	t.Run("without break", func(t *testing.T) {
 		h := harness(&mem{}, "")
@@ -205,7 +271,7 @@ func TestBuggy(t *testing.T) {
 	if bug == "" {
 		t.Skip("run by TestRunCatches")
 	}
-	m := &mem{dedupe: os.Getenv("SINKTEST_DEDUPE") != ""}
+	m := &mem{dedupe: os.Getenv("SINKTEST_DEDUPE") != "", mirror: os.Getenv("SINKTEST_MIRROR") != "", bug: bug}
 	h := harness(m, "bug: "+bug+"\ndelay: 10us")
 	h.Dedupes = os.Getenv("SINKTEST_CLAIM_DEDUPE") != ""
 	h.Wait = 500 * time.Millisecond
@@ -225,14 +291,18 @@ func TestRunCatches(t *testing.T) {
 		{"write_after_close", "", "connect_close", "a Write after Close"},
 		{"permanent", "", "partial_failure", "not a permanent failure"},
 		{"duplicate", "SINKTEST_CLAIM_DEDUPE=1", "replay", "arrived again"},
+		// A mirror: a replayed change must not win over a later one.
+		{"unguarded", "SINKTEST_MIRROR=1 SINKTEST_CLAIM_DEDUPE=1", "replay", "the last change written to it"},
+		{"wrongkey", "SINKTEST_MIRROR=1 SINKTEST_DEDUPE=1", "ordered", "holds nothing of this case"},
+		{"nodelete", "SINKTEST_MIRROR=1 SINKTEST_DEDUPE=1", "ordered", "the last change written to it"},
+		{"drop", "SINKTEST_MIRROR=1 SINKTEST_DEDUPE=1", "ordered", "the last change written to it"},
+		{"lie", "SINKTEST_MIRROR=1 SINKTEST_DEDUPE=1", "partial_failure", "or a later change of it"},
 	} {
 		t.Run(tc.bug, func(t *testing.T) {
 			t.Parallel()
 			cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestBuggy$/^"+tc.failing+"$", "-test.v")
 			cmd.Env = append(os.Environ(), "SINKTEST_BUG="+tc.bug)
-			if tc.env != "" {
-				cmd.Env = append(cmd.Env, tc.env)
-			}
+			cmd.Env = append(cmd.Env, strings.Fields(tc.env)...)
 			out, err := cmd.CombinedOutput()
 			var ee *exec.ExitError
 			require.ErrorAs(t, err, &ee, "the suite passed a sink with bug %q:\n%s", tc.bug, out)
