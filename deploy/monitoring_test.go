@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.yaml.in/yaml/v3"
 )
 
 const (
@@ -82,14 +81,13 @@ type ruleTests struct {
 	} `yaml:"tests"`
 }
 
-// decodeFile decodes the YAML file at path strictly into out.
+// decodeFile decodes the one YAML document of the file at path strictly
+// into out.
 func decodeFile(t *testing.T, path string, out any) {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	require.NoError(t, err)
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	require.NoError(t, dec.Decode(out), "%s: a key the test does not know (a typo, or extend the test's structs)", path)
+	docs := documents(t, path)
+	require.Len(t, docs, 1, path)
+	decodeStrict(t, docs[0], out, path)
 }
 
 // TestAlertRules checks alerts.yaml with promtool, runs its unit tests,

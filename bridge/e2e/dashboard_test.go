@@ -320,16 +320,22 @@ func TestMonitoringMetricsExist(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Len(t, body.Changes, 1)
 
-	// Every selected metric is exported, with the labels matched on.
-	var fams map[string]*dto.MetricFamily
-	var missing []string
-	check := func() bool {
-		fams = scrape(t, base)
+	// scrapeBoth scrapes the bridge and the feed server.
+	scrapeBoth := func() map[string]*dto.MetricFamily {
+		fams := scrape(t, base)
 		for name, f := range scrape(t, hs.URL) {
 			if _, dup := fams[name]; !dup { // go_* and process_* are in both
 				fams[name] = f
 			}
 		}
+		return fams
+	}
+
+	// Every selected metric is exported, with the labels matched on.
+	var fams map[string]*dto.MetricFamily
+	var missing []string
+	check := func() bool {
+		fams = scrapeBoth()
 		missing = missing[:0]
 		for where, expr := range exprs {
 			sels, err := promqlSelectors(expr)
@@ -361,13 +367,7 @@ func TestMonitoringMetricsExist(t *testing.T) {
 	// promtool over two scrapes of the bridge and the feed server, returns
 	// at least one series (wrong labels in a by clause or an operator's
 	// vector matching return none).
-	later := scrape(t, base)
-	for name, f := range scrape(t, hs.URL) {
-		if _, dup := later[name]; !dup {
-			later[name] = f
-		}
-	}
-	panelsShowData(t, exprs, fams, later)
+	panelsShowData(t, exprs, fams, scrapeBoth())
 
 	// Every bridge_* metric the bridge and the feed server export is on
 	// the dashboard.
