@@ -524,11 +524,27 @@ func jsonToCEL(x any) ref.Val {
 type activation struct {
 	c                  *cdc.Change
 	before, after, key rowVal
+	// rel, schema and table come from the relation's compiled shaping:
+	// its names as CEL values, made once rather than per change.
+	rel           *cdc.Relation
+	schema, table ref.Val
 }
 
+// opVals are the ops as CEL values, made once.
+var opVals = func() map[cdc.Op]ref.Val {
+	m := map[cdc.Op]ref.Val{}
+	for _, op := range []cdc.Op{cdc.OpInsert, cdc.OpUpdate, cdc.OpDelete, cdc.OpTruncate, cdc.OpMessage, cdc.OpRead, cdc.OpControl} {
+		m[op] = types.String(op)
+	}
+	return m
+}()
+
 // reset points a at c.
-func (a *activation) reset(c *cdc.Change) {
+func (a *activation) reset(c *cdc.Change, rs *relShape) {
 	a.c = c
+	if rs != nil && rs.src != nil {
+		a.rel, a.schema, a.table = rs.src, rs.schemaVal, rs.tableVal
+	}
 	var cols []cdc.Column
 	if c.Rel != nil {
 		cols = c.Rel.Columns
@@ -549,10 +565,19 @@ func (a *activation) ResolveName(name string) (any, bool) {
 	c := a.c
 	switch name {
 	case "op":
+		if v, ok := opVals[c.Op]; ok {
+			return v, true
+		}
 		return types.String(c.Op), true
 	case "schema":
+		if a.rel != nil && a.rel.Schema == c.Schema {
+			return a.schema, true
+		}
 		return types.String(c.Schema), true
 	case "table":
+		if a.rel != nil && a.rel.Table == c.Table {
+			return a.table, true
+		}
 		return types.String(c.Table), true
 	case "source":
 		return types.String(c.Source), true
@@ -595,12 +620,12 @@ func (a *activation) Parent() interpreter.Activation { return nil }
 // in the steady state.
 var activations = sync.Pool{New: func() any { return new(activation) }}
 
-// eval runs prg on c and hands the result to use, which must not keep it:
+// eval runs prg, compiled for rs (nil: for no relation), on c and hands the result to use, which must not keep it:
 // a row in it reads the change through an activation that is recycled
 // when use returns.
-func eval(prg cel.Program, c *cdc.Change, use func(ref.Val) error) error {
+func eval(prg cel.Program, c *cdc.Change, rs *relShape, use func(ref.Val) error) error {
 	a := activations.Get().(*activation)
-	a.reset(c)
+	a.reset(c, rs)
 	out, _, err := prg.Eval(a)
 	if err == nil {
 		err = use(out)

@@ -341,7 +341,7 @@ func (r *Router) Route(c *cdc.Change) (sinks []int, ok bool, err error) {
 // filter runs rs's filter on c.
 func (rt *route) filter(rs *relShape, c *cdc.Change) (bool, error) {
 	var take bool
-	err := eval(rs.filter, c, func(v ref.Val) error {
+	err := eval(rs.filter, c, rs, func(v ref.Val) error {
 		b, ok := v.(types.Bool)
 		if !ok {
 			return fmt.Errorf("the result is %s, not a bool", v.Type().TypeName())
@@ -362,7 +362,7 @@ func (rt *route) publish(c *cdc.Change, rs *relShape) ([]int, bool, error) {
 	var body []byte
 	var out map[string]string
 	if rs != nil && rs.transform != nil {
-		err := eval(rs.transform, c, func(v ref.Val) error {
+		err := eval(rs.transform, c, rs, func(v ref.Val) error {
 			if _, isNull := v.(types.Null); isNull {
 				return errors.New("the result is null, and a transform must produce a map")
 			}

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"maps"
 	"path"
 	"slices"
 	"strconv"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/bridge/format"
@@ -89,24 +91,38 @@ func (r *maskRule) names() []string {
 // hasher computes keyed HMAC-SHA256s, reusing its hash states.
 type hasher struct {
 	key  []byte
-	pool sync.Pool
+	pool sync.Pool // *hashState
+}
+
+type hashState struct {
+	mac hash.Hash
+	buf []byte // the input, for strings
+	sum [sha256.Size]byte
+	hex [2 * sha256.Size]byte
 }
 
 func newHasher(key string) *hasher {
 	h := &hasher{key: []byte(key)}
-	h.pool.New = func() any { return hmac.New(sha256.New, h.key) }
+	h.pool.New = func() any { return &hashState{mac: hmac.New(sha256.New, h.key)} }
 	return h
 }
 
-// sum returns the lowercase hex HMAC of b.
-func (h *hasher) sum(b []byte) string {
-	m := h.pool.Get().(hash.Hash)
-	m.Reset()
-	m.Write(b)
-	var out [sha256.Size]byte
-	s := hex.EncodeToString(m.Sum(out[:0]))
-	h.pool.Put(m)
-	return s
+// sum returns the lowercase hex HMAC of b, or of s when b is nil.
+func (h *hasher) sum(b []byte, s string) string {
+	st := h.pool.Get().(*hashState)
+	if b == nil {
+		st.buf = append(st.buf[:0], s...)
+		b = st.buf
+	}
+	st.mac.Reset()
+	st.mac.Write(b)
+	hex.Encode(st.hex[:], st.mac.Sum(st.sum[:0]))
+	out := string(st.hex[:])
+	if cap(st.buf) > 4096 {
+		st.buf = nil // a large value must not stay pooled
+	}
+	h.pool.Put(st)
+	return out
 }
 
 // shaper is a route's compiled shaping.
@@ -140,11 +156,15 @@ type relShape struct {
 	keep []int      // indexes in src of out's columns; nil: all of them
 	ops  []columnOp // per out column; nil: no mask
 	// masked is the Bridge-Masked header: the masked columns and their
-	// masks, "" when none.
+	// masks, "" when none; headers holds it alone, shared by the changes
+	// of the relation (read-only).
 	masked    string
+	headers   map[string]string
 	filter    cel.Program
 	transform cel.Program
 	err       error // the relation cannot be shaped: every change of it fails
+	// schemaVal and tableVal are src's names as CEL values.
+	schemaVal, tableVal ref.Val
 }
 
 // columnOp masks one column.
@@ -291,7 +311,7 @@ func signature(rel *cdc.Relation) string {
 // compile compiles s for rel. Problems make rs.err, which names the
 // table, each YAML path and the fix.
 func (s *shaper) compile(rel *cdc.Relation) *relShape {
-	rs := &relShape{src: rel, out: rel}
+	rs := &relShape{src: rel, out: rel, schemaVal: types.String(rel.Schema), tableVal: types.String(rel.Table)}
 	msgs := s.check(rel, rs)
 	if len(msgs) > 0 {
 		rs.err = errors.New(strings.Join(msgs, "; "))
@@ -444,6 +464,7 @@ func (s *shaper) check(rel *cdc.Relation, rs *relShape) []string {
 	if len(masked) > 0 {
 		rs.ops = outOps
 		rs.masked = strings.Join(masked, ",")
+		rs.headers = map[string]string{format.HeaderMasked: rs.masked}
 	}
 
 	if s.transform != "" {
@@ -509,9 +530,13 @@ func (rs *relShape) apply(c *cdc.Change) error {
 	c.Rel = rs.out
 	if rs.masked != "" {
 		if c.Headers == nil {
-			c.Headers = make(map[string]string, 2)
+			c.Headers = rs.headers // shared, never written: whoever adds a header copies the map (telemetry does)
+		} else {
+			h := make(map[string]string, len(c.Headers)+1)
+			maps.Copy(h, c.Headers)
+			h[format.HeaderMasked] = rs.masked
+			c.Headers = h
 		}
-		c.Headers[format.HeaderMasked] = rs.masked
 	}
 	return nil
 }
@@ -555,15 +580,16 @@ func (op *columnOp) mask(v any) (any, error) {
 	case maskHash:
 		switch x := v.(type) {
 		case string:
-			return op.h.sum([]byte(x)), nil
+			return op.h.sum(nil, x), nil
 		case []byte:
-			return op.h.sum(x), nil
+			return op.h.sum(x, ""), nil
 		}
-		b := format.AppendValue(nil, v)
+		var scratch [64]byte
+		b := format.AppendValue(scratch[:0], v)
 		if len(b) >= 2 && b[0] == '"' && b[len(b)-1] == '"' {
 			b = b[1 : len(b)-1]
 		}
-		return op.h.sum(b), nil
+		return op.h.sum(b, ""), nil
 	case maskTruncate:
 		switch x := v.(type) {
 		case string:

@@ -368,3 +368,5 @@ func TestShapingSnapshotRelations(t *testing.T) {
 	}
 	require.Len(t, r.routes[0].shape.sigs, 1)
 }
+
+func routeWithFilter(f string) config.Route { return config.Route{Filter: f, Sinks: []string{"a"}} }
