@@ -422,7 +422,7 @@ func (s *shaper) check(rel *cdc.Relation, rs *relShape) []string {
 				bad("%s: %q is part of the key of %s; a truncated key could address several rows: hash it instead", at, n, table)
 				continue
 			case kind == maskTruncate:
-				if t := columnType(col); !t.IsExactType(types.StringType) && !t.IsExactType(types.BytesType) && !t.IsExactType(types.DynType) {
+				if !truncatable(col) {
 					bad("%s: %s.%s is %s, and truncate applies to text and bytea columns; redact or hash it instead", at, table, n, col.Type)
 					continue
 				}
@@ -480,6 +480,22 @@ func (s *shaper) check(rel *cdc.Relation, rs *relShape) []string {
 	return msgs
 }
 
+// truncatable reports whether truncate applies to col: text and bytea,
+// and the types the bridge does not know (domains, enums, extension
+// types), whose values mostly arrive as text; a value that does not is an
+// error on its change.
+func truncatable(col cdc.Column) bool {
+	t := columnType(col)
+	if t.IsExactType(types.StringType) || t.IsExactType(types.BytesType) {
+		return true
+	}
+	if !t.IsExactType(types.DynType) {
+		return false
+	}
+	_, builtin := builtinOIDs[col.OID]
+	return !builtin && (col.OID != 0 || scalarType(col.Type) == nil) // json, jsonb are dyn but known
+}
+
 // transformColumns returns the columns as a transform sees them: a
 // redacted column is always null, so it is dyn.
 func transformColumns(cols []cdc.Column, ops []columnOp) []cdc.Column {
@@ -528,7 +544,7 @@ func (rs *relShape) apply(c *cdc.Change) error {
 		return err
 	}
 	c.Rel = rs.out
-	if rs.masked != "" {
+	if rs.masked != "" && (c.Before != nil || c.After != nil) { // a truncate has no row to mask
 		if c.Headers == nil {
 			c.Headers = rs.headers // shared, never written: whoever adds a header copies the map (telemetry does)
 		} else {

@@ -171,6 +171,8 @@ func TestShapingErrorsPerTable(t *testing.T) {
 			`routes[0].mask[0].truncate.id: "id" is part of the key of public.orders`},
 		{"number truncated", config.Route{Mask: []config.Mask{{Truncate: map[string]int{"tenant": 2}}}},
 			`routes[0].mask[0].truncate.tenant: public.orders.tenant is int8, and truncate applies to text and bytea columns; redact or hash it instead`},
+		{"json truncated", config.Route{Mask: []config.Mask{{Truncate: map[string]int{"payload": 2}}}},
+			`routes[0].mask[0].truncate.payload: public.orders.payload is jsonb, and truncate applies to text and bytea columns`},
 		{"subject reads an excluded column", config.Route{Subject: "o.{{.Col.email}}", Columns: []config.Columns{{Include: []string{"status"}}}},
 			`routes[0].subject reads {{.Col.email}}, but routes[0].columns[0] leaves "email" out of public.orders`},
 		{"exact rule, missing column", config.Route{Columns: []config.Columns{{Tables: []string{"public.orders"}, Exclude: []string{"emial"}}}},
