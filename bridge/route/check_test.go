@@ -21,7 +21,7 @@ func TestCheckTables(t *testing.T) {
 		{Match: config.Match{Tables: []string{"public.orders"}}, Filter: `after.total > 1.0`, Sinks: []string{"a"}},
 		{Match: config.Match{Sources: []string{"other"}}, Filter: `after.nope`, Sinks: []string{"a"}},
 		{Match: config.Match{Ops: []string{"message"}}, Filter: `after.nope`, Sinks: []string{"a"}},
-		{Match: config.Match{Tables: []string{"public.users"}}, Sinks: []string{"a"}},                       // takes users whole
+		{Match: config.Match{Tables: []string{"public.users"}}, Sinks: []string{"a"}},                                  // takes users whole
 		{Filter: `after.email != ""`, Columns: []config.Columns{{Exclude: []string{"pasword"}}}, Sinks: []string{"a"}}, // sees orders only
 	}}
 	got := CheckTables(cfg, "shop", rels)
