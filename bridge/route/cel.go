@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -84,12 +85,16 @@ func (k exprKind) String() string {
 	return "transform"
 }
 
-// celError is a CEL compile error at path: "routes[2].filter:1:14:
+// wrapperRE finds CEL's name of a nullable type, wrapper(string).
+var wrapperRE = regexp.MustCompile(`wrapper\(([a-z_]+)\)`)
+
+// celErrors are the CEL compile errors at path: "routes[2].filter:1:14:
 // undeclared reference to 'afterr'".
 func celErrors(path string, iss *cel.Issues, where string) []string {
 	var out []string
 	for _, e := range iss.Errors() {
-		msg := fmt.Sprintf("%s:%d:%d: %s", path, e.Location.Line(), e.Location.Column()+1, strings.TrimSuffix(e.Message, " (in container '')"))
+		text := wrapperRE.ReplaceAllString(strings.TrimSuffix(e.Message, " (in container '')"), "$1") // every column is nullable: say its type
+		msg := fmt.Sprintf("%s:%d:%d: %s", path, e.Location.Line(), e.Location.Column()+1, text)
 		if where != "" {
 			msg += " (" + where + ")"
 		}

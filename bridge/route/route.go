@@ -315,7 +315,7 @@ func (r *Router) Route(c *cdc.Change) (sinks []int, ok bool, err error) {
 		}
 		rs := rt.shape.shapeFor(c.Rel)
 		if rs.err != nil {
-			return nil, false, fmt.Errorf("%s cannot shape %s.%s: %w", rt.shape.path, c.Schema, c.Table, rs.err)
+			return nil, false, rs.err // each problem names its YAML path and the table
 		}
 		if rs.filter != nil {
 			take, err := rt.filter(rs, c)
