@@ -241,11 +241,11 @@ func fieldType(i int, name string, t *cel.Type) *types.FieldType {
 		GetFrom: func(obj any) (any, error) {
 			r, ok := obj.(*rowVal)
 			if !ok {
-				return nil, fmt.Errorf("no row to read %q from (before, after and key are null when the change has no such row: guard with op, or after != null)", name)
+				return nil, &rowError{noRow: true, msg: fmt.Sprintf("no row to read %q from (before, after and key are null when the change has no such row)", name)}
 			}
 			v, ok := r.at(i)
 			if !ok {
-				return nil, fmt.Errorf("column %q is not in this row (an unchanged TOAST value, or a column the before image does not carry): test it with has(...)", name)
+				return nil, rowErrorf("column %q is not in this row (an unchanged TOAST value, or a column the before image does not carry): test it with has(...)", name)
 			}
 			return celValue(v), nil
 		},
@@ -297,6 +297,29 @@ func relEnv(cols []cdc.Column) (*cel.Env, error) {
 		cel.Variable("after", cel.ObjectType(rowTypeName)),
 		cel.Variable("key", cel.ObjectType(keyTypeName)),
 	)
+}
+
+// rowError is an expression reading a row or a column the change does not
+// carry: whatever the values, every change of that kind fails the same
+// way. noRow marks a field read from a row the change has none of (after
+// of a delete, every row of a truncate): a filter doing so rejects the
+// change.
+type rowError struct {
+	msg   string
+	noRow bool
+}
+
+func (e *rowError) Error() string { return e.msg }
+
+func rowErrorf(format string, args ...any) error { return &rowError{msg: fmt.Sprintf(format, args...)} }
+
+// asRowError returns the rowError err is or wraps, or nil.
+func asRowError(err error) *rowError {
+	var re *rowError
+	if errors.As(err, &re) {
+		return re
+	}
+	return nil
 }
 
 // rowVal is a row of a change as CEL sees it: its columns by position.
@@ -378,7 +401,7 @@ func (r *rowVal) Get(k ref.Val) ref.Val {
 	}
 	v, ok := r.at(i)
 	if !ok {
-		return types.NewErr("column %q is not in this row (an unchanged TOAST value, or a column the before image does not carry): test it with has(...)", s)
+		return types.WrapErr(rowErrorf("column %q is not in this row (an unchanged TOAST value, or a column the before image does not carry): test it with has(...)", s))
 	}
 	return celValue(v)
 }

@@ -349,6 +349,9 @@ func (rt *route) filter(rs *relShape, c *cdc.Change) (bool, error) {
 		take = bool(b)
 		return nil
 	})
+	if re := asRowError(err); re != nil && re.noRow {
+		return false, nil // a condition on a row the change does not have: not taken
+	}
 	if err != nil {
 		return false, fmt.Errorf("%s.filter on %s: %w; guard the expression (has(after.x), after.x != null, op == ...) or narrow the route's match",
 			rt.shape.path, where(c), err)
@@ -364,7 +367,7 @@ func (rt *route) publish(c *cdc.Change, rs *relShape) ([]int, bool, error) {
 	if rs != nil && rs.transform != nil {
 		err := eval(rs.transform, c, rs, func(v ref.Val) error {
 			if _, isNull := v.(types.Null); isNull {
-				return errors.New("the result is null, and a transform must produce a map")
+				return rowErrorf("the result is null, and a transform must produce a map")
 			}
 			var err error
 			if body, err = appendJSON(nil, v); err != nil {

@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
@@ -136,6 +137,7 @@ type shaper struct {
 	columns                 []columnRule
 	masks                   []maskRule
 	subjCols                []string // the columns the subject template reads as {{.Col.x}}
+	ops                     []cdc.Op // the route's match.ops; none: every op
 
 	noRel relShape                 // for changes without a relation
 	last  atomic.Pointer[relShape] // the relation seen last: most changes share it
@@ -206,6 +208,9 @@ func newShaper(idx int, rc config.Route, cols []string) (*shaper, []error) {
 		s.anyTransform = compile("transform", rc.Transform, exprTransform)
 	}
 	s.noRel = relShape{filter: s.anyFilter, transform: s.anyTransform}
+	for _, op := range rc.Match.Ops {
+		s.ops = append(s.ops, cdc.Op(op))
+	}
 	exactRoute := len(rc.Match.Tables) > 0 && !slices.ContainsFunc(rc.Match.Tables, isGlob)
 	exact := func(tables []string) bool {
 		if len(tables) == 0 {
@@ -477,7 +482,104 @@ func (s *shaper) check(rel *cdc.Relation, rs *relShape) []string {
 			msgs = append(msgs, m...)
 		}
 	}
+
+	// Changes whose rows the expressions may read but which have none, or
+	// only the key: found now rather than on the first such change.
+	if len(msgs) == 0 && (rs.filter != nil || rs.transform != nil) {
+		if s.takes(cdc.OpTruncate) {
+			c := &cdc.Change{Op: cdc.OpTruncate, Schema: rel.Schema, Table: rel.Table, Rel: rel}
+			if m := s.dryRun(rs, c, "every truncate of "+table+" (before, after and key are null)"); m != "" {
+				msgs = append(msgs, m)
+			}
+		}
+		if s.takes(cdc.OpDelete) {
+			what := "every delete of " + table + " (after is null; before holds the key columns only, as with REPLICA IDENTITY DEFAULT)"
+			if rel.ReplicaIdentity == 'f' {
+				what = "every delete of " + table + " (after is null)"
+			}
+			c := &cdc.Change{Op: cdc.OpDelete, Schema: rel.Schema, Table: rel.Table, Rel: rel, Before: sampleBefore(rel)}
+			if m := s.dryRun(rs, c, what); m != "" {
+				msgs = append(msgs, m)
+			}
+		}
+	}
 	return msgs
+}
+
+// takes reports whether the route takes changes of op.
+func (s *shaper) takes(op cdc.Op) bool { return len(s.ops) == 0 || slices.Contains(s.ops, op) }
+
+// dryRun runs rs's filter and, when it takes c, rs's transform on c, a
+// change made up to stand for every change of its kind (what): one
+// without rows, or with a key-only before image. It returns the problem,
+// naming the expression's path, or "". Only an error reading a column
+// the change lacks counts (c's values are made up, its shape is not); a
+// filter reading a row the change has none of rejects it, as on a real
+// change, and a transform reading one fails.
+func (s *shaper) dryRun(rs *relShape, c *cdc.Change, what string) string {
+	fix := fmt.Sprintf("guard it with op (e.g. op != %q && ...), or list the ops the route takes in match.ops", string(c.Op))
+	if rs.filter != nil {
+		take := false
+		err := eval(rs.filter, c, rs, func(v ref.Val) error {
+			b, ok := v.(types.Bool)
+			take = ok && bool(b)
+			return nil
+		})
+		if re := asRowError(err); re != nil && !re.noRow {
+			return fmt.Sprintf("%s.filter fails on %s: %v; test the column with has(...), or %s", s.path, what, err, fix)
+		}
+		if !take {
+			return ""
+		}
+	}
+	if rs.transform == nil {
+		return ""
+	}
+	cp := *c
+	if err := rs.apply(&cp); err != nil {
+		return ""
+	}
+	err := eval(rs.transform, &cp, rs, func(v ref.Val) error {
+		if _, isNull := v.(types.Null); isNull {
+			return rowErrorf("the result is null, and a transform must produce a map")
+		}
+		_, err := appendJSON(nil, v)
+		return err
+	})
+	if asRowError(err) != nil {
+		return fmt.Sprintf("%s.transform fails on %s: %v; %s", s.path, what, err, fix)
+	}
+	return ""
+}
+
+// sampleBefore is the before image of a delete of rel: the key columns
+// (every column with REPLICA IDENTITY FULL) with a value of their type,
+// the others absent.
+func sampleBefore(rel *cdc.Relation) []any {
+	row := make([]any, len(rel.Columns))
+	for i, c := range rel.Columns {
+		if !c.Key && rel.ReplicaIdentity != 'f' {
+			row[i] = cdc.Absent
+			continue
+		}
+		switch t := columnType(c); {
+		case t.IsExactType(types.IntType):
+			row[i] = int64(1)
+		case t.IsExactType(types.DoubleType):
+			row[i] = cdc.Numeric("1")
+		case t.IsExactType(types.BoolType):
+			row[i] = true
+		case t.IsExactType(types.BytesType):
+			row[i] = []byte("1")
+		case t.IsExactType(types.TimestampType):
+			row[i] = time.Unix(0, 0).UTC()
+		case t.Kind() == types.ListKind:
+			row[i] = []any{}
+		default:
+			row[i] = "1"
+		}
+	}
+	return row
 }
 
 // truncatable reports whether truncate applies to col: text and bytea,

@@ -92,6 +92,11 @@ func TestFilter(t *testing.T) {
 		{`has(before.status)`, change(cdc.OpDelete, orders, []any{int64(1), cdc.Absent, cdc.Absent, cdc.Absent, cdc.Absent, cdc.Absent, cdc.Absent, cdc.Absent, cdc.Absent, cdc.Absent}, nil), false},
 		{`after == null && key.id == 1`, change(cdc.OpDelete, orders, []any{int64(1), cdc.Absent, cdc.Absent, cdc.Absent, cdc.Absent, cdc.Absent, cdc.Absent, cdc.Absent, cdc.Absent, cdc.Absent}, nil), true},
 		{`op == "truncate" && key == null && after == null`, change(cdc.OpTruncate, orders, nil, nil), true},
+		// A condition on a row the change does not have rejects it.
+		{`after.status == "paid"`, change(cdc.OpDelete, orders, orderRow(1, "paid", "1"), nil), false},
+		{`!(after.status == "paid")`, change(cdc.OpTruncate, orders, nil, nil), false},
+		{`op != "delete" && after.status in ["paid", "shipped"]`, change(cdc.OpTruncate, orders, nil, nil), false},
+		{`after.status == "paid" || op == "delete"`, change(cdc.OpDelete, orders, orderRow(1, "paid", "1"), nil), true},
 		{`after.email.endsWith("@example.com")`, upd("paid", "1"), true},
 	} {
 		t.Run(c.filter, func(t *testing.T) {
@@ -193,6 +198,35 @@ func TestShapingErrorsPerTable(t *testing.T) {
 	// what is not there.
 	r := newRouter(t, "drop", config.Route{Columns: []config.Columns{{Tables: []string{"public.*"}, Exclude: []string{"password"}}}})
 	_, ok, err := r.Route(change(cdc.OpInsert, orders, nil, orderRow(1, "paid", "1")))
+	require.NoError(t, err)
+	require.True(t, ok)
+}
+
+// TestShapingDryRuns: what every truncate or delete of a table would hit
+// fails on the table's first change, before one arrives: a transform
+// reading the row those do not have, a filter reading a column a key-only
+// before image lacks.
+func TestShapingDryRuns(t *testing.T) {
+	for _, c := range []struct {
+		route config.Route
+		want  string
+	}{
+		{config.Route{Transform: `after`},
+			`routes[0].transform fails on every truncate of public.orders (before, after and key are null): the result is null, and a transform must produce a map; guard it with op (e.g. op != "truncate" && ...), or list the ops the route takes in match.ops`},
+		{config.Route{Transform: `{"s": after.status}`, Match: config.Match{Ops: []string{"insert", "delete"}}},
+			`routes[0].transform fails on every delete of public.orders (after is null; before holds the key columns only, as with REPLICA IDENTITY DEFAULT): no row to read "status" from`},
+		{config.Route{Filter: `op == "insert" || before.status != "x"`},
+			`routes[0].filter fails on every delete of public.orders (after is null; before holds the key columns only, as with REPLICA IDENTITY DEFAULT): column "status" is not in this row`},
+	} {
+		r := newRouter(t, "drop", c.route)
+		_, _, err := r.Route(change(cdc.OpInsert, orders, nil, orderRow(1, "paid", "1")))
+		require.ErrorContains(t, err, c.want)
+	}
+	// With REPLICA IDENTITY FULL a delete's before image has every column.
+	full := *orders
+	full.ReplicaIdentity = 'f'
+	r := newRouter(t, "drop", config.Route{Filter: `op == "insert" || before.status != "x"`})
+	_, ok, err := r.Route(change(cdc.OpInsert, &full, nil, orderRow(1, "paid", "1")))
 	require.NoError(t, err)
 	require.True(t, ok)
 }
@@ -308,7 +342,7 @@ func TestTransform(t *testing.T) {
 	row := []any{"6a1f", "order", "o-17", cdc.RawJSON(`{"b":2,"a":{"x":[1,2.5]}}`), "s3cr3t"}
 	for _, f := range []string{"native", "debezium", "cloudevents"} {
 		t.Run(f, func(t *testing.T) {
-			r := newRouter(t, "drop", config.Route{Format: f, Transform: `after.payload`,
+			r := newRouter(t, "drop", config.Route{Format: f, Transform: `after.payload`, Match: config.Match{Ops: []string{"insert"}},
 				Subject: "outbox.{{.Col.aggregate_type}}.{{.Col.aggregate_id}}"})
 			c := change(cdc.OpInsert, outbox, nil, row)
 			_, _, err := r.Route(c)
@@ -329,6 +363,7 @@ func TestTransform(t *testing.T) {
 	// A map built in CEL, from masked values; .Out reads its values.
 	r := newRouter(t, "drop", config.Route{
 		Transform: `{"kind": after.aggregate_type, "id": after.aggregate_id, "secret": after.secret, "n": 1, "at": commit_time}`,
+		Match:     config.Match{Ops: []string{"insert", "update"}},
 		Mask:      []config.Mask{{Hash: []string{"secret"}, HashKey: testHashKey}},
 		Subject:   "ev.{{.Out.kind}}.{{.Out.n}}.{{.Out.missing}}"})
 	c := change(cdc.OpInsert, outbox, nil, row)
@@ -343,16 +378,21 @@ func TestTransform(t *testing.T) {
 	require.Equal(t, `{"at":"2024-05-01T10:00:01Z","id":"o-17","kind":"order","n":1,"secret":"`+m["secret"].(string)+`"}`, string(c.Payload), "keys sorted")
 
 	// A whole row keeps its column order and exact values.
-	r = newRouter(t, "drop", config.Route{Transform: `after`, Columns: []config.Columns{{Include: []string{"total"}}}})
+	r = newRouter(t, "drop", config.Route{Transform: `op == "delete" ? before : after`, Columns: []config.Columns{{Include: []string{"total"}}}, Match: config.Match{Ops: []string{"insert", "delete"}}})
 	c = change(cdc.OpInsert, orders, nil, orderRow(5, "x", "12.50"))
 	_, _, err = r.Route(c)
 	require.NoError(t, err)
 	require.Equal(t, `{"id":5,"total":12.50}`, string(c.Payload))
 
+	c = change(cdc.OpDelete, orders, orderRow(5, "x", "1"), nil)
+	_, _, err = r.Route(c)
+	require.NoError(t, err)
+	require.Equal(t, `{"id":5,"total":1}`, string(c.Payload))
+
 	// A transform producing null stops with the route and the change.
-	r = newRouter(t, "drop", config.Route{Transform: `after`})
-	_, _, err = r.Route(change(cdc.OpDelete, orders, orderRow(5, "x", "1"), nil))
-	require.ErrorContains(t, err, "routes[0].transform on public.orders (delete at commit LSN 0/16B37A0, change 3 of the transaction): the result is null")
+	r = newRouter(t, "drop", config.Route{Transform: `op == "update" ? before : after`, Match: config.Match{Ops: []string{"insert", "update"}}})
+	_, _, err = r.Route(change(cdc.OpUpdate, orders, nil, orderRow(5, "x", "1")))
+	require.ErrorContains(t, err, "routes[0].transform on public.orders (update at commit LSN 0/16B37A0, change 3 of the transaction): the result is null")
 }
 
 // TestShapingSnapshotRelations: a relation describing the same columns
