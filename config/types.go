@@ -142,9 +142,10 @@ type Route struct {
 	// Filter is a CEL expression over the change as committed (variables
 	// op, schema, table, source, before, after, key, commit_time, xid),
 	// e.g. `op != "delete" && after.status in ["paid", "shipped"]`. The
-	// route takes only the changes it is true for; a change it rejects is
-	// tried against the routes after it. Empty: every change the match
-	// takes. See docs/shaping.md.
+	// route takes only the changes it is true for (reading a row the change
+	// does not have, such as after of a delete, counts as false); a change
+	// it rejects is tried against the routes after it. Empty: every change
+	// the match takes. See docs/shaping.md.
 	Filter string `koanf:"filter"`
 	// Columns choose the columns the route publishes: for each table, the
 	// first entry whose tables match it applies. Key columns are always
