@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +16,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/bridgecdc/bridge/internal/testseed"
 )
 
 const shapeKey = "e2e-shaping-hash-key-0123456789"
@@ -307,14 +308,7 @@ var shapeTypes = []shapeType{
 // no value of a left-out or masked column is in any byte of any stored
 // message, subject and headers included.
 func TestShapingPropertyEndToEnd(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("BRIDGE_PROPERTY_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		require.NoError(t, err)
-		seed = v
-	}
-	t.Logf("seed %d (replay with BRIDGE_PROPERTY_SEED=%d)", seed, seed)
-	rng := rand.New(rand.NewPCG(seed, 11))
+	rng := rand.New(rand.NewPCG(testseed.Seed(t, "BRIDGE_PROPERTY_SEED"), 11))
 	e := newEnv(t)
 	const bridges, rows = 3, 25
 	type plan struct {

@@ -4,32 +4,17 @@ import (
 	"encoding/base64"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/internal/testseed"
 )
-
-// propertySeed returns the seed of a property test: BRIDGE_PROPERTY_SEED
-// when set (to replay a failure), else a new one. It is logged.
-func propertySeed(t *testing.T) uint64 {
-	t.Helper()
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("BRIDGE_PROPERTY_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		require.NoError(t, err)
-		seed = v
-	}
-	t.Logf("seed %d (replay with BRIDGE_PROPERTY_SEED=%d)", seed, seed)
-	return seed
-}
 
 // secretText is a value no other part of a message can hold by chance:
 // letters outside hex and base64's usual runs of a message.
@@ -82,7 +67,7 @@ var propTypes = []propCol{
 // subject reading columns, no value a route leaves out or masks appears in
 // any byte it publishes: payload, subject or headers.
 func TestPropertyNoMaskedValuePublished(t *testing.T) {
-	rng := rand.New(rand.NewPCG(propertySeed(t), 7))
+	rng := rand.New(rand.NewPCG(testseed.Seed(t, "BRIDGE_PROPERTY_SEED"), 7))
 	formats := []string{"native", "debezium", "cloudevents"}
 	for iter := range 400 {
 		// A table: a key column, then 2 to 8 columns of random types.

@@ -338,15 +338,20 @@ func (s *shaper) check(rel *cdc.Relation, rs *relShape) []string {
 		return slices.ContainsFunc(rel.Columns, func(c cdc.Column) bool { return c.Name == name && c.Key })
 	}
 
-	if s.filter != "" {
-		env, err := relEnv(rel.Columns)
+	// compile compiles src against cols.
+	compile := func(src string, kind exprKind, cols []cdc.Column) cel.Program {
+		p := s.path + "." + kind.String()
+		env, err := relEnv(cols)
 		if err != nil {
-			bad("%s.filter: setting up CEL for %s: %v", s.path, table, err)
-		} else {
-			var m []string
-			rs.filter, m = compileExpr(env, s.path+".filter", s.filter, exprFilter, where)
-			msgs = append(msgs, m...)
+			bad("%s: setting up CEL for %s: %v", p, table, err)
+			return nil
 		}
+		prg, m := compileExpr(env, p, src, kind, where)
+		msgs = append(msgs, m...)
+		return prg
+	}
+	if s.filter != "" {
+		rs.filter = compile(s.filter, exprFilter, rel.Columns)
 	}
 
 	// Columns: the first rule for the table.
@@ -473,14 +478,7 @@ func (s *shaper) check(rel *cdc.Relation, rs *relShape) []string {
 	}
 
 	if s.transform != "" {
-		env, err := relEnv(transformColumns(rs.out.Columns, rs.ops))
-		if err != nil {
-			bad("%s.transform: setting up CEL for %s: %v", s.path, table, err)
-		} else {
-			var m []string
-			rs.transform, m = compileExpr(env, s.path+".transform", s.transform, exprTransform, where)
-			msgs = append(msgs, m...)
-		}
+		rs.transform = compile(s.transform, exprTransform, transformColumns(rs.out.Columns, rs.ops))
 	}
 
 	// Changes whose rows the expressions may read but which have none, or
