@@ -315,6 +315,9 @@ func rowErrorf(format string, args ...any) error { return &rowError{msg: fmt.Spr
 
 // asRowError returns the rowError err is or wraps, or nil.
 func asRowError(err error) *rowError {
+	if err == nil {
+		return nil
+	}
 	var re *rowError
 	if errors.As(err, &re) {
 		return re
@@ -661,6 +664,24 @@ func eval(prg cel.Program, c *cdc.Change, rs *relShape, use func(ref.Val) error)
 	*a = activation{}
 	activations.Put(a)
 	return err
+}
+
+// evalFilter runs prg, a filter compiled for rs (nil: for no relation),
+// on c. A filter's result holds no row, so it may outlive the activation.
+func evalFilter(prg cel.Program, c *cdc.Change, rs *relShape) (bool, error) {
+	a := activations.Get().(*activation)
+	a.reset(c, rs)
+	out, _, err := prg.Eval(a)
+	*a = activation{}
+	activations.Put(a)
+	if err != nil {
+		return false, err
+	}
+	b, ok := out.(types.Bool)
+	if !ok {
+		return false, fmt.Errorf("the result is %s, not a bool", out.Type().TypeName())
+	}
+	return bool(b), nil
 }
 
 // appendJSON appends v, a transform's result or a part of it, as JSON:

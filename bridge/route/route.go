@@ -340,15 +340,7 @@ func (r *Router) Route(c *cdc.Change) (sinks []int, ok bool, err error) {
 
 // filter runs rs's filter on c.
 func (rt *route) filter(rs *relShape, c *cdc.Change) (bool, error) {
-	var take bool
-	err := eval(rs.filter, c, rs, func(v ref.Val) error {
-		b, ok := v.(types.Bool)
-		if !ok {
-			return fmt.Errorf("the result is %s, not a bool", v.Type().TypeName())
-		}
-		take = bool(b)
-		return nil
-	})
+	take, err := evalFilter(rs.filter, c, rs)
 	if re := asRowError(err); re != nil && re.noRow {
 		return false, nil // a condition on a row the change does not have: not taken
 	}

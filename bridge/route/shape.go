@@ -517,12 +517,7 @@ func (s *shaper) takes(op cdc.Op) bool { return len(s.ops) == 0 || slices.Contai
 func (s *shaper) dryRun(rs *relShape, c *cdc.Change, what string) string {
 	fix := fmt.Sprintf("guard it with op (e.g. op != %q && ...), or list the ops the route takes in match.ops", string(c.Op))
 	if rs.filter != nil {
-		take := false
-		err := eval(rs.filter, c, rs, func(v ref.Val) error {
-			b, ok := v.(types.Bool)
-			take = ok && bool(b)
-			return nil
-		})
+		take, err := evalFilter(rs.filter, c, rs)
 		if re := asRowError(err); re != nil && !re.noRow {
 			return fmt.Sprintf("%s.filter fails on %s: %v; test the column with has(...), or %s", s.path, what, err, fix)
 		}
