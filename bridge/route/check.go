@@ -114,9 +114,9 @@ func shapingParts(rc config.Route) string {
 	return strings.Join(p, ", ")
 }
 
-// unusedColumns reports the columns that rules with globbed (or no)
-// tables name and that no table in rels they apply to has; the rules
-// naming tables exactly are checked per table.
+// unusedColumns reports the columns that rules for several tables (or a
+// glob) name and that no table in rels they apply to has; a rule for one
+// named table is checked with that table.
 func unusedColumns(s *shaper, rels []*cdc.Relation) []string {
 	var msgs []string
 	check := func(tables []string, exact bool, at func(k int) string, names []string) {

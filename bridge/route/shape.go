@@ -37,7 +37,7 @@ type columnRule struct {
 	path             string // "routes[0].columns[1]"
 	tables           []string
 	include, exclude []string
-	exact            bool // the tables it applies to are named, not globbed: its columns must exist
+	exact            bool // it applies to one table, named: its columns must exist there
 }
 
 // maskKind is what a mask does to a value.
@@ -211,12 +211,14 @@ func newShaper(idx int, rc config.Route, cols []string) (*shaper, []error) {
 	for _, op := range rc.Match.Ops {
 		s.ops = append(s.ops, cdc.Op(op))
 	}
-	exactRoute := len(rc.Match.Tables) > 0 && !slices.ContainsFunc(rc.Match.Tables, isGlob)
+	// A rule for one table named without a glob must name its columns: a
+	// rule for several tables may name a column some of them lack
+	// (validate --connect checks that one of them has it).
 	exact := func(tables []string) bool {
 		if len(tables) == 0 {
-			return exactRoute
+			tables = rc.Match.Tables
 		}
-		return !slices.ContainsFunc(tables, isGlob)
+		return len(tables) == 1 && !isGlob(tables[0])
 	}
 	for j, c := range rc.Columns {
 		s.columns = append(s.columns, columnRule{path: fmt.Sprintf("%s.columns[%d]", p, j), tables: c.Tables,
