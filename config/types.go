@@ -131,12 +131,69 @@ type Route struct {
 	Match Match `koanf:"match"`
 	// Sinks are names of entries under sinks. At least one.
 	Sinks []string `koanf:"sinks"`
-	// Subject is a Go template over .Source .Schema .Table .Op .Prefix.
+	// Subject is a Go template over .Source .Schema .Table .Op .Prefix,
+	// .Key.<column> and .Col.<column> (the row as published: masked values,
+	// no excluded columns) and .Out.<key> (the transform's result).
 	// Default "cdc.{{.Source}}.{{.Schema}}.{{.Table}}"; logical messages
 	// render with Schema "_message" and Table their prefix.
 	Subject string `koanf:"subject"`
-	// Format of the payload. Default "native".
+	// Format of the payload: native, debezium or cloudevents. Default "native".
 	Format string `koanf:"format"`
+	// Filter is a CEL expression over the change as committed (variables
+	// op, schema, table, source, before, after, key, commit_time, xid),
+	// e.g. `op != "delete" && after.status in ["paid", "shipped"]`. The
+	// route takes only the changes it is true for (reading a row the change
+	// does not have, such as after of a delete, counts as false); a change
+	// it rejects is tried against the routes after it. Empty: every change
+	// the match takes. See docs/shaping.md.
+	Filter string `koanf:"filter"`
+	// Columns choose the columns the route publishes: for each table, the
+	// first entry whose tables match it applies. Key columns are always
+	// published (an include list need not name them; an exclude list must
+	// not).
+	Columns []Columns `koanf:"columns"`
+	// Mask replaces column values before they are published: redact (null,
+	// and the column is listed as masked), hash (HMAC-SHA256 with hash_key,
+	// hex) or truncate (the first N characters). For each column, the first
+	// entry that names it for the table applies.
+	Mask []Mask `koanf:"mask"`
+	// Transform is a CEL expression producing the payload's body as a map,
+	// over the same variables as filter but with the row as published
+	// (columns chosen, values masked), e.g. `after.payload` for an outbox
+	// table. It replaces the whole payload in the native and debezium
+	// formats, and the data of a cloudevents event. Empty: the format's
+	// payload.
+	Transform string `koanf:"transform"`
+}
+
+// Columns chooses the columns a route publishes from some tables: one of
+// include and exclude.
+type Columns struct {
+	// Tables as "schema.table" globs; empty means every table the route takes.
+	Tables []string `koanf:"tables"`
+	// Include lists the columns to publish; the key columns are published too.
+	Include []string `koanf:"include"`
+	// Exclude lists the columns to leave out; a key column cannot be left out.
+	Exclude []string `koanf:"exclude"`
+}
+
+// Mask replaces the values of some columns of some tables.
+type Mask struct {
+	// Tables as "schema.table" globs; empty means every table the route takes.
+	Tables []string `koanf:"tables"`
+	// Redact publishes these columns as null and lists them as masked. Not
+	// for key columns.
+	Redact []string `koanf:"redact"`
+	// Hash publishes these columns as the lowercase hex HMAC-SHA256 of
+	// their value keyed with hash_key: the same value gives the same hash,
+	// so joins still work. Key columns may be hashed.
+	Hash []string `koanf:"hash"`
+	// HashKey is the secret key of hash, at least 16 bytes; required with
+	// hash. Never logged. Use a ${VAR} reference rather than the key itself.
+	HashKey string `koanf:"hash_key"`
+	// Truncate publishes the first N characters of these text columns (N
+	// bytes of bytea ones), by column name: {notes: 20}. Not for key columns.
+	Truncate map[string]int `koanf:"truncate"`
 }
 
 // Match selects changes.

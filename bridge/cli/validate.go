@@ -47,8 +47,9 @@ With --connect, also check against the servers, changing nothing, what
 "bridge run" checks at start, printed as a checklist (ok, warn or FAIL, with
 the fix): for each source, the DSN, the role and its REPLICATION privilege,
 wal_level, a replication connection, the slot and its plugin, the publication
-and its tables, the replica identity of the streamed tables, and the columns
-the subject templates read; for each sink, the connection, JetStream, the
+and its tables, the replica identity of the streamed tables, the columns
+the subject templates read, and each route's filter, columns, mask and
+transform against the columns and types of the tables it takes; for each sink, the connection, JetStream, the
 stream (or what run will create or update), and that its user may publish the
 routes' subjects into it; the checkpoint bucket. What run would create
 (publication, slot, stream, bucket) is reported, not created. Exit 1 when a
@@ -143,7 +144,8 @@ func connectChecks(ctx context.Context, cfg *config.Config, opts []app.Option) [
 			continue
 		}
 		if ch, ok := src.(sources.Checker); ok {
-			sec.checks = ch.Check(ctx, sources.CheckRequest{From: froms[name], Columns: columnUses(cfg, name)})
+			sec.checks = ch.Check(ctx, sources.CheckRequest{From: froms[name], Columns: columnUses(cfg, name),
+				Tables: func(rels []*cdc.Relation) []config.Check { return route.CheckTables(cfg, name, rels) }})
 		} else {
 			sec.checks = []config.Check{{Status: config.CheckWarn, What: fmt.Sprintf("not checked: source type %s has no checks", sc.Type)}}
 		}
