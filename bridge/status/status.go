@@ -19,6 +19,7 @@ import (
 	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/bridge/checkpoint"
 	"github.com/bridgecdc/bridge/bridge/pgslot"
+	"github.com/bridgecdc/bridge/bridge/route"
 	"github.com/bridgecdc/bridge/bridge/snapshot"
 	"github.com/bridgecdc/bridge/config"
 	"github.com/bridgecdc/bridge/internal/natsconn"
@@ -177,7 +178,7 @@ func Query(ctx context.Context, cfg *config.Config) *Report {
 			}
 		}
 
-		for _, sn := range sinksOf(cfg, name) {
+		for _, sn := range route.SinksOf(cfg, name) {
 			sk := cfg.Sinks[sn]
 			if sk.Type != "nats_jetstream" {
 				continue
@@ -208,21 +209,6 @@ func Query(ctx context.Context, cfg *config.Config) *Report {
 		rep.Sources = append(rep.Sources, st)
 	}
 	return rep
-}
-
-// sinksOf returns the names of the sinks the routes send source's changes
-// to, sorted.
-func sinksOf(cfg *config.Config, source string) []string {
-	seen := map[string]bool{}
-	for _, r := range cfg.Routes {
-		if len(r.Match.Sources) > 0 && !slices.Contains(r.Match.Sources, source) {
-			continue
-		}
-		for _, s := range r.Sinks {
-			seen[s] = true
-		}
-	}
-	return slices.Sorted(maps.Keys(seen))
 }
 
 func statusCheckpoint(ctx context.Context, js jetstream.JetStream, bucket, key string) (*Checkpoint, error) {
