@@ -343,6 +343,7 @@ func TestConformance(t *testing.T) {
 	srv := natsembed.StartT(t, natsembed.Options{})
 	opts := srv.Options()
 	r := subscribe(t, srv.URL())
+	down := false
 	t.Cleanup(func() { // the server Heal restarted last
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -366,13 +367,25 @@ func TestConformance(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			require.NoError(t, srv.Shutdown(ctx))
+			down = true
 		},
 		Heal: func(t *testing.T) {
-			var err error
-			srv, err = natsembed.Restart(opts, 30*time.Second)
-			require.NoError(t, err)
-			require.Eventually(t, r.nc.IsConnected, 10*time.Second, 5*time.Millisecond, "the subscriber did not reconnect")
-			require.NoError(t, r.nc.Flush(), "the subscription is back on the server")
+			if down { // the suite heals again in its cleanup; a running server stays
+				var err error
+				srv, err = natsembed.Restart(opts, 30*time.Second)
+				require.NoError(t, err)
+				down = false
+			}
+			// A flush fails with "connection closed" when the fresh
+			// connection blips while the server settles (a loaded machine):
+			// what matters is that one round trip succeeds.
+			var last error
+			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				if last = r.nc.FlushTimeout(2 * time.Second); last == nil {
+					return
+				}
+			}
+			require.NoError(t, last, "the subscriber is not back on the server")
 		},
 		AtMostOnce: true,
 	})
