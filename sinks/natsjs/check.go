@@ -36,7 +36,7 @@ func (s *Sink) Check(ctx context.Context, req sinks.CheckRequest) []config.Check
 	var out []config.Check
 	add := func(c ...config.Check) { out = append(out, c...) }
 	name, url := s.cfg.Stream, redact(s.cfg.URL)
-	p, err := natsconn.DialProbe(ctx, s.cfg.URL, sinks.NATSEnv{URL: s.cfg.URL, Creds: s.cfg.Creds, User: s.cfg.User, Password: s.cfg.Password, Token: s.cfg.Token})
+	p, err := natsconn.DialProbe(ctx, s.nconn)
 	if err != nil {
 		return append(out, config.Check{Status: config.CheckFail, What: config.Redact(err.Error()), Fix: s.connectFix(err)})
 	}
