@@ -31,6 +31,8 @@ type Conn struct {
 	// from maps each key set ("url", "creds", "tls.ca_file", ...) to
 	// where it was set, for messages.
 	from map[string]origin
+	// path is the YAML path of the section, where Key places unset keys.
+	path string
 }
 
 // origin is where a key of a Conn was set: at a YAML path, or by a field of
@@ -63,7 +65,7 @@ var credKeys = []string{"creds", "nkey_seed_file", "user", "password", "token", 
 // what the bridge cannot honour (a JetStream domain, a SOCKS proxy,
 // credentials from nsc or 1Password).
 func Resolve(path, url string, c config.NATSClient) (Conn, error) {
-	r := Conn{URL: url, Creds: c.Creds, NKeySeedFile: c.NKeySeedFile, User: c.User, Password: c.Password, Token: c.Token, TLS: c.TLS, from: map[string]origin{}}
+	r := Conn{URL: url, Creds: c.Creds, NKeySeedFile: c.NKeySeedFile, User: c.User, Password: c.Password, Token: c.Token, TLS: c.TLS, from: map[string]origin{}, path: path}
 	for k, set := range map[string]bool{"url": url != "", "creds": c.Creds != "", "nkey_seed_file": c.NKeySeedFile != "", "user": c.User != "",
 		"password": c.Password != "", "token": c.Token != "", "tls.ca_file": c.TLS.CAFile != "", "tls.cert_file": c.TLS.CertFile != "",
 		"tls.key_file": c.TLS.KeyFile != "", "tls.server_name": c.TLS.ServerName != "", "tls.handshake_first": c.TLS.HandshakeFirst,
@@ -220,12 +222,16 @@ func (c Conn) hasCreds() bool {
 }
 
 // Key returns where key ("tls.ca_file") was set, for messages: its YAML
-// path, or the context field that gave it; "nats.<key>" when unset.
+// path, or the context field that gave it; when unset, its path in c's
+// section ("nats.<key>" for a Conn built in code).
 func (c Conn) Key(key string) string {
 	if o, ok := c.from[key]; ok {
 		return o.name()
 	}
-	return "nats." + key
+	if c.path == "" {
+		return "nats." + key
+	}
+	return join(c.path, key)
 }
 
 // Env returns ne, the bridge's NATS setting a sink receives, resolved.

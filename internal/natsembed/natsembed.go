@@ -47,6 +47,10 @@ type Options struct {
 	// nats.password, or nats.token).
 	User, Password, Token string
 
+	// Nkeys are users authenticating with nkeys, with their permissions.
+	// For tests.
+	Nkeys []*server.NkeyUser
+
 	// TLS, when set, makes the server require TLS with this configuration:
 	// its certificate, and, with ClientAuth tls.RequireAndVerifyClientCert
 	// and ClientCAs, client certificates (verify: true). For tests.
@@ -97,6 +101,9 @@ func Start(o Options) (*Server, error) {
 		so.Username, so.Password = o.User, o.Password
 	case o.Token != "":
 		so.Authorization = o.Token
+	}
+	if len(o.Nkeys) > 0 {
+		so.Nkeys = o.Nkeys
 	}
 	if o.TLS != nil {
 		so.TLS, so.TLSConfig, so.TLSTimeout = true, o.TLS, 5
