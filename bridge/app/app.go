@@ -381,7 +381,10 @@ func (a *App) tryCheckpoints(ctx context.Context, ne sinks.NATSEnv) (*checkpoint
 	if a.nc == nil {
 		c := a.conn
 		c.URL = ne.URL
-		conn, err := natsconn.Connect(c, "bridge "+a.cfg.Name+" checkpoints", nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+		conn, err := natsconn.Connect(c, "bridge "+a.cfg.Name+" checkpoints", nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+				a.log.Warn("NATS async error (checkpoints)", "error", err) // a refused permission, reported apart from its request
+			}))
 		if err != nil {
 			return nil, nil, fmt.Errorf("NATS for the checkpoints: %w", err)
 		}

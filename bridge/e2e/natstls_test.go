@@ -80,6 +80,13 @@ func tlsKeys(indent string, kv ...string) string {
 // not retried, with an error of one line holding each of want.
 func startFails(t *testing.T, path string, want ...string) error {
 	t.Helper()
+	return runFails(t, path, nil, want...)
+}
+
+// runFails is startFails calling during, when not nil, once the App has
+// started.
+func runFails(t *testing.T, path string, during func(), want ...string) error {
+	t.Helper()
 	cfg, err := config.Load(path, app.ConfigOptions()...)
 	require.NoError(t, err)
 	var logs syncBuf
@@ -92,6 +99,9 @@ func startFails(t *testing.T, path string, want ...string) error {
 		if err = a.Start(ctx); err == nil {
 			done := make(chan error, 1)
 			go func() { done <- a.Run(ctx) }()
+			if during != nil {
+				during()
+			}
 			select {
 			case err = <-done:
 			case <-time.After(90 * time.Second): // a detector of retrying forever, not a speed limit
