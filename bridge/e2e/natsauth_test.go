@@ -1,6 +1,8 @@
 package e2e_test
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,9 +12,13 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bridgecdc/bridge/bridge/app"
+	"github.com/bridgecdc/bridge/bridge/cli"
+	"github.com/bridgecdc/bridge/config"
 	"github.com/bridgecdc/bridge/internal/natsembed"
 )
 
@@ -179,4 +185,103 @@ func TestNATSNKeyUser(t *testing.T) {
 	w.halt()
 	check(t, e, w, "CDC_nkey")
 	r.stop(t)
+}
+
+// TestEmbeddedNATSAuth: the embedded server listens on 127.0.0.1 and the
+// start log says so; bound to every interface it requires nats.user and
+// password, which the bridge's own connections and `bridge status` use,
+// and a client without them is refused; without them the bridge refuses to
+// start.
+func TestEmbeddedNATSAuth(t *testing.T) {
+	e := newEnv(t)
+	e.pg.ExecT(t, `CREATE TABLE items (id int PRIMARY KEY)`)
+	embedded := func(name, extra string) string {
+		path := e.config(name, "")
+		edit(t, path, "  url: "+e.natsURL()+"\n", "  embedded: { port: -1"+extra+" }\n")
+		return path
+	}
+
+	t.Run("loopback by default, and the log says so", func(t *testing.T) {
+		var logs syncBuf
+		a := loggedApp(t, embedded("emblocal", ""), &logs)
+		require.NoError(t, a.Start(t.Context()))
+		defer a.Close()
+		require.Contains(t, logs.String(), `msg="embedded NATS server started" url=nats://127.0.0.1:`)
+		require.Contains(t, logs.String(), `reachable_from="this machine only (loopback; nats.embedded.host)"`)
+	})
+
+	t.Run("beyond loopback only with a user", func(t *testing.T) {
+		_, err := config.Load(embedded("embopen", ", host: 0.0.0.0"), app.ConfigOptions()...)
+		require.EqualError(t, err, `nats.embedded.host: "0.0.0.0" lets other machines reach the embedded NATS server, which holds every change: set nats.user and nats.password (or nats.token), which it then requires of every client, or listen on 127.0.0.1`)
+
+		path := embedded("embauth", ", host: 0.0.0.0")
+		edit(t, path, "nats:\n", "nats:\n  user: bridge\n  password: s3cret-embedded\n")
+		var logs syncBuf
+		a := loggedApp(t, path, &logs)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		require.NoError(t, a.Start(ctx))
+		done := make(chan error, 1)
+		go func() { done <- a.Run(ctx) }()
+		require.Contains(t, logs.String(), `reachable_from="other machines too (0.0.0.0; clients must authenticate with nats.user and password or nats.token)"`)
+		url := a.NATSURL()
+		_, err = nats.Connect(url)
+		require.ErrorIs(t, err, nats.ErrAuthorization, "a client without the credentials is refused")
+		nc, err := nats.Connect(url, nats.UserInfo("bridge", "s3cret-embedded"))
+		require.NoError(t, err)
+		defer nc.Close()
+		waitSlotActive(t, e, "slot_embauth")
+		e.pg.ExecT(t, `INSERT INTO items VALUES (1), (2)`)
+		js, err := jetstream.New(nc)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			s, err := js.Stream(t.Context(), "CDC_embauth")
+			return err == nil && s.CachedInfo().State.Msgs == 2
+		}, 30*time.Second, 20*time.Millisecond, "the bridge streams into its embedded server with the credentials")
+
+		var out, errOut syncBuf
+		cmd := cli.NewCommand(&out, &errOut)
+		cmd.SetArgs([]string{"status", "-c", path})
+		require.NoError(t, cmd.Execute(), "bridge status reaches the embedded server with nats.user: %s", errOut.String())
+		require.Contains(t, out.String(), "CDC_embauth (sink js): 2 messages")
+		cancel()
+		require.NoError(t, <-done)
+	})
+}
+
+// TestNATSContext: nats.context names a nats CLI context file; its url
+// and nkey connect the bridge and its sink (which inherits them).
+func TestNATSContext(t *testing.T) {
+	e := newEnv(t)
+	kp, err := nkeys.CreateUser()
+	require.NoError(t, err)
+	pub, err := kp.PublicKey()
+	require.NoError(t, err)
+	seed, err := kp.Seed()
+	require.NoError(t, err)
+	e.stopNATS()
+	e.nsOpts.Nkeys = []*server.NkeyUser{{Nkey: pub}}
+	e.startNATS()
+	seedFile := writeFile(t, "bridge.nk", seed)
+	adminOpt, err := nats.NkeyOptionFromSeed(seedFile)
+	require.NoError(t, err)
+	e.natsOpts = []nats.Option{adminOpt}
+	home := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", home)
+	require.NoError(t, os.MkdirAll(filepath.Join(home, "nats", "context"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(home, "nats", "context", "cdc.json"),
+		[]byte(fmt.Sprintf(`{"description": "the bridge", "url": %q, "nkey": %q}`, e.natsURL(), seedFile)), 0o600))
+	e.pg.ExecT(t, `CREATE TABLE items (id int PRIMARY KEY)`)
+	path := e.config("nctx", "")
+	edit(t, path, "  url: "+e.natsURL()+"\n", "  context: cdc\n")
+	r := e.start(path)
+	waitReady(t, r)
+	e.pg.ExecT(t, `INSERT INTO items VALUES (1), (2), (3)`)
+	e.waitStored("CDC_nctx", 3, 30*time.Second)
+	r.stop(t)
+
+	// Without the context's nkey the server refuses: the context's
+	// credentials were what let the bridge in.
+	require.NoError(t, os.WriteFile(filepath.Join(home, "nats", "context", "cdc.json"), []byte(fmt.Sprintf(`{"url": %q}`, e.natsURL())), 0o600))
+	startFails(t, path, "requires authentication, and no credentials are set")
 }
