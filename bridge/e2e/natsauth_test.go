@@ -12,8 +12,6 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bridgecdc/bridge/bridge/app"
@@ -43,8 +41,8 @@ func bridgePublish(stream, subjects, bucket string) []string {
 	}
 }
 
-// without returns list without the items in drop.
-func without(list []string, drop ...string) []string {
+// except returns list without the items in drop.
+func except(list []string, drop ...string) []string {
 	return slices.DeleteFunc(slices.Clone(list), func(s string) bool { return slices.Contains(drop, s) })
 }
 
@@ -138,12 +136,12 @@ func TestNATSOperatorPermissions(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			name := "ndeny" + map[string]string{"no publish on the stream's subjects": "subj", "no publish on the checkpoint bucket": "kv",
 				"no publish on the JetStream API": "api", "no subscription to replies": "inbox"}[c.name]
-			path := credsConfig(name, without(bridgePublish("CDC_"+name, "cdc."+name+".>", "bridge_checkpoints"), c.drop...), c.sub)
+			path := credsConfig(name, except(bridgePublish("CDC_"+name, "cdc."+name+".>", "bridge_checkpoints"), c.drop...), c.sub)
 			var during func()
 			if c.changing {
 				during = func() { waitSlotActive(t, e, "slot_"+name); insert() }
 			}
-			runFails(t, path, during, c.want...)
+			runFails(t, path, during, c.want...) //nolint:errcheck // runFails asserts the error
 		})
 	}
 }
@@ -153,17 +151,8 @@ func TestNATSOperatorPermissions(t *testing.T) {
 // operator mode.
 func TestNATSNKeyUser(t *testing.T) {
 	e := newEnv(t)
-	user := func() (pub string, seed []byte) {
-		kp, err := nkeys.CreateUser()
-		require.NoError(t, err)
-		pub, err = kp.PublicKey()
-		require.NoError(t, err)
-		seed, err = kp.Seed()
-		require.NoError(t, err)
-		return pub, seed
-	}
-	bridgePub, bridgeSeed := user()
-	adminPub, adminSeed := user()
+	bridgePub, bridgeSeed := natsembed.UserT(t)
+	adminPub, adminSeed := natsembed.UserT(t)
 	e.stopNATS()
 	e.nsOpts.Nkeys = []*server.NkeyUser{{Nkey: adminPub}, {Nkey: bridgePub, Permissions: &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: bridgePublish("CDC_nkey", "cdc.nkey.>", "bridge_checkpoints")},
@@ -227,17 +216,9 @@ func TestEmbeddedNATSAuth(t *testing.T) {
 		url := a.NATSURL()
 		_, err = nats.Connect(url)
 		require.ErrorIs(t, err, nats.ErrAuthorization, "a client without the credentials is refused")
-		nc, err := nats.Connect(url, nats.UserInfo("bridge", "s3cret-embedded"))
-		require.NoError(t, err)
-		defer nc.Close()
 		waitSlotActive(t, e, "slot_embauth")
 		e.pg.ExecT(t, `INSERT INTO items VALUES (1), (2)`)
-		js, err := jetstream.New(nc)
-		require.NoError(t, err)
-		require.Eventually(t, func() bool {
-			s, err := js.Stream(t.Context(), "CDC_embauth")
-			return err == nil && s.CachedInfo().State.Msgs == 2
-		}, 30*time.Second, 20*time.Millisecond, "the bridge streams into its embedded server with the credentials")
+		waitMsgs(t, url, "CDC_embauth", 2, []nats.Option{nats.UserInfo("bridge", "s3cret-embedded")}, "the bridge streams into its embedded server with the credentials")
 
 		var out, errOut syncBuf
 		cmd := cli.NewCommand(&out, &errOut)
@@ -253,12 +234,7 @@ func TestEmbeddedNATSAuth(t *testing.T) {
 // and nkey connect the bridge and its sink (which inherits them).
 func TestNATSContext(t *testing.T) {
 	e := newEnv(t)
-	kp, err := nkeys.CreateUser()
-	require.NoError(t, err)
-	pub, err := kp.PublicKey()
-	require.NoError(t, err)
-	seed, err := kp.Seed()
-	require.NoError(t, err)
+	pub, seed := natsembed.UserT(t)
 	e.stopNATS()
 	e.nsOpts.Nkeys = []*server.NkeyUser{{Nkey: pub}}
 	e.startNATS()

@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"io"
-	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,48 +19,30 @@ import (
 	"github.com/bridgecdc/bridge/internal/testpki"
 )
 
-// natsPKI is the certificates of a NATS TLS test: a CA, the server's
-// certificate for 127.0.0.1 and localhost, a client certificate, an
-// expired client certificate, and a second CA.
-type natsPKI struct {
-	ca                      *testpki.CA
-	caFile, otherCAFile     string
-	certFile, keyFile       string
-	expiredCert, expiredKey string
-	server                  tls.Certificate
-}
-
-func newNATSPKI(t *testing.T) *natsPKI {
-	t.Helper()
-	dir := t.TempDir()
-	p := &natsPKI{ca: testpki.NewCA(t, "nats test CA")}
-	p.caFile = p.ca.WriteCA(t, dir, "ca")
-	p.otherCAFile = testpki.NewCA(t, "another CA").WriteCA(t, dir, "other-ca")
-	p.certFile, p.keyFile = p.ca.WriteFiles(t, dir, "bridge", testpki.Leaf{CommonName: "bridge", Client: true})
-	p.expiredCert, p.expiredKey = p.ca.WriteFiles(t, dir, "expired", testpki.Leaf{CommonName: "bridge", Client: true,
-		NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-24 * time.Hour)})
-	p.server = p.serverCert(t, time.Time{})
-	return p
-}
-
-// serverCert issues a server certificate for 127.0.0.1 and localhost,
-// expired when notAfter is in the past.
-func (p *natsPKI) serverCert(t *testing.T, notAfter time.Time) tls.Certificate {
+// serverCert issues a server certificate of p's CA for 127.0.0.1 and
+// localhost, expired when notAfter is in the past.
+func serverCert(t *testing.T, p *testpki.Certs, notAfter time.Time) tls.Certificate {
 	t.Helper()
 	l := testpki.Localhost("nats")
 	if !notAfter.IsZero() {
 		l.NotBefore, l.NotAfter = notAfter.Add(-24*time.Hour), notAfter
 	}
-	c, k := p.ca.Issue(t, l)
-	cert, err := tls.X509KeyPair(c, k)
-	require.NoError(t, err)
-	return cert
+	return p.Server(t, l)
 }
 
-// mutual is a server TLS config requiring client certificates of p's CA
-// (verify: true).
-func (p *natsPKI) mutual(cert tls.Certificate) *tls.Config {
-	return &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: p.ca.Pool(), MinVersion: tls.VersionTLS12}
+// waitMsgs waits until stream, on the server at url (reached with opts),
+// holds at least n messages; msgAndArgs say what is waited for.
+func waitMsgs(t *testing.T, url, stream string, n uint64, opts []nats.Option, msgAndArgs ...any) {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		s, err := js.Stream(t.Context(), stream)
+		return err == nil && s.CachedInfo().State.Msgs >= n
+	}, time.Minute, 20*time.Millisecond, msgAndArgs...)
 }
 
 // tlsKeys is a YAML tls block, indented by indent.
@@ -80,23 +60,24 @@ func tlsKeys(indent string, kv ...string) string {
 // not retried, with an error of one line holding each of want.
 func startFails(t *testing.T, path string, want ...string) error {
 	t.Helper()
-	return runFails(t, path, nil, want...)
+	_, err := runFails(t, path, nil, want...)
+	return err
 }
 
 // runFails is startFails calling during, when not nil, once the App has
-// started.
-func runFails(t *testing.T, path string, during func(), want ...string) error {
+// started. started reports whether New and Start succeeded (the error
+// came from the first run).
+func runFails(t *testing.T, path string, during func(), want ...string) (started bool, err error) {
 	t.Helper()
 	cfg, err := config.Load(path, app.ConfigOptions()...)
 	require.NoError(t, err)
 	var logs syncBuf
-	tw := &testWriter{t: t}
-	t.Cleanup(func() { tw.mu.Lock(); tw.done = true; tw.mu.Unlock() })
-	a, err := app.New(cfg, app.WithLogger(slog.New(slog.NewTextHandler(io.MultiWriter(&logs, tw), nil))))
+	a, err := app.New(cfg, app.WithLogger(appLogger(t, &logs)))
 	if err == nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		if err = a.Start(ctx); err == nil {
+			started = true
 			done := make(chan error, 1)
 			go func() { done <- a.Run(ctx) }()
 			if during != nil {
@@ -118,7 +99,7 @@ func runFails(t *testing.T, path string, during func(), want ...string) error {
 	require.NotContains(t, err.Error(), "\n", "one line")
 	require.NotContains(t, logs.String(), "run ended; restarting", "a permanent error was retried")
 	t.Logf("error: %v", err)
-	return err
+	return started, err
 }
 
 // TestNATSTLS runs the bridge against nats-servers that require TLS, with
@@ -136,12 +117,13 @@ func runFails(t *testing.T, path string, during func(), want ...string) error {
 //     stop the bridge at start, not retried, with one line naming the key,
 //     the file and the fix.
 func TestNATSTLS(t *testing.T) {
-	p := newNATSPKI(t)
+	p := testpki.WriteCerts(t, t.TempDir(), "bridge")
+	server := serverCert(t, p, time.Time{})
 	e := newEnv(t)
 	e.stopNATS()
-	e.nsOpts.TLS = p.mutual(p.server)
+	e.nsOpts.TLS = p.Mutual(server)
 	e.startNATS()
-	e.natsOpts = []nats.Option{nats.RootCAs(p.caFile), nats.ClientCert(p.certFile, p.keyFile)}
+	e.natsOpts = []nats.Option{nats.RootCAs(p.CA), nats.ClientCert(p.ClientCert, p.ClientKey)}
 	w := newSeqWorkload(t, e)
 	url := e.natsURL()
 	// tlsConfig writes the fault config of name with the nats section's
@@ -154,7 +136,7 @@ func TestNATSTLS(t *testing.T) {
 	}
 
 	t.Run("mutual TLS, exactly once across NATS restarts", func(t *testing.T) {
-		r := e.start(tlsConfig("ntls", "ca_file", p.caFile, "cert_file", p.certFile, "key_file", p.keyFile))
+		r := e.start(tlsConfig("ntls", "ca_file", p.CA, "cert_file", p.ClientCert, "key_file", p.ClientKey))
 		waitReady(t, r)
 		w.start(3, 3*time.Millisecond)
 		for range 2 {
@@ -171,8 +153,8 @@ func TestNATSTLS(t *testing.T) {
 
 	t.Run("a sink with its own url takes its own tls keys", func(t *testing.T) {
 		path := faultConfig(e, "ntlsown", e.pg.DSN(""), url, "")
-		edit(t, path, "  url: "+url+"\nsources:", "  url: "+url+"\n"+tlsKeys("  ", "ca_file", p.caFile, "cert_file", p.certFile, "key_file", p.keyFile)+"\nsources:",
-			"      url: "+url+"\n      stream:", "      url: "+url+"\n"+tlsKeys("      ", "ca_file", p.caFile, "cert_file", p.certFile, "key_file", p.keyFile)+"\n      stream:")
+		edit(t, path, "  url: "+url+"\nsources:", "  url: "+url+"\n"+tlsKeys("  ", "ca_file", p.CA, "cert_file", p.ClientCert, "key_file", p.ClientKey)+"\nsources:",
+			"      url: "+url+"\n      stream:", "      url: "+url+"\n"+tlsKeys("      ", "ca_file", p.CA, "cert_file", p.ClientCert, "key_file", p.ClientKey)+"\n      stream:")
 		r := e.start(path)
 		waitReady(t, r)
 		e.pg.ExecT(t, `INSERT INTO fw (writer, wseq, part, parts) VALUES (99, 1, 0, 1)`)
@@ -181,58 +163,46 @@ func TestNATSTLS(t *testing.T) {
 
 		// Without them the sink connects in plain text, which the server refuses.
 		path = faultConfig(e, "ntlsbare", e.pg.DSN(""), url, "")
-		edit(t, path, "  url: "+url+"\nsources:", "  url: "+url+"\n"+tlsKeys("  ", "ca_file", p.caFile, "cert_file", p.certFile, "key_file", p.keyFile)+"\nsources:")
+		edit(t, path, "  url: "+url+"\nsources:", "  url: "+url+"\n"+tlsKeys("  ", "ca_file", p.CA, "cert_file", p.ClientCert, "key_file", p.ClientKey)+"\nsources:")
 		startFails(t, path, "is not signed by a CA this system trusts, and sinks.js.config.tls.ca_file is not set", "fix: set sinks.js.config.tls.ca_file")
 	})
 
 	t.Run("tls:// with the system's roots", func(t *testing.T) {
-		oneWay := natsembed.StartT(t, natsembed.Options{TLS: &tls.Config{Certificates: []tls.Certificate{p.server}, MinVersion: tls.VersionTLS12}})
+		oneWay := natsembed.StartT(t, natsembed.Options{TLS: &tls.Config{Certificates: []tls.Certificate{server}, MinVersion: tls.VersionTLS12}})
 		sysURL := "tls://" + strings.TrimPrefix(oneWay.URL(), "nats://")
 		path := faultConfig(e, "nsysroots", e.pg.DSN(""), sysURL, "")
-		t.Setenv("SSL_CERT_FILE", p.caFile) // the bridge binary's system roots
+		t.Setenv("SSL_CERT_FILE", p.CA) // the bridge binary's system roots
 		proc := startProc(t, bridgeBinary(t), path)
 		defer proc.term(t)
 		waitSlotActive(t, e, "slot_nsysroots")
 		e.pg.ExecT(t, `INSERT INTO fw (writer, wseq, part, parts) VALUES (98, 1, 0, 1)`)
-		nc, err := nats.Connect(sysURL, nats.RootCAs(p.caFile))
-		require.NoError(t, err)
-		defer nc.Close()
-		js, err := jetstream.New(nc)
-		require.NoError(t, err)
-		require.Eventually(t, func() bool {
-			s, err := js.Stream(t.Context(), "CDC_nsysroots")
-			if err != nil {
-				return false
-			}
-			info, err := s.Info(t.Context())
-			return err == nil && info.State.Msgs >= 1
-		}, time.Minute, 50*time.Millisecond, "the bridge streams over tls:// verified by the system's roots; its output:\n%s", proc.out)
+		waitMsgs(t, sysURL, "CDC_nsysroots", 1, []nats.Option{nats.RootCAs(p.CA)}, "the bridge streams over tls:// verified by the system's roots; its output:\n%s", proc.out)
 	})
 
 	t.Run("wrong CA", func(t *testing.T) {
-		startFails(t, tlsConfig("nwrongca", "ca_file", p.otherCAFile, "cert_file", p.certFile, "key_file", p.keyFile),
-			"nats.tls.ca_file "+p.otherCAFile+" does not sign the NATS server's certificate (issued by CN=nats test CA)",
+		startFails(t, tlsConfig("nwrongca", "ca_file", p.OtherCA, "cert_file", p.ClientCert, "key_file", p.ClientKey),
+			"nats.tls.ca_file "+p.OtherCA+" does not sign the NATS server's certificate (issued by CN=pgtest CA)",
 			"fix: set nats.tls.ca_file to the PEM file of the CA that signed the NATS server's certificate")
 	})
 	t.Run("expired client certificate", func(t *testing.T) {
-		startFails(t, tlsConfig("nexpired", "ca_file", p.caFile, "cert_file", p.expiredCert, "key_file", p.expiredKey),
-			"nats.tls.cert_file: the client certificate in "+p.expiredCert+" expired at ", ": renew it")
+		startFails(t, tlsConfig("nexpired", "ca_file", p.CA, "cert_file", p.ExpiredClientCert, "key_file", p.ExpiredClientKey),
+			"nats.tls.cert_file: the client certificate in "+p.ExpiredClientCert+" expired at ", ": renew it")
 	})
 	t.Run("no client certificate", func(t *testing.T) {
-		startFails(t, tlsConfig("nnocert", "ca_file", p.caFile),
+		startFails(t, tlsConfig("nnocert", "ca_file", p.CA),
 			"the NATS server requires a client certificate (tls verify: true), and nats.tls.cert_file is not set",
 			"fix: set nats.tls.cert_file and nats.tls.key_file to a client certificate signed by a CA the NATS server trusts")
 	})
 	t.Run("CA file that does not exist", func(t *testing.T) {
-		startFails(t, tlsConfig("nnoca", "ca_file", filepath.Join(t.TempDir(), "ca.pem"), "cert_file", p.certFile, "key_file", p.keyFile),
+		startFails(t, tlsConfig("nnoca", "ca_file", filepath.Join(t.TempDir(), "ca.pem"), "cert_file", p.ClientCert, "key_file", p.ClientKey),
 			"nats.tls.ca_file: open ", "ca.pem: no such file or directory (want the PEM certificates of the CAs that sign the NATS servers' certificates)")
 	})
 	// Last: it replaces the server's certificate.
 	t.Run("expired server certificate", func(t *testing.T) {
 		e.stopNATS()
-		e.nsOpts.TLS = p.mutual(p.serverCert(t, time.Now().Add(-time.Hour)))
+		e.nsOpts.TLS = p.Mutual(serverCert(t, p, time.Now().Add(-time.Hour)))
 		e.startNATS()
-		startFails(t, tlsConfig("nsrvexpired", "ca_file", p.caFile, "cert_file", p.certFile, "key_file", p.keyFile),
+		startFails(t, tlsConfig("nsrvexpired", "ca_file", p.CA, "cert_file", p.ClientCert, "key_file", p.ClientKey),
 			"the NATS server's certificate is not valid now (x509: certificate has expired or is not yet valid",
 			"fix: renew the NATS server's certificate")
 	})

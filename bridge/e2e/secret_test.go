@@ -15,16 +15,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bridgecdc/bridge/bridge/cli"
 	"github.com/bridgecdc/bridge/internal/natsembed"
 	"github.com/bridgecdc/bridge/internal/pgtest"
+	"github.com/bridgecdc/bridge/internal/testpki"
 )
 
 // lockedBuffer is a bytes.Buffer safe for concurrent writers.
@@ -263,24 +262,14 @@ routes:
 	// NATS with TLS and client certificates, as an nkey user; a creds file
 	// the server refuses; a nats CLI context holding a password. What the
 	// key, seed, creds and context files hold never shows.
-	pki := newNATSPKI(t)
-	ukp, err := nkeys.CreateUser()
-	require.NoError(t, err)
-	upub, err := ukp.PublicKey()
-	require.NoError(t, err)
-	useed, err := ukp.Seed()
-	require.NoError(t, err)
+	pki := testpki.WriteCerts(t, t.TempDir(), "bridge")
+	upub, useed := natsembed.UserT(t)
 	nkeySeed := string(useed)
-	tlsNS := natsembed.StartT(t, natsembed.Options{TLS: pki.mutual(pki.server), Nkeys: []*server.NkeyUser{{Nkey: upub}}})
-	keyPEM, err := os.ReadFile(pki.keyFile)
+	tlsNS := natsembed.StartT(t, natsembed.Options{TLS: pki.Mutual(serverCert(t, pki, time.Time{})), Nkeys: []*server.NkeyUser{{Nkey: upub}}})
+	keyPEM, err := os.ReadFile(pki.ClientKey)
 	require.NoError(t, err)
 	keyLine := strings.Split(string(keyPEM), "\n")[1] // of the key's base64 body
-	op, err := natsembed.NewOperator("secrets")
-	require.NoError(t, err)
-	acct, err := op.NewAccount("A", true)
-	require.NoError(t, err)
-	credsBytes, err := acct.Creds("bridge", jwt.Permissions{}, time.Time{})
-	require.NoError(t, err)
+	credsBytes := natsembed.CredsT(t)
 	credsSeed := regexp.MustCompile(`SU[A-Z2-7]{50,}`).FindString(string(credsBytes))
 	require.NotEmpty(t, credsSeed)
 	const ctxPassword = "ctxPw5ecretH3w"
@@ -288,21 +277,14 @@ routes:
 	secrets = append(secrets, nkeySeed, keyLine, credsSeed, ctxPassword)
 
 	keys := fmt.Sprintf("  url: %s\n  nkey_seed_file: %s\n  tls: {ca_file: %s, cert_file: %s, key_file: %s}",
-		tlsNS.URL(), secretFile("bridge.nk", nkeySeed), pki.caFile, pki.certFile, pki.keyFile)
+		tlsNS.URL(), secretFile("bridge.nk", nkeySeed), pki.CA, pki.ClientCert, pki.ClientKey)
 	require.NoError(t, run(write("keys", dsn, keys), func() {
 		logged("streaming")()
 		pg.ExecT(t, `INSERT INTO items SELECT generate_series(11, 12)`)
 		nkeyOpt, err := nats.NkeyOptionFromSeed(filepath.Join(dir, "bridge.nk"))
 		require.NoError(t, err)
-		nc, err := nats.Connect(tlsNS.URL(), nkeyOpt, nats.RootCAs(pki.caFile), nats.ClientCert(pki.certFile, pki.keyFile))
-		require.NoError(t, err)
-		defer nc.Close()
-		js, err := jetstream.New(nc)
-		require.NoError(t, err)
-		require.Eventually(t, func() bool {
-			s, err := js.Stream(t.Context(), "CDC_secrets")
-			return err == nil && s.CachedInfo().State.Msgs > 0
-		}, 30*time.Second, 20*time.Millisecond, "the bridge streams over mutual TLS as an nkey user")
+		waitMsgs(t, tlsNS.URL(), "CDC_secrets", 1, []nats.Option{nkeyOpt, nats.RootCAs(pki.CA), nats.ClientCert(pki.ClientCert, pki.ClientKey)},
+			"the bridge streams over mutual TLS as an nkey user")
 	}))
 	badCreds := fmt.Sprintf("  url: nats://%s\n  creds: %s", natsAddr, secretFile("bridge.creds", string(credsBytes)))
 	err = run(write("badcreds", dsn, badCreds), nil)
@@ -310,7 +292,7 @@ routes:
 	errs += "\n" + err.Error()
 	write("ctx", dsn, "  context: "+ctxFile)
 	// A key that is not the certificate's: the error names the files.
-	write("badkey", dsn, fmt.Sprintf("  url: %s\n  tls: {ca_file: %s, cert_file: %s, key_file: %s}", tlsNS.URL(), pki.caFile, pki.certFile, pki.expiredKey))
+	write("badkey", dsn, fmt.Sprintf("  url: %s\n  tls: {ca_file: %s, cert_file: %s, key_file: %s}", tlsNS.URL(), pki.CA, pki.ClientCert, pki.ExpiredClientKey))
 
 	// Configs whose secrets cannot be read, or are not valid values.
 	write("missing", fileDSN, fmt.Sprintf("  url: nats://%s\n  token: ${file:%s}", natsAddr, filepath.Join(dir, "missing")))
@@ -331,7 +313,7 @@ routes:
 	require.Contains(t, out.String(), "CDC_secrets (sink js): 10 messages")
 	require.Contains(t, out.String(), "files.yaml: ok")
 	require.Contains(t, out.String(), "keys.yaml: ok")
-	require.Contains(t, logs.String()+errs, "does not hold the private key of "+pki.certFile, "the mismatched key is reported")
+	require.Contains(t, logs.String()+errs, "does not hold the private key of "+pki.ClientCert, "the mismatched key is reported")
 	require.Contains(t, logs.String()+errs, "missing (${file:...}) does not exist", "the missing file is reported")
 	require.Contains(t, logs.String()+errs, "sinks.hook.config.headers.Authorization: the value must not contain line breaks", "the broken config is reported")
 

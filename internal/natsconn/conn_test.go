@@ -24,44 +24,6 @@ import (
 	"github.com/bridgecdc/bridge/sinks"
 )
 
-// pki is a test's certificates: a CA and its server and client
-// certificates, an expired client certificate, and another CA with a
-// client certificate of its own.
-type pki struct {
-	dir                     string
-	ca, other               *testpki.CA
-	caFile, otherFile       string
-	clientCert, clientKey   string
-	otherCert, otherKey     string
-	expiredCert, expiredKey string
-	server                  tls.Certificate
-}
-
-func newPKI(t *testing.T) *pki {
-	t.Helper()
-	p := &pki{dir: t.TempDir(), ca: testpki.NewCA(t, "bridge test CA"), other: testpki.NewCA(t, "other CA")}
-	p.caFile, p.otherFile = p.ca.WriteCA(t, p.dir, "ca"), p.other.WriteCA(t, p.dir, "other")
-	p.clientCert, p.clientKey = p.ca.WriteFiles(t, p.dir, "client", testpki.Leaf{CommonName: "bridge", Client: true})
-	p.otherCert, p.otherKey = p.other.WriteFiles(t, p.dir, "otherclient", testpki.Leaf{CommonName: "bridge", Client: true})
-	p.expiredCert, p.expiredKey = p.ca.WriteFiles(t, p.dir, "expired", testpki.Leaf{CommonName: "bridge", Client: true,
-		NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-24 * time.Hour)})
-	p.server = p.serverCert(t, testpki.Localhost("nats"))
-	return p
-}
-
-func (p *pki) serverCert(t *testing.T, l testpki.Leaf) tls.Certificate {
-	t.Helper()
-	c, k := p.ca.Issue(t, l)
-	cert, err := tls.X509KeyPair(c, k)
-	require.NoError(t, err)
-	return cert
-}
-
-// mtls is a server config requiring client certificates of p's CA.
-func (p *pki) mtls(cert tls.Certificate) *tls.Config {
-	return &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: p.ca.Pool(), MinVersion: tls.VersionTLS12}
-}
-
 // connect resolves the nats section {url, c} and connects with it.
 func connect(t *testing.T, url string, c config.NATSClient) error {
 	t.Helper()
@@ -82,27 +44,28 @@ func connect(t *testing.T, url string, c config.NATSClient) error {
 // misconfiguration fails with one line naming the key, the file and the
 // fix, as a permanent error.
 func TestConnectTLS(t *testing.T) {
-	p := newPKI(t)
-	mtls := natsembed.StartT(t, natsembed.Options{TLS: p.mtls(p.server)})
-	oneWay := natsembed.StartT(t, natsembed.Options{TLS: &tls.Config{Certificates: []tls.Certificate{p.server}, MinVersion: tls.VersionTLS12}})
-	first := natsembed.StartT(t, natsembed.Options{TLS: &tls.Config{Certificates: []tls.Certificate{p.server}, MinVersion: tls.VersionTLS12}, TLSHandshakeFirst: true})
-	expired := natsembed.StartT(t, natsembed.Options{TLS: &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{p.serverCert(t, testpki.Leaf{
+	p := testpki.WriteCerts(t, t.TempDir(), "bridge")
+	server := p.Server(t, testpki.Localhost("nats"))
+	mtls := natsembed.StartT(t, natsembed.Options{TLS: p.Mutual(server)})
+	oneWay := natsembed.StartT(t, natsembed.Options{TLS: &tls.Config{Certificates: []tls.Certificate{server}, MinVersion: tls.VersionTLS12}})
+	first := natsembed.StartT(t, natsembed.Options{TLS: &tls.Config{Certificates: []tls.Certificate{server}, MinVersion: tls.VersionTLS12}, TLSHandshakeFirst: true})
+	expired := natsembed.StartT(t, natsembed.Options{TLS: &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{p.Server(t, testpki.Leaf{
 		CommonName: "old", IPs: testpki.Localhost("").IPs, NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-24 * time.Hour)})}}})
-	elsewhere := natsembed.StartT(t, natsembed.Options{TLS: &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{p.serverCert(t, testpki.Leaf{
+	elsewhere := natsembed.StartT(t, natsembed.Options{TLS: &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{p.Server(t, testpki.Leaf{
 		CommonName: "elsewhere", DNS: []string{"nats.example.com"}})}}})
 	plain := natsembed.StartT(t, natsembed.Options{})
 	tlsURL := func(s *natsembed.Server) string { return "tls://" + strings.TrimPrefix(s.URL(), "nats://") }
-	mutual := config.NATSTLS{CAFile: p.caFile, CertFile: p.clientCert, KeyFile: p.clientKey}
+	mutual := config.NATSTLS{CAFile: p.CA, CertFile: p.ClientCert, KeyFile: p.ClientKey}
 
 	t.Run("mutual TLS", func(t *testing.T) {
 		require.NoError(t, connect(t, mtls.URL(), config.NATSClient{TLS: mutual}))
 		require.NoError(t, connect(t, tlsURL(mtls), config.NATSClient{TLS: mutual}))
 	})
 	t.Run("server name", func(t *testing.T) {
-		require.NoError(t, connect(t, elsewhere.URL(), config.NATSClient{TLS: config.NATSTLS{CAFile: p.caFile, ServerName: "nats.example.com"}}))
+		require.NoError(t, connect(t, elsewhere.URL(), config.NATSClient{TLS: config.NATSTLS{CAFile: p.CA, ServerName: "nats.example.com"}}))
 	})
 	t.Run("handshake first", func(t *testing.T) {
-		require.NoError(t, connect(t, first.URL(), config.NATSClient{TLS: config.NATSTLS{CAFile: p.caFile, HandshakeFirst: true}}))
+		require.NoError(t, connect(t, first.URL(), config.NATSClient{TLS: config.NATSTLS{CAFile: p.CA, HandshakeFirst: true}}))
 	})
 	t.Run("insecure_skip_verify", func(t *testing.T) {
 		require.NoError(t, connect(t, oneWay.URL(), config.NATSClient{TLS: config.NATSTLS{InsecureSkipVerify: true}}))
@@ -114,32 +77,32 @@ func TestConnectTLS(t *testing.T) {
 		c    config.NATSClient
 		want []string
 	}{
-		{"wrong CA", mtls.URL(), config.NATSClient{TLS: config.NATSTLS{CAFile: p.otherFile, CertFile: p.clientCert, KeyFile: p.clientKey}},
-			[]string{"nats.tls.ca_file " + p.otherFile + " does not sign the NATS server's certificate (issued by CN=bridge test CA)",
+		{"wrong CA", mtls.URL(), config.NATSClient{TLS: config.NATSTLS{CAFile: p.OtherCA, CertFile: p.ClientCert, KeyFile: p.ClientKey}},
+			[]string{"nats.tls.ca_file " + p.OtherCA + " does not sign the NATS server's certificate (issued by CN=pgtest CA)",
 				"fix: set nats.tls.ca_file to the PEM file of the CA that signed the NATS server's certificate"}},
 		{"no CA for a server of a private CA", tlsURL(oneWay), config.NATSClient{},
-			[]string{"the NATS server's certificate (issued by CN=bridge test CA) is not signed by a CA this system trusts, and nats.tls.ca_file is not set",
+			[]string{"the NATS server's certificate (issued by CN=pgtest CA) is not signed by a CA this system trusts, and nats.tls.ca_file is not set",
 				"fix: set nats.tls.ca_file"}},
-		{"no client certificate", mtls.URL(), config.NATSClient{TLS: config.NATSTLS{CAFile: p.caFile}},
+		{"no client certificate", mtls.URL(), config.NATSClient{TLS: config.NATSTLS{CAFile: p.CA}},
 			[]string{"the NATS server requires a client certificate (tls verify: true), and nats.tls.cert_file is not set",
 				"fix: set nats.tls.cert_file and nats.tls.key_file to a client certificate signed by a CA the NATS server trusts"}},
-		{"client certificate of another CA", mtls.URL(), config.NATSClient{TLS: config.NATSTLS{CAFile: p.caFile, CertFile: p.otherCert, KeyFile: p.otherKey}},
-			[]string{"the NATS server refused the client certificate in nats.tls.cert_file " + p.otherCert,
+		{"client certificate of another CA", mtls.URL(), config.NATSClient{TLS: config.NATSTLS{CAFile: p.CA, CertFile: p.OtherClientCert, KeyFile: p.OtherClientKey}},
+			[]string{"the NATS server refused the client certificate in nats.tls.cert_file " + p.OtherClientCert,
 				"fix: use a client certificate signed by a CA in the NATS server's tls ca_file"}},
-		{"expired server certificate", expired.URL(), config.NATSClient{TLS: config.NATSTLS{CAFile: p.caFile}},
+		{"expired server certificate", expired.URL(), config.NATSClient{TLS: config.NATSTLS{CAFile: p.CA}},
 			[]string{"the NATS server's certificate is not valid now (x509: certificate has expired or is not yet valid",
 				"fix: renew the NATS server's certificate"}},
-		{"server certificate for another host", elsewhere.URL(), config.NATSClient{TLS: config.NATSTLS{CAFile: p.caFile}},
+		{"server certificate for another host", elsewhere.URL(), config.NATSClient{TLS: config.NATSTLS{CAFile: p.CA}},
 			[]string{"the NATS server's certificate is not valid for 127.0.0.1: it names nats.example.com",
 				"fix: connect with a name the certificate holds (nats.url), or set nats.tls.server_name to one of them"}},
-		{"TLS to a server without it", plain.URL(), config.NATSClient{TLS: config.NATSTLS{CAFile: p.caFile}},
+		{"TLS to a server without it", plain.URL(), config.NATSClient{TLS: config.NATSTLS{CAFile: p.CA}},
 			[]string{"does not offer TLS, which the bridge requires because nats.tls.ca_file is set", "fix: turn TLS on in the NATS server"}},
 		{"tls:// to a server without it", tlsURL(plain), config.NATSClient{},
 			[]string{"does not offer TLS, which the bridge requires because nats.url is a tls:// URL"}},
-		{"handshake_first to a server that sends INFO first", oneWay.URL(), config.NATSClient{TLS: config.NATSTLS{CAFile: p.caFile, HandshakeFirst: true}},
+		{"handshake_first to a server that sends INFO first", oneWay.URL(), config.NATSClient{TLS: config.NATSTLS{CAFile: p.CA, HandshakeFirst: true}},
 			[]string{"the NATS server does not start with TLS, but nats.tls.handshake_first is set", "fix: remove nats.tls.handshake_first"}},
-		{"expired client certificate (found before connecting)", mtls.URL(), config.NATSClient{TLS: config.NATSTLS{CAFile: p.caFile, CertFile: p.expiredCert, KeyFile: p.expiredKey}},
-			[]string{"nats.tls.cert_file: the client certificate in " + p.expiredCert + " expired at ", "renew it"}},
+		{"expired client certificate (found before connecting)", mtls.URL(), config.NATSClient{TLS: config.NATSTLS{CAFile: p.CA, CertFile: p.ExpiredClientCert, KeyFile: p.ExpiredClientKey}},
+			[]string{"nats.tls.cert_file: the client certificate in " + p.ExpiredClientCert + " expired at ", "renew it"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := connect(t, c.url, c.c)
@@ -160,7 +123,7 @@ func TestConnectTLS(t *testing.T) {
 // TestCheckFiles: the files the keys name are read at start, each problem
 // at its key, naming the file and what it should hold.
 func TestCheckFiles(t *testing.T) {
-	p := newPKI(t)
+	p := testpki.WriteCerts(t, t.TempDir(), "bridge")
 	dir := t.TempDir()
 	write := func(name, content string) string {
 		f := filepath.Join(dir, name)
@@ -187,17 +150,17 @@ func TestCheckFiles(t *testing.T) {
 		}
 		return out
 	}
-	assert.Empty(t, check(config.NATSClient{TLS: config.NATSTLS{CAFile: p.caFile, CertFile: p.clientCert, KeyFile: p.clientKey}}))
+	assert.Empty(t, check(config.NATSClient{TLS: config.NATSTLS{CAFile: p.CA, CertFile: p.ClientCert, KeyFile: p.ClientKey}}))
 	assert.Equal(t, []string{"nats.tls.ca_file: open /nonexistent/ca.crt: no such file or directory (want the PEM certificates of the CAs that sign the NATS servers' certificates)"},
 		check(config.NATSClient{TLS: config.NATSTLS{CAFile: "/nonexistent/ca.crt"}}))
 	notPEM := write("notpem.crt", "hello")
 	assert.Equal(t, []string{"nats.tls.ca_file: no PEM certificate in " + notPEM + " (want the PEM certificates of the CAs that sign the NATS servers' certificates)"},
 		check(config.NATSClient{TLS: config.NATSTLS{CAFile: notPEM}}))
-	assert.Equal(t, []string{"nats.tls.key_file: " + p.otherKey + " does not hold the private key of " + p.clientCert + ": tls: private key does not match public key"},
-		check(config.NATSClient{TLS: config.NATSTLS{CertFile: p.clientCert, KeyFile: p.otherKey}}))
+	assert.Equal(t, []string{"nats.tls.key_file: " + p.OtherClientKey + " does not hold the private key of " + p.ClientCert + ": tls: private key does not match public key"},
+		check(config.NATSClient{TLS: config.NATSTLS{CertFile: p.ClientCert, KeyFile: p.OtherClientKey}}))
 	assert.Equal(t, []string{"nats.tls.cert_file: no PEM certificate in " + notPEM + " (want the PEM client certificate the bridge presents to NATS, leaf first)"},
-		check(config.NATSClient{TLS: config.NATSTLS{CertFile: notPEM, KeyFile: p.clientKey}}))
-	got := check(config.NATSClient{TLS: config.NATSTLS{CertFile: p.expiredCert, KeyFile: p.expiredKey}})
+		check(config.NATSClient{TLS: config.NATSTLS{CertFile: notPEM, KeyFile: p.ClientKey}}))
+	got := check(config.NATSClient{TLS: config.NATSTLS{CertFile: p.ExpiredClientCert, KeyFile: p.ExpiredClientKey}})
 	require.Len(t, got, 1)
 	assert.Regexp(t, `^nats\.tls\.cert_file: the client certificate in .*expired\.crt expired at 20\d\d-.*Z: renew it \(it is read again at each reconnect\)$`, got[0])
 
@@ -224,12 +187,7 @@ func TestCheckFiles(t *testing.T) {
 // with nats.nkey_seed_file and nats.creds; refused credentials say which.
 func TestNKeyAndCreds(t *testing.T) {
 	dir := t.TempDir()
-	kp, err := nkeys.CreateUser()
-	require.NoError(t, err)
-	pub, err := kp.PublicKey()
-	require.NoError(t, err)
-	seed, err := kp.Seed()
-	require.NoError(t, err)
+	pub, seed := natsembed.UserT(t)
 	seedFile := filepath.Join(dir, "bridge.nk")
 	require.NoError(t, os.WriteFile(seedFile, seed, 0o600))
 	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, Nkeys: []*server.NkeyUser{{Nkey: pub}}})
@@ -240,10 +198,7 @@ func TestNKeyAndCreds(t *testing.T) {
 	require.NoError(t, connect(t, ns.ClientURL(), config.NATSClient{NKeySeedFile: seedFile}))
 	err = connect(t, ns.ClientURL(), config.NATSClient{})
 	require.ErrorContains(t, err, "requires authentication, and no credentials are set")
-	other, err := nkeys.CreateUser()
-	require.NoError(t, err)
-	oseed, err := other.Seed()
-	require.NoError(t, err)
+	_, oseed := natsembed.UserT(t)
 	otherFile := filepath.Join(dir, "other.nk")
 	require.NoError(t, os.WriteFile(otherFile, oseed, 0o600))
 	err = connect(t, ns.ClientURL(), config.NATSClient{NKeySeedFile: otherFile})

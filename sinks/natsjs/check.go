@@ -256,7 +256,10 @@ func (s *Sink) apiFail(p *natsconn.Probe, doing, subject string, err error) conf
 func (s *Sink) connectFix(err error) string {
 	msg := strings.ToLower(err.Error())
 	keys := fmt.Sprintf("sinks.%s.config.creds, user, password or token (or the nats section, when url is empty)", s.name)
+	var explained *natsconn.Error
 	switch {
+	case errors.As(err, &explained):
+		return "" // the error says its fix
 	case strings.Contains(msg, "authorization"), strings.Contains(msg, "authentication"):
 		return "check the credentials: " + keys
 	case strings.Contains(msg, "no servers available"), strings.Contains(msg, "connection refused"):

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -97,19 +96,13 @@ func TestConfig(t *testing.T) {
 	})
 }
 
-// exampleCreds writes a valid .creds file for a doc example whose creds
-// key names a file that exists only in production (Validate reads it), and
-// returns its path.
+// exampleCreds writes a .creds file that parses, for a doc example whose
+// creds key names a file that exists only in production (Validate reads
+// it), and returns its path.
 func exampleCreds(t *testing.T) string {
 	t.Helper()
-	op, err := natsembed.NewOperator("O")
-	require.NoError(t, err)
-	acct, err := op.NewAccount("A", true)
-	require.NoError(t, err)
-	b, err := acct.Creds("bridge", jwt.Permissions{}, time.Time{})
-	require.NoError(t, err)
 	p := filepath.Join(t.TempDir(), "bridge.creds")
-	require.NoError(t, os.WriteFile(p, b, 0o600))
+	require.NoError(t, os.WriteFile(p, natsembed.CredsT(t), 0o600))
 	return p
 }
 
