@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bridgecdc/bridge/bridge/app"
+	"github.com/bridgecdc/bridge/bridge/cli"
 	"github.com/bridgecdc/bridge/config"
 	"github.com/bridgecdc/bridge/internal/natsembed"
 	"github.com/bridgecdc/bridge/internal/testpki"
@@ -109,6 +110,8 @@ func runFails(t *testing.T, path string, during func(), want ...string) (started
 //     bridge streams through it with nats.tls (the sink inheriting it),
 //     every committed change exactly once across two NATS restarts
 //     mid-stream (the reconnections verify and present certificates again);
+//   - `bridge status` connects with the same keys;
+//   - insecure_skip_verify connects without a CA and warns at every start;
 //   - a sink with its own url takes its own tls keys;
 //   - a tls:// URL without nats.tls verifies with the system's roots
 //     (SSL_CERT_FILE, for the bridge binary);
@@ -149,6 +152,24 @@ func TestNATSTLS(t *testing.T) {
 		w.halt()
 		check(t, e, w, "CDC_ntls")
 		r.stop(t)
+
+		// The helper commands use the same keys.
+		var out, errOut syncBuf
+		cmd := cli.NewCommand(&out, &errOut)
+		cmd.SetArgs([]string{"status", "-c", filepath.Join(e.dir, "ntls.yaml")})
+		require.NoError(t, cmd.Execute(), "bridge status over mutual TLS: %s", errOut.String())
+		require.Regexp(t, `CDC_ntls \(sink js\): [1-9][0-9]* messages`, out.String())
+	})
+
+	t.Run("insecure_skip_verify connects, and warns at every start", func(t *testing.T) {
+		path := tlsConfig("ninsecure", "insecure_skip_verify", "true", "cert_file", p.ClientCert, "key_file", p.ClientKey)
+		for range 2 {
+			var logs syncBuf
+			a := loggedApp(t, path, &logs)
+			require.NoError(t, a.Start(t.Context()))
+			a.Close()
+			require.Contains(t, logs.String(), `level=WARN msg="NATS TLS certificates are NOT verified: anyone between the bridge and NATS can read and change every change and checkpoint; set nats.tls.ca_file to the servers' CA and remove nats.tls.insecure_skip_verify"`)
+		}
 	})
 
 	t.Run("a sink with its own url takes its own tls keys", func(t *testing.T) {
