@@ -91,7 +91,7 @@ func TestLoadValid(t *testing.T) {
 		Name:    "shop",
 		DataDir: "/var/lib/bridge",
 		NATS: NATS{
-			URL: "nats://127.0.0.1:4222", User: "bridge", Password: "hunter2",
+			URL: "nats://127.0.0.1:4222", NATSClient: NATSClient{User: "bridge", Password: "hunter2"},
 			Embedded: Embedded{Host: "0.0.0.0", Port: -1, StoreDir: "/srv/nats", SyncAlways: true},
 		},
 		Sources: map[string]Plugin{"shop": {Type: "pgoutput", Config: map[string]any{

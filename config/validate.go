@@ -99,9 +99,7 @@ func (c *Config) validate(known Errors) Errors {
 	if r := c.Checkpoint.Replicas; r < 1 || r > maxReplicas {
 		add("checkpoint.replicas", "must be between 1 and %d, got %d", maxReplicas, r)
 	}
-	if p := c.NATS.Embedded.Port; p < -1 || p > 65535 {
-		add("nats.embedded.port", "must be a port number, or -1 for any free port, got %d", p)
-	}
+	c.NATS.validate(add)
 
 	c.HTTP.validate(add)
 	if !reflect.ValueOf(c.Serve).IsZero() { // a Config built in code without a serve section

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -88,6 +89,7 @@ type App struct {
 	run     string
 
 	embedded  *natsembed.Server
+	conn      natsconn.Conn // the nats section, resolved; set by startNATS
 	nc        *nats.Conn
 	pipelines []*pipeline.Pipeline
 	sinkConns []sinks.Sink
@@ -144,6 +146,9 @@ func New(cfg *config.Config, opts ...Option) (*App, error) {
 	errs = append(errs, telemetry.Validate(cfg)...)
 	errs = append(errs, serve.Validate(cfg)...) // serve.where, serve.auth, serve.tls
 	errs = append(errs, validateHTTP(cfg)...)   // http.tls
+	if n := cfg.NATS; n.URL != "" || n.Context != "" {
+		errs = append(errs, natsconn.Check("nats", n.URL, n.NATSClient, time.Now())...) // nats.context, the files of nats.creds, nats.tls...
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -175,11 +180,14 @@ func (a *App) newSink(name string, ne sinks.NATSEnv) (sinks.Sink, error) {
 	return p.New(a.cfg.Decoder(path, sc.Config), sinks.Env{Name: name, Logger: a.log.With("sink", name), NATS: ne})
 }
 
-// NATSURL returns the URL of the NATS server in use (embedded or configured);
-// valid after Start.
+// NATSURL returns the URL of the NATS server in use (embedded, configured,
+// or nats.context's); valid after Start.
 func (a *App) NATSURL() string {
 	if a.embedded != nil {
 		return a.embedded.URL()
+	}
+	if a.conn.URL != "" {
+		return a.conn.URL
 	}
 	return a.cfg.NATS.URL
 }
@@ -228,30 +236,48 @@ func (a *App) Start(ctx context.Context) error {
 // run` records the embedded server's address in data_dir for the helper
 // commands. helper is true for a helper command (resync) that starts the
 // embedded server only because no bridge runs, and says so.
+//
+// The embedded server listens on nats.embedded.host (127.0.0.1 unless
+// set); with nats.user and password, or nats.token, it requires them of
+// every client (config.Validate refuses a host beyond loopback without
+// them).
 func (a *App) startNATS(helper bool) (sinks.NATSEnv, error) {
 	nc := a.cfg.NATS
-	ne := sinks.NATSEnv{URL: nc.URL, Creds: nc.Creds, User: nc.User, Password: nc.Password, Token: nc.Token}
+	conn, err := natsconn.Resolve("nats", nc.URL, nc.NATSClient)
+	if err != nil {
+		return sinks.NATSEnv{}, err
+	}
+	ne := sinks.NATSEnv{URL: conn.URL, NATSClient: nc.NATSClient}
 	if ne.URL != "" {
+		conn.Warn(a.log)
+		a.conn = conn
 		return ne, nil
 	}
 	store := nc.Embedded.StoreDir
 	if store == "" {
 		store = filepath.Join(a.cfg.DataDir, "nats")
 	}
-	srv, err := natsembed.Start(natsembed.Options{Host: nc.Embedded.Host, Port: nc.Embedded.Port, StoreDir: store, SyncAlways: nc.Embedded.SyncAlways})
+	srv, err := natsembed.Start(natsembed.Options{Host: nc.Embedded.Host, Port: nc.Embedded.Port, StoreDir: store, SyncAlways: nc.Embedded.SyncAlways,
+		User: nc.User, Password: nc.Password, Token: nc.Token})
 	if err != nil {
 		return ne, fmt.Errorf("starting embedded NATS (nats.embedded in bridge.yaml; store %s): %w", store, err)
 	}
 	a.embedded = srv
 	ne.URL = srv.URL()
+	conn.URL = ne.URL
+	a.conn = conn
+	reach := "this machine only (loopback; nats.embedded.host)"
+	if host := srv.Options().Host; !config.IsLoopback(net.JoinHostPort(host, "0")) {
+		reach = "other machines too (" + host + "; clients must authenticate with nats.user and password or nats.token)"
+	}
 	if helper {
-		a.log.Info("started the embedded NATS server for this command: no bridge is running", "url", ne.URL, "store_dir", store)
+		a.log.Info("started the embedded NATS server for this command: no bridge is running", "url", ne.URL, "store_dir", store, "reachable_from", reach)
 		return ne, nil
 	}
 	if a.dropAddr, err = natsembed.WriteAddr(a.cfg.DataDir, srv); err != nil {
 		return ne, fmt.Errorf("data_dir: %w", err)
 	}
-	a.log.Info("embedded NATS server started", "url", ne.URL, "store_dir", store)
+	a.log.Info("embedded NATS server started", "url", ne.URL, "store_dir", store, "reachable_from", reach)
 	return ne, nil
 }
 
@@ -353,11 +379,14 @@ func (a *App) openCheckpoints(ctx context.Context, ne sinks.NATSEnv) (*checkpoin
 // tryCheckpoints is one attempt of openCheckpoints.
 func (a *App) tryCheckpoints(ctx context.Context, ne sinks.NATSEnv) (*checkpoint.Store, jetstream.JetStream, error) {
 	if a.nc == nil {
-		opts := []nats.Option{nats.Name("bridge " + a.cfg.Name + " checkpoints"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
-		opts = append(opts, natsconn.AuthOptions(ne)...)
-		conn, err := nats.Connect(ne.URL, opts...)
+		c := a.conn
+		c.URL = ne.URL
+		conn, err := natsconn.Connect(c, "bridge "+a.cfg.Name+" checkpoints", nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+				a.log.Warn("NATS async error (checkpoints)", "error", err) // a refused permission, reported apart from its request
+			}))
 		if err != nil {
-			return nil, nil, fmt.Errorf("connecting to NATS at %s: %w", config.Redact(ne.URL), err)
+			return nil, nil, fmt.Errorf("NATS for the checkpoints: %w", err)
 		}
 		a.nc = conn
 	}

@@ -19,10 +19,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/internal/kvkey"
+	"github.com/bridgecdc/bridge/internal/natsconn"
 )
 
 // ErrFenced is returned (wrapped) by Save when the key holds a revision
@@ -90,7 +92,18 @@ func (s *State) UnmarshalJSON(b []byte) error {
 // compare-and-set enforces.
 type Store struct {
 	kv     jetstream.KeyValue
+	nc     *nats.Conn
 	bucket string
+}
+
+// denied returns, for err, the failure of a round trip on nc that got no
+// answer because the server refused a permission, the error naming the
+// subject and the permission to grant (natsconn.PermissionDenied); else err.
+func denied(nc *nats.Conn, err error) error {
+	if d := natsconn.PermissionDenied(nc, err); d != nil {
+		return d
+	}
+	return err
 }
 
 // Open returns the store for bucket, creating the bucket (file storage,
@@ -114,9 +127,9 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, replicas i
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("opening checkpoint bucket %q: %w", bucket, err)
+		return nil, fmt.Errorf("opening checkpoint bucket %q: %w", bucket, denied(js.Conn(), err))
 	}
-	return &Store{kv: kv, bucket: bucket}, nil
+	return &Store{kv: kv, nc: js.Conn(), bucket: bucket}, nil
 }
 
 // Load returns the state under key and its revision; a missing (or
@@ -128,7 +141,7 @@ func (s *Store) Load(ctx context.Context, key string) (State, uint64, error) {
 		return State{}, 0, nil
 	}
 	if err != nil {
-		return State{}, 0, fmt.Errorf("loading checkpoint %q from bucket %q: %w", key, s.bucket, err)
+		return State{}, 0, fmt.Errorf("loading checkpoint %q from bucket %q: %w", key, s.bucket, denied(s.nc, err))
 	}
 	var st State
 	if err := json.Unmarshal(e.Value(), &st); err != nil {
@@ -167,7 +180,7 @@ func (s *Store) Save(ctx context.Context, key string, st State, rev uint64) (uin
 		return next, nil
 	}
 	if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		return 0, fmt.Errorf("saving checkpoint %q to bucket %q at revision %d: %w", key, s.bucket, rev, err)
+		return 0, fmt.Errorf("saving checkpoint %q to bucket %q at revision %d: %w", key, s.bucket, rev, denied(s.nc, err))
 	}
 	cur, curRev, lerr := s.Load(ctx, key)
 	if lerr == nil && curRev > rev && sameWrite(cur, st) {

@@ -101,10 +101,10 @@ only follows the snapshot running now, such as the initial one.`,
 					list = resolved // as checked: a bare name is public's
 				}
 			}
-			ne := sinks.NATSEnv{URL: url, Creds: cfg.NATS.Creds, User: cfg.NATS.User, Password: cfg.NATS.Password, Token: cfg.NATS.Token}
-			nc, err := nats.Connect(url, append([]nats.Option{nats.Name("bridge " + cfg.Name + " snapshot"), nats.Timeout(5 * time.Second)}, natsconn.AuthOptions(ne)...)...)
+			conn := natsconn.Env(sinks.NATSEnv{URL: url, NATSClient: cfg.NATS.NATSClient})
+			nc, err := natsconn.Connect(conn, "bridge "+cfg.Name+" snapshot", nats.Timeout(5*time.Second))
 			if err != nil {
-				return fmt.Errorf("connecting to NATS at %s: %w", config.Redact(url), err)
+				return err
 			}
 			defer nc.Close()
 			js, err := jetstream.New(nc)

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -110,26 +109,31 @@ type Stream struct {
 // read.
 func Query(ctx context.Context, cfg *config.Config) *Report {
 	rep := &Report{Bridge: cfg.Name, OK: true}
-	conns := map[string]*nats.Conn{}
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
 	url, natsErr := FindNATS(cfg)
 	rep.NATS = config.Redact(url)
-	base := sinks.NATSEnv{URL: url, Creds: cfg.NATS.Creds, User: cfg.NATS.User, Password: cfg.NATS.Password, Token: cfg.NATS.Token}
-	connect := func(ne sinks.NATSEnv) (jetstream.JetStream, error) {
-		key := strings.Join([]string{ne.URL, ne.Creds, ne.User, ne.Password, ne.Token}, "\x00")
-		nc, ok := conns[key]
-		if !ok {
-			opts := append([]nats.Option{nats.Name("bridge " + cfg.Name + " status"), nats.Timeout(5 * time.Second), nats.MaxReconnects(0)}, natsconn.AuthOptions(ne)...)
-			var err error
-			if nc, err = nats.Connect(ne.URL, opts...); err != nil {
-				return nil, fmt.Errorf("connecting to NATS at %s: %w", config.Redact(ne.URL), err)
-			}
-			conns[key] = nc
+	env := sinks.NATSEnv{URL: url, NATSClient: cfg.NATS.NATSClient}
+	base := natsconn.Env(env)
+	type conn struct {
+		c  natsconn.Conn
+		nc *nats.Conn
+	}
+	var conns []conn
+	defer func() {
+		for _, c := range conns {
+			c.nc.Close()
 		}
+	}()
+	connect := func(c natsconn.Conn) (jetstream.JetStream, error) {
+		for _, o := range conns {
+			if o.c.Same(c) {
+				return jetstream.New(o.nc)
+			}
+		}
+		nc, err := natsconn.Connect(c, "bridge "+cfg.Name+" status", nats.Timeout(5*time.Second), nats.MaxReconnects(0))
+		if err != nil {
+			return nil, err
+		}
+		conns = append(conns, conn{c, nc})
 		return jetstream.New(nc)
 	}
 
@@ -185,15 +189,14 @@ func Query(ctx context.Context, cfg *config.Config) *Report {
 			}
 			stream, _ := sk.Config["stream"].(string)
 			ss := Stream{Sink: sn, Stream: stream}
-			ne := base
-			if u, _ := sk.Config["url"].(string); u != "" {
-				ne = sinks.NATSEnv{URL: u}
-				ne.Creds, _ = sk.Config["creds"].(string)
-				ne.User, _ = sk.Config["user"].(string)
-				ne.Password, _ = sk.Config["password"].(string)
-				ne.Token, _ = sk.Config["token"].(string)
-			} else if natsErr != nil {
-				ss.Error = natsErr.Error()
+			ne, err := natsconn.SinkOf(cfg, sn, env)
+			u, _ := sk.Config["url"].(string)
+			x, _ := sk.Config["context"].(string)
+			if err == nil && natsErr != nil && u == "" && x == "" {
+				err = natsErr // the bridge's NATS, which is not there
+			}
+			if err != nil {
+				ss.Error = err.Error()
 				st.Streams = append(st.Streams, ss)
 				continue
 			}
@@ -242,7 +245,7 @@ func statusCheckpoint(ctx context.Context, js jetstream.JetStream, bucket, key s
 	return cs, nil
 }
 
-func statusStream(ctx context.Context, connect func(sinks.NATSEnv) (jetstream.JetStream, error), ne sinks.NATSEnv, ss *Stream) error {
+func statusStream(ctx context.Context, connect func(natsconn.Conn) (jetstream.JetStream, error), ne natsconn.Conn, ss *Stream) error {
 	if ss.Stream == "" {
 		return errors.New("the sink has no stream")
 	}
@@ -281,6 +284,13 @@ func statusStream(ctx context.Context, connect func(sinks.NATSEnv) (jetstream.Je
 func FindNATS(cfg *config.Config) (string, error) {
 	if cfg.NATS.URL != "" {
 		return cfg.NATS.URL, nil
+	}
+	if cfg.NATS.Context != "" {
+		c, err := natsconn.Resolve("nats", "", cfg.NATS.NATSClient)
+		if err != nil {
+			return "", err
+		}
+		return c.URL, nil
 	}
 	e := cfg.NATS.Embedded
 	host := e.Host
