@@ -397,6 +397,11 @@ type ConfigSource struct {
 	// whole and the running configuration goes on. The entry cannot itself
 	// set config. Default "" (none).
 	KV string `koanf:"kv"`
+	// Watch makes `bridge run` reload the configuration when the file
+	// changes (written, replaced, re-linked as Kubernetes does with a
+	// ConfigMap) and when the config.kv entry gets a new revision. SIGHUP
+	// and the reload endpoint reload it either way. Default true.
+	Watch bool `koanf:"watch"`
 }
 
 // KVLocation splits config.kv into its bucket and key; ok is false when

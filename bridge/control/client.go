@@ -125,9 +125,6 @@ func all[T any](ctx context.Context, c *Client, action string, body []byte) ([]T
 	var errs []*Error
 	for _, a := range as {
 		if a.err != nil {
-			var id Identity
-			_ = json.Unmarshal(a.data, &id)
-			a.err.Instance = id.Instance
 			errs = append(errs, a.err)
 			continue
 		}
@@ -250,7 +247,9 @@ func (c *Client) onSource(ctx context.Context, action, source string, req, out a
 		return err
 	}
 	if e := as[0].err; e != nil {
-		e.Instance = inst
+		if e.Instance == "" {
+			e.Instance = inst
+		}
 		return e
 	}
 	return json.Unmarshal(as[0].data, out)

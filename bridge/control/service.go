@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"regexp"
 	"strings"
@@ -153,7 +154,7 @@ func (h *handler) async(fn func(micro.Request)) func(micro.Request) {
 func (h *handler) status(req micro.Request) {
 	ctx, cancel := context.WithTimeout(h.s.ctx, 10*time.Second)
 	defer cancel()
-	respond(req, h.b.Status(ctx), nil)
+	h.respond(req, h.b.Status(ctx), nil)
 }
 
 func (h *handler) sources(req micro.Request) {
@@ -164,7 +165,7 @@ func (h *handler) sources(req micro.Request) {
 	for _, s := range st.Sources {
 		out.Sources = append(out.Sources, SourceInfo{Name: s.Name, Type: s.Type, State: s.State, Holder: s.Holder})
 	}
-	respond(req, out, nil)
+	h.respond(req, out, nil)
 }
 
 func (h *handler) reload(req micro.Request) {
@@ -172,7 +173,7 @@ func (h *handler) reload(req micro.Request) {
 	defer cancel()
 	r, err := h.b.Reload(ctx)
 	r.Identity = h.id()
-	respond(req, r, err)
+	h.respond(req, r, err)
 }
 
 // onSource answers an action on the source its subject's last token names:
@@ -190,13 +191,13 @@ func (h *handler) onSource(fn func(ctx context.Context, source string, body []by
 		case target == "" && !holds:
 			return // the holder answers; when none does, the caller falls back
 		case !runs:
-			respond(req, nil, Errorf(CodeNotFound, "bridge %s (instance %s) runs no source named %q", h.o.Bridge, h.o.Instance, source))
+			h.respond(req, nil, Errorf(CodeNotFound, "bridge %s (instance %s) runs no source named %q", h.o.Bridge, h.o.Instance, source))
 			return
 		}
 		ctx, cancel := context.WithTimeout(h.s.ctx, h.o.MaxWait)
 		defer cancel()
 		out, err := fn(ctx, source, req.Data())
-		respond(req, out, err)
+		h.respond(req, out, err)
 	}
 }
 
@@ -279,12 +280,13 @@ func decode(body []byte, v any) error {
 }
 
 // respond answers with v as JSON, or with err as a service error.
-func respond(req micro.Request, v any, err error) {
+func (h *handler) respond(req micro.Request, v any, err error) {
 	if err != nil {
-		e, ok := err.(*Error)
-		if !ok {
+		var e *Error
+		if !errors.As(err, &e) {
 			e = &Error{Code: CodeFailed, Description: err.Error()}
 		}
+		e.Instance = h.o.Instance
 		if e.Code == "" {
 			e.Code = CodeFailed
 		}
