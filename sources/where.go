@@ -40,7 +40,7 @@ type WhereChecker interface {
 //
 // where a column is an identifier ([A-Za-z_][A-Za-z0-9_$]*, matched as
 // lowercase as Postgres does) or a "quoted" name, and a literal is a
-// 'quoted string' (” for a quote), a number, true or false. Nothing else
+// 'quoted string' (a quote doubled inside), a number, true or false. Nothing else
 // is accepted (no OR, no parentheses but IN's, no functions, no
 // subqueries, no comments), so a where can only ever select rows of the
 // table it is given for. An empty string is no condition.
