@@ -41,9 +41,11 @@ func WithConfigFile(path string, opts ...config.Option) Option {
 // entry's (unreachable, missing) as config.Errors at config.kv.
 func LoadConfig(ctx context.Context, path string, opts ...config.Option) (*config.Config, string, uint64, error) {
 	cfg, err := config.Load(path, opts...)
-	if err != nil || cfg.Config.KV == "" {
+	if cfg == nil || cfg.Config.KV == "" {
 		return cfg, "file " + path, 0, err
 	}
+	// The file alone may well be incomplete (no sources): its problems
+	// are judged with the entry layered over it.
 	bucket, key, _ := cfg.Config.KVLocation()
 	name := "kv " + bucket + "/" + key
 	doc, rev, err := fetchConfig(ctx, cfg, bucket, key)

@@ -302,7 +302,20 @@ of the command. --direct skips the control endpoint.`,
 	resync.Flags().BoolVar(&resyncDirect, "direct", false, "do not ask a running bridge: resync directly (refused while a bridge streams the source)")
 	root.AddCommand(run, validate, statusCmd, plugins, ver, resync)
 	root.AddCommand(newPauseCommand(load, printErrs, stdout, true), newPauseCommand(load, printErrs, stdout, false)) // control.go
-	root.AddCommand(newReloadCommand(load, printErrs, stdout))
+	// reload needs only the bridge's name and NATS settings: the running
+	// bridges judge the rest, and report its problems.
+	loadLoose := func() (*config.Config, error) {
+		cfg, _, _, err := app.LoadConfig(context.Background(), cfgPath, loadOpts(nil)...)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, missingConfig{path: cfgPath, err: err}
+		}
+		var ferrs config.Errors
+		if err != nil && (cfg == nil || cfg.Name == "" || !errors.As(err, &ferrs)) {
+			return nil, printErrs(err)
+		}
+		return cfg, nil
+	}
+	root.AddCommand(newReloadCommand(loadLoose, stdout))
 	root.AddCommand(newSnapshotCommand(load, printErrs, stdout)) // snapshot.go
 	root.AddCommand(serveCommand(loadWith, printErrs, stderr))   // feeds over HTTP: serve.go
 	usageArgs(root)

@@ -212,7 +212,7 @@ func resyncVia(ctx context.Context, cfg *config.Config, source, reason string, w
 }
 
 // newReloadCommand returns `bridge reload`.
-func newReloadCommand(load func(...app.Option) (*config.Config, *app.App, error), printErrs func(error) error, stdout io.Writer) *cobra.Command {
+func newReloadCommand(load func() (*config.Config, error), stdout io.Writer) *cobra.Command {
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "reload",
@@ -227,9 +227,9 @@ drained at a transaction boundary. Prints each instance's answer; exits 1 when
 one refused. SIGHUP does the same for one process.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, _, err := load()
+			cfg, err := load()
 			if err != nil {
-				return printErrs(err)
+				return err
 			}
 			nc, err := dialNATS(cfg, "reload")
 			if err != nil {
