@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"unicode"
 )
@@ -91,7 +92,16 @@ func FormatWhere(conds []Cond) string {
 	return strings.Join(parts, " AND ")
 }
 
-func quoteLiteral(v string) string { return "'" + strings.ReplaceAll(v, "'", "''") + "'" }
+// quoteLiteral writes v as a literal: bare when it reads back the same (a
+// plain number, true, false), else quoted.
+func quoteLiteral(v string) string {
+	if v == "true" || v == "false" || plainNumber.MatchString(v) {
+		return v
+	}
+	return "'" + strings.ReplaceAll(v, "'", "''") + "'"
+}
+
+var plainNumber = regexp.MustCompile(`^-?[0-9]+(\.[0-9]+)?$`)
 
 func plainIdent(s string) bool {
 	if s == "" {
