@@ -29,7 +29,7 @@ import (
 // with config.watch, when the file or the config.kv entry changes. Without
 // it the App cannot reload.
 func WithConfigFile(path string, opts ...config.Option) Option {
-	return func(a *App) { a.cfgPath, a.cfgOpts = path, opts }
+	return func(a *App) { a.cfgPath, a.cfgOpts, a.cfgFrom = path, opts, "file "+path }
 }
 
 // LoadConfig loads the configuration at path with opts (config.Load), and,

@@ -272,6 +272,7 @@ type mark struct {
 }
 
 func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
+	p.setHolder(false) // until this run opens the slot
 	st, rev, err := p.store.Load(ctx, p.key)
 	if err != nil {
 		return false, p.bucketGone(fmt.Errorf("loading checkpoint %q: %w", p.key, err))
