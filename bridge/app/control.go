@@ -79,7 +79,7 @@ func (r *runner) status() control.SourceStatus {
 	s := control.SourceStatus{
 		Name: r.source, Type: r.typ, State: string(ps.State), Since: ps.Since.UTC(), Holder: ps.Holder,
 		LastError: ps.LastError, Epoch: ps.Epoch, Checkpoint: ps.Checkpoint.String(), ConfigRev: ps.ConfigRev,
-		Paused: ps.Control.Paused, Delivered: ps.Delivered,
+		Paused: ps.Control.Paused, Delivered: ps.Delivered, Sinks: r.sinkNames, Streams: r.streams,
 	}
 	if !ps.LastErrorAt.IsZero() {
 		at := ps.LastErrorAt.UTC()

@@ -32,6 +32,9 @@ type runner struct {
 	pipe   *telemetry.Pipe
 	snap   *snapshot.Manager
 	gauge  *pgslot.Gauge
+	// sinkNames are the sinks its routes reach; streams the JetStream
+	// streams among them ("sink: stream"), for status.
+	sinkNames, streams []string
 	// built is the fingerprint of the configuration it was built from
 	// (fingerprint): a reload rebuilds the runner when it changes, and
 	// only swaps its router otherwise.
@@ -93,9 +96,13 @@ func (a *App) buildRunner(ctx context.Context, cfg *config.Config, rev, srcName 
 	if err != nil {
 		return nil, err
 	}
-	r := &runner{source: srcName, typ: cfg.Sources[srcName].Type, built: fingerprint(cfg, srcName), done: make(chan struct{})}
+	r := &runner{source: srcName, typ: cfg.Sources[srcName].Type, built: fingerprint(cfg, srcName), done: make(chan struct{}),
+		sinkNames: append([]string{}, used...), streams: []string{}}
 	var ps []pipeline.Sink
 	for _, sn := range used {
+		if stream, _ := cfg.Sinks[sn].Config["stream"].(string); stream != "" && cfg.Sinks[sn].Type == "nats_jetstream" {
+			r.streams = append(r.streams, sn+": "+stream)
+		}
 		s, err := a.newSinkFrom(cfg, sn, a.ne)
 		if err != nil {
 			r.closeSinks(a)

@@ -131,6 +131,10 @@ type SourceStatus struct {
 	PausedAt    *time.Time `json:"paused_at,omitempty"`
 	// Delivered counts the changes this process delivered.
 	Delivered uint64 `json:"delivered"`
+	// Sinks are the sinks the source's routes reach; Streams the
+	// JetStream streams among them ("sink: stream").
+	Sinks   []string `json:"sinks"`
+	Streams []string `json:"streams"`
 	// Slot is null for a source without a polled slot, or before the
 	// first poll.
 	Slot *Slot `json:"slot,omitempty"`
