@@ -8,6 +8,7 @@
 package config
 
 import (
+	"strings"
 	"time"
 )
 
@@ -43,6 +44,9 @@ type Config struct {
 	// `bridge run` ignores it. A flag named after a key, with dashes
 	// (--max-conns for max_conns), overrides the key when given.
 	Serve Serve `koanf:"serve"`
+	// Config says where more of the configuration comes from: a JetStream
+	// KV entry a fleet of bridges shares (docs/control.md).
+	Config ConfigSource `koanf:"config"`
 
 	// texts maps the YAML path of each value that came from a BRIDGE_*
 	// variable, an override or a ${VAR} reference and was read as a number
@@ -497,4 +501,28 @@ type ServeAuth struct {
 	// serve.tls or on loopback (a TLS-terminating proxy on the same host).
 	// Default false.
 	QueryToken bool `koanf:"query_token"`
+}
+
+// ConfigSource names a shared, versioned configuration kept in NATS.
+type ConfigSource struct {
+	// KV is "bucket/key": a JetStream KV entry holding YAML in the form of
+	// this file (sources, sinks, routes, ...), read through this file's
+	// nats section and layered over this file (its keys win; BRIDGE_*
+	// variables and flags win over both). `bridge run` watches the key and
+	// reloads when it changes; a version that fails validation is refused
+	// whole and the running configuration goes on. The entry cannot itself
+	// set config. Default "" (none).
+	KV string `koanf:"kv"`
+	// Watch makes `bridge run` reload the configuration when the file
+	// changes (written, replaced, re-linked as Kubernetes does with a
+	// ConfigMap) and when the config.kv entry gets a new revision. SIGHUP
+	// and the reload endpoint reload it either way. Default true.
+	Watch bool `koanf:"watch"`
+}
+
+// KVLocation splits config.kv into its bucket and key; ok is false when
+// config.kv is not set.
+func (c ConfigSource) KVLocation() (bucket, key string, ok bool) {
+	bucket, key, ok = strings.Cut(c.KV, "/")
+	return bucket, key, ok && c.KV != ""
 }

@@ -23,6 +23,9 @@ var (
 	logFormatValues = []string{"auto", "text", "json"}
 )
 
+// kvKeyRE is the syntax of a JetStream KV key.
+var kvKeyRE = regexp.MustCompile(`^[-/_=.a-zA-Z0-9]+$`)
+
 // headerRE is the syntax of an HTTP header name (RFC 9110 token).
 var headerRE = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 
@@ -81,6 +84,17 @@ func (c *Config) validate(known Errors) Errors {
 		add("name", "must be set")
 	case !nameRE.MatchString(c.Name):
 		add("name", "must match %s, got %q", nameRE, c.Name)
+	}
+	if c.Config.KV != "" {
+		bucket, key, ok := c.Config.KVLocation()
+		switch {
+		case !ok || bucket == "" || key == "":
+			add("config.kv", "must be \"bucket/key\", got %q", c.Config.KV)
+		case !nameRE.MatchString(bucket):
+			add("config.kv", "bucket %q must match %s", bucket, nameRE)
+		case !kvKeyRE.MatchString(key):
+			add("config.kv", "key %q must match %s (a JetStream KV key)", key, kvKeyRE)
+		}
 	}
 	checkPositive(add, "checkpoint.interval", c.Checkpoint.Interval)
 	checkPositive(add, "shutdown.timeout", c.Shutdown.Timeout)

@@ -60,5 +60,5 @@ func (a *App) Resync(ctx context.Context, source, reason string) (string, error)
 	if err := a.buildPipelines(ctx, js, store, ne, source); err != nil {
 		return "", err
 	}
-	return a.pipelines[0].Resync(ctx, reason)
+	return a.runners[source].p.Resync(ctx, reason)
 }

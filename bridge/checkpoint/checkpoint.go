@@ -49,6 +49,14 @@ type State struct {
 	Run string
 	// SystemID is the Postgres system_identifier of the source.
 	SystemID string
+	// ConfigRev is the revision of the configuration (config.Revision) in
+	// effect when the state was saved: the routes that published what
+	// the checkpoint covers last. Empty in checkpoints of older versions.
+	ConfigRev string
+	// Paused is true when the run that saved the state stopped at a
+	// transaction boundary because the operator paused the source
+	// (ControlKey); the next run that opens the slot saves it false.
+	Paused bool
 }
 
 // stateJSON is State's stored form; the LSN is kept in Postgres' "X/Y" form
@@ -60,6 +68,8 @@ type stateJSON struct {
 	UpdatedAt time.Time         `json:"updated_at"`
 	Run       string            `json:"run,omitempty"`
 	SystemID  string            `json:"system_id,omitempty"`
+	ConfigRev string            `json:"config_rev,omitempty"`
+	Paused    bool              `json:"paused,omitempty"`
 }
 
 // MarshalJSON encodes s with the LSN in Postgres form, e.g. "0/16B37A0".
@@ -67,6 +77,7 @@ func (s State) MarshalJSON() ([]byte, error) {
 	return json.Marshal(stateJSON{
 		Epoch: s.Epoch, LSN: s.LSN.String(), Cursors: s.Cursors,
 		UpdatedAt: s.UpdatedAt, Run: s.Run, SystemID: s.SystemID,
+		ConfigRev: s.ConfigRev, Paused: s.Paused,
 	})
 }
 
@@ -83,7 +94,8 @@ func (s *State) UnmarshalJSON(b []byte) error {
 			return err
 		}
 	}
-	*s = State{Epoch: j.Epoch, LSN: lsn, Cursors: j.Cursors, UpdatedAt: j.UpdatedAt, Run: j.Run, SystemID: j.SystemID}
+	*s = State{Epoch: j.Epoch, LSN: lsn, Cursors: j.Cursors, UpdatedAt: j.UpdatedAt, Run: j.Run, SystemID: j.SystemID,
+		ConfigRev: j.ConfigRev, Paused: j.Paused}
 	return nil
 }
 
@@ -220,7 +232,8 @@ func ownEarlierWrite(cur, st State) bool {
 // sameWrite reports whether cur is st as written by this very run.
 func sameWrite(cur, st State) bool {
 	return st.Run != "" && cur.Run == st.Run && cur.Epoch == st.Epoch && cur.LSN == st.LSN &&
-		cur.SystemID == st.SystemID && maps.Equal(cur.Cursors, st.Cursors)
+		cur.SystemID == st.SystemID && maps.Equal(cur.Cursors, st.Cursors) &&
+		cur.ConfigRev == st.ConfigRev && cur.Paused == st.Paused
 }
 
 // NewEpoch returns a fresh producer epoch: 8 lowercase base32 characters
