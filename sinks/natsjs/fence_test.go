@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bridgecdc/bridge/internal/natsembed"
@@ -187,6 +188,49 @@ func TestFenceOwnEarlierEpoch(t *testing.T) {
 			} else {
 				require.Equal(t, strconv.FormatUint(last.Sequence-1, 10), last.Header.Get("Nats-Expected-Last-Sequence"))
 			}
+		})
+	}
+}
+
+// TestFenceForeignWriterMidWrite: another writer's message lands in the
+// stream while a fenced Write has publishes in flight (published on the
+// sink's own connection right after change #1, so the server takes it
+// between #1 and #2). The stream must refuse every change of the Write
+// after it, not just the one whose slot it took: a change stored behind a
+// refused one would leave a gap that the next run fills out of order. The
+// next run (Delivered, then the rest) puts the rest behind it, in order.
+func TestFenceForeignWriterMidWrite(t *testing.T) {
+	for _, atomic := range []bool{false, true} {
+		name := map[bool]string{false: "per_message", true: "atomic"}[atomic]
+		t.Run(name, func(t *testing.T) {
+			srv := natsembed.StartT(t, natsembed.Options{})
+			s := connected(t, srv, map[string]any{"atomic_transactions": atomic})
+			all := txs(producer, 0x1000, 40, 1)
+			if atomic { // single changes and whole transactions, both after the foreign message
+				all = append(all, txs(producer, 0x9000, 10, 3)...)
+			}
+			require.NoError(t, s.Write(t.Context(), all[:5]))
+			foreign := 0
+			s.afterPublish = func(i int) {
+				if i == 1 && foreign == 0 {
+					foreign++
+					m := nats.NewMsg("cdc.main.public.orders")
+					m.Header.Set("Nats-Msg-Id", "someone-else:1")
+					m.Data = []byte(`{"foreign":true}`)
+					require.NoError(t, s.nc.PublishMsg(m))
+				}
+			}
+			err := s.Write(t.Context(), all[5:])
+			s.afterPublish = nil
+			require.ErrorIs(t, err, ErrFenced)
+			got := storedIDs(t, srv.URL(), "CDC")
+			want := append(ids(all[:7]), "someone-else:1")
+			require.Equal(t, want, got, "nothing of the Write stored after the foreign message")
+
+			// The next run reads the tail (another writer: the fence goes
+			// off) and publishes the rest behind it, in order.
+			writeRest(t, s, all)
+			require.Equal(t, append(want, ids(all[7:])...), storedIDs(t, srv.URL(), "CDC"))
 		})
 	}
 }
