@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bridgecdc/bridge/internal/natsembed"
+	"github.com/bridgecdc/bridge/sinks"
 )
 
 // TestFence: a sink instance that is no longer the stream's writer (a
@@ -233,4 +234,36 @@ func TestFenceForeignWriterMidWrite(t *testing.T) {
 			require.Equal(t, append(want, ids(all[7:])...), storedIDs(t, srv.URL(), "CDC"))
 		})
 	}
+}
+
+// TestFenceDuplicateMidWriteStopsAtomic: with atomic transactions, an
+// atomic batch can carry only Nats-Expected-Last-Sequence, counted from
+// what the Write published before it. When one of those publishes comes
+// back as a duplicate (another instance stored that change since the
+// chain's start: the message id chain lets it through, the duplicate check
+// coming first), the count no longer says where the stream ends: the batch
+// is not published, and the Write ends fenced. The next run continues.
+func TestFenceDuplicateMidWriteStopsAtomic(t *testing.T) {
+	srv := natsembed.StartT(t, natsembed.Options{})
+	s := connected(t, srv, map[string]any{"atomic_transactions": true})
+	all := append(txs(producer, 0x1000, 8, 1), txs(producer, 0x9000, 2, 3)...)
+	require.NoError(t, s.Write(t.Context(), all[:3]))
+	other := false
+	s.afterPublish = func(i int) {
+		if i == 0 && !other { // another instance stores change #1 first
+			other = true
+			m := s.toMsg(&all[4])
+			require.NoError(t, s.nc.PublishMsg(m))
+		}
+	}
+	err := s.Write(t.Context(), all[3:])
+	s.afterPublish = nil
+	require.ErrorIs(t, err, ErrFenced)
+	var berr *sinks.BatchError
+	require.ErrorAs(t, err, &berr)
+	require.Equal(t, len(all[3:])-6, berr.Indexes()[0], "the singles stored, the first transaction not published")
+	require.Equal(t, ids(all[:8]), storedIDs(t, srv.URL(), "CDC"))
+
+	writeRest(t, s, all)
+	require.Equal(t, ids(all), storedIDs(t, srv.URL(), "CDC"))
 }

@@ -203,6 +203,15 @@ publish:
 					stop = i
 					break
 				}
+				if w.dups > 0 {
+					// Changes this Write published were in the stream
+					// already: another instance stored them since the
+					// chain's start (the pipeline skips what the stream
+					// held), so the batch's expected sequence, counted
+					// from this Write's publishes, is no longer known.
+					stop, stopErr = i, fmt.Errorf("the stream held %d of the changes published before it, stored by another instance: %w", w.dups, ErrFenced)
+					break
+				}
 			}
 			msgs := make([]*nats.Msg, n)
 			bid := nuid.Next()
