@@ -188,14 +188,17 @@ publish:
 		if n := atomicGroup(batch, i, atomic); n > 0 {
 			// A whole transaction as one atomic batch: its messages, then a
 			// commit whose ack (awaited like any other) covers them all.
-			if fenced && w.lastID != "" {
+			if fenced && w.plainSince {
 				// Only a batch's first message may carry a fence, and only
 				// Nats-Expected-Last-Sequence, which a refused publish in
 				// flight before it would not stop: another writer's message
 				// taking that publish's place lines the sequence up again.
-				// Wait for what is in flight (a batch costs the server
-				// milliseconds anyway), and publish it only if all of it
-				// was stored.
+				// After publishes chained on message ids, wait for them (a
+				// batch costs the server milliseconds anyway), and publish
+				// it only if all of them were stored. After another batch
+				// it goes at once: lining up again would take another
+				// writer storing exactly as many messages as that batch
+				// held, between the two.
 				for w.next < i {
 					w.resolve()
 				}
@@ -203,6 +206,7 @@ publish:
 					stop = i
 					break
 				}
+				w.plainSince = false
 				if w.dups > 0 {
 					// Changes this Write published were in the stream
 					// already: another instance stored them since the
@@ -274,6 +278,7 @@ publish:
 		}
 		w.msg[i] = msg
 		w.lastID = msg.Header.Get(jetstream.MsgIDHeader)
+		w.plainSince = w.plainSince || ph.expLastID != ""
 		if err := w.publish(i); err != nil {
 			w.err.Fail(i, s.publishErr(nc, c, len(msg.Data)+natsconn.HeaderSize(msg.Header), err))
 			stop = i + 1
@@ -368,6 +373,9 @@ type write struct {
 	// lastID is the Nats-Msg-Id of the message published last, "" before
 	// the first: the next fenced publish expects it as the stream's last.
 	lastID string
+	// plainSince: a publish chained on lastID went out since the Write
+	// last waited for its acks, so an atomic batch must wait (write).
+	plainSince bool
 	err    sinks.BatchError
 
 	// For prepare (msg.go).
