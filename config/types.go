@@ -175,8 +175,10 @@ type Batch struct {
 	MaxChanges int `koanf:"max_changes"`
 	// MaxWait is how long the first change of a partial batch waits for
 	// more before the batch is written (an age, not a gap between
-	// changes). Default 1ms. With several sinks on one source the largest
-	// value applies.
+	// changes), when the source has more at hand (a large transaction's
+	// next part, a backlog); a change that arrives alone is written at
+	// once. Default 1ms. With several sinks on one source the largest value
+	// applies.
 	MaxWait time.Duration `koanf:"max_wait"`
 }
 

@@ -166,7 +166,7 @@ func checkWholeTxns(t *testing.T, ms []msg, partialAbove int) {
 		}
 		for _, m := range ms {
 			if m.Pos.LSN == lsn || (m.Seq+2 >= x.first && m.Seq <= x.first+2) {
-				t.Logf("seq %d id %s run %s batch %q size %s", m.Seq, m.ID, m.Header.Get("Bridge-Run"), m.Header.Get("Nats-Batch-Id"), m.Header.Get("Bridge-Tx-Size"))
+				t.Logf("seq %d id %s batch %q size %s", m.Seq, m.ID, m.Header.Get("Nats-Batch-Id"), m.Header.Get("Bridge-Tx-Size"))
 			}
 		}
 		t.Fatalf("transaction %s (from stream seq %d) has %d messages (%d distinct ordinals) in the stream, want all %d or none",
@@ -182,7 +182,7 @@ func dumpOnDup(t *testing.T, ms []msg) {
 			for _, k := range []int{j, i} {
 				for x := max(0, k-3); x < min(len(ms), k+4); x++ {
 					mm := ms[x]
-					t.Logf("seq %d id %s run %s size %s", mm.Seq, mm.ID, mm.Header.Get("Bridge-Run"), mm.Header.Get("Bridge-Tx-Size"))
+					t.Logf("seq %d id %s size %s", mm.Seq, mm.ID, mm.Header.Get("Bridge-Tx-Size"))
 				}
 				t.Log("--")
 			}

@@ -47,7 +47,7 @@ func TestEachOperation(t *testing.T) {
 	for i, m := range ms {
 		ops[i] = m.Body["op"].(string)
 		require.Equal(t, m.Body["op"], m.Header.Get("Bridge-Op"))
-		require.Equal(t, m.ID, m.Body["id"])
+		require.NotContains(t, m.Body, "id", "the id is Nats-Msg-Id's")
 	}
 	require.Equal(t, []string{"insert", "insert", "update", "update", "delete", "insert", "message", "message", "truncate"}, ops)
 
@@ -83,7 +83,6 @@ func TestEachOperation(t *testing.T) {
 	// Commit metadata.
 	require.Regexp(t, `^[0-9A-F]+/[0-9A-F]+$`, ms[0].Body["commit_lsn"])
 	require.Equal(t, ms[0].Pos.LSN.String(), ms[0].Body["commit_lsn"])
-	require.Equal(t, ms[0].Pos.LSN.String(), ms[0].Header.Get("Bridge-Commit-Lsn"))
 	ct, err := time.Parse(time.RFC3339Nano, ms[0].Body["commit_time"].(string))
 	require.NoError(t, err)
 	require.WithinDuration(t, time.Now(), ct, time.Minute)

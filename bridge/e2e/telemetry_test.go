@@ -133,7 +133,7 @@ func TestTraceContinuityEndToEnd(t *testing.T) {
 		"db.system.name": "postgresql", "db.namespace": "postgres", "db.collection.name": "public.orders",
 		"db.operation.name": "INSERT", "messaging.system": "nats", "messaging.operation.type": "send",
 		"messaging.destination.name": "cdc.trace.public.orders", "messaging.message.id": ms[0].ID,
-		"bridge.commit_lsn": ms[0].Header.Get("Bridge-Commit-Lsn"), "bridge.seq": "1", "bridge.tx_size": "2",
+		"bridge.commit_lsn": ms[0].Pos.LSN.String(), "bridge.seq": "1", "bridge.tx_size": "2",
 	}, change.Attrs)
 	assert.Equal(t, "2", txnSpan.Attrs["bridge.tx_size"])
 

@@ -285,8 +285,6 @@ func benchReceipt(b *testing.B, nFeeds int) {
 					m := nats.NewMsg(c.Subject)
 					m.Data = c.Payload
 					m.Header.Set(headerMsgID, c.ID())
-					m.Header.Set(headerCommit, c.CommitLSN.String())
-					m.Header.Set(headerSeq, "0")
 					m.Header.Set(headerTxSize, "1")
 					m.Header.Set(headerTable, "public.orders")
 					m.Header.Set(headerOp, "insert")

@@ -177,6 +177,34 @@ func TestWholeTransactions(t *testing.T) {
 	require.True(t, b.UpToDate)
 }
 
+// TestWholeTransactionSizeKnownLast: a transaction the bridge published
+// before its end carries Bridge-Tx-Size on its last change only; the
+// feed still delivers it whole, once that change has arrived.
+func TestWholeTransactionSizeKnownLast(t *testing.T) {
+	e := newEnv(t, nil)
+	fs := e.feeds(Config{MaxBatch: 1})
+	f, err := fs.Register(Filter{Where: Eq("tenant", 1).Ptr()}, Token{})
+	require.NoError(t, err)
+	var ops []op
+	for i := range 30 {
+		ops = append(ops, ins(order{ID: int64(i), Tenant: 1 + int64(i%2)}))
+	}
+	big := e.gen.tx(ops...)
+	for i := range big[:len(big)-1] {
+		big[i].TxSize = 0
+	}
+	e.write(big[:20])
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	b, err := f.Next(ctx)
+	cancel()
+	require.Empty(t, b.Changes, "nothing of the transaction before its last change: %v", err)
+	e.write(big[20:])
+	b, err = f.Next(t.Context())
+	require.NoError(t, err)
+	require.Len(t, b.Changes, 15, "the whole transaction")
+	require.Equal(t, uint64(29), b.Changes[len(b.Changes)-1].Seq)
+}
+
 // TestResumeAnywhere: a token from one process resumes on another, from
 // its window or, beyond it, from the stream, with nothing missed or
 // repeated.

@@ -16,9 +16,9 @@ import (
 func headersOf(c cdc.Change) nats.Header {
 	h := nats.Header{}
 	h.Set(headerMsgID, c.ID())
-	h.Set(headerCommit, c.CommitLSN.String())
-	h.Set(headerSeq, strconv.Itoa(int(c.Seq)))
-	h.Set(headerTxSize, strconv.Itoa(int(c.TxSize)))
+	if c.TxSize > 0 {
+		h.Set(headerTxSize, strconv.Itoa(int(c.TxSize)))
+	}
 	if c.Table != "" {
 		h.Set(headerTable, c.Schema+"."+c.Table)
 	}

@@ -15,13 +15,12 @@ import (
 	"github.com/bridgecdc/bridge/bridge/cdc"
 )
 
-// Headers the natsjs sink sets on every message (sinks/natsjs); repeated
-// here because the library never imports a sink.
+// Headers the natsjs sink sets (sinks/natsjs); repeated here because the
+// library never imports a sink. The commit LSN and the ordinal are in the
+// message id.
 const (
 	headerMsgID  = "Nats-Msg-Id"
-	headerCommit = "Bridge-Commit-Lsn"
-	headerSeq    = "Bridge-Seq"
-	headerTxSize = "Bridge-Tx-Size"
+	headerTxSize = "Bridge-Tx-Size" // absent while the transaction's size is not known
 	headerTable  = "Bridge-Table"
 	headerOp     = "Bridge-Op"
 )
@@ -55,7 +54,7 @@ type change struct {
 	id       string // Nats-Msg-Id
 	producer string
 	lsn      cdc.LSN
-	ord, n   uint32 // ordinal in the transaction, transaction size
+	ord, n   uint32 // ordinal in the transaction, transaction size (0: not known on this change)
 	op       cdc.Op
 	table    string // "schema.table"
 	commit   string // commit LSN, Postgres form
@@ -95,6 +94,7 @@ func decode(seq uint64, h nats.Header, data []byte, nm *names) (*change, error) 
 		return c, err
 	}
 	c.producer, c.lsn, c.ord = prod, pos.LSN, pos.Seq
+	c.n = 0 // a change published before its transaction's end: the last one tells the size
 	if v := h.Get(headerTxSize); v != "" {
 		n, err := strconv.ParseUint(v, 10, 32)
 		if err != nil || n == 0 {
@@ -104,7 +104,7 @@ func decode(seq uint64, h nats.Header, data []byte, nm *names) (*change, error) 
 	}
 	c.op = cdc.Op(h.Get(headerOp))
 	c.table = h.Get(headerTable)
-	c.commit = h.Get(headerCommit)
+	c.commit = c.lsn.String()
 	switch c.op {
 	case cdc.OpControl:
 		var ctl cdc.Control

@@ -91,7 +91,7 @@ func (a *assembler) add(c *change) *txn {
 	case c.op == cdc.OpTruncate && c.table != "":
 		t.truncs = append(t.truncs, c.table)
 	}
-	if c.ord+1 >= c.n {
+	if c.n > 0 && c.ord+1 >= c.n { // the size is known on a transaction's last change at least
 		delete(a.open, k)
 		return t
 	}

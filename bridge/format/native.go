@@ -11,12 +11,14 @@ import (
 // AppendNative appends c in the native JSON encoding: one object whose keys
 // come in this order (optional ones only when they apply):
 //
-//	"id"               c.ID()
 //	"op"               "insert", "update", "delete", "truncate", "message" or "read"
 //	"source", "schema", "table"
 //	"commit_lsn"       commit end LSN in Postgres form, "0/16B37A0"
 //	"lsn"              the change's own LSN, same form
-//	"seq", "tx_size", "xid"   numbers
+//	"seq", "xid"       numbers
+//	"tx_size"          a number, or null while the transaction's size is not
+//	                   known (c.TxSize 0: a change the source handed over
+//	                   before its transaction's end)
 //	"commit_time"      RFC 3339 in UTC with microseconds, or null when zero
 //	"key"              the key columns (Column.Key) as an object: from After
 //	                   for insert, update (the new key) and read, from
@@ -36,21 +38,16 @@ import (
 //	                   "content" (text) or, when Content is not valid UTF-8,
 //	                   "content_base64"}
 //
+// The change's id (c.ID()) is not in the object: every sink carries it
+// beside the payload (Nats-Msg-Id, the webhook's envelope, the KV value's
+// Bridge-Id header), and a CloudEvent, which embeds this object, has its
+// own "id".
+//
 // Column values are rendered by AppendValue and named by c.Rel.Columns; a
 // value without a column in Rel is named by its 1-based position. Column
 // names are escaped like any string.
 func AppendNative(dst []byte, c *cdc.Change) []byte {
-	dst = append(dst, `{"id":"`...)
-	if c.MsgID != "" {
-		dst = appendStringBody(dst, c.MsgID)
-	} else {
-		dst = appendStringBody(dst, c.Producer)
-		dst = append(dst, ':')
-		dst = appendHex16(dst, uint64(c.CommitLSN))
-		dst = append(dst, ':')
-		dst = strconv.AppendUint(dst, uint64(c.Seq), 10)
-	}
-	dst = append(dst, `","op":`...)
+	dst = append(dst, `{"op":`...)
 	dst = appendString(dst, string(c.Op))
 	dst = append(dst, `,"source":`...)
 	dst = appendString(dst, c.Source)
@@ -65,7 +62,11 @@ func AppendNative(dst []byte, c *cdc.Change) []byte {
 	dst = append(dst, `,"seq":`...)
 	dst = strconv.AppendUint(dst, uint64(c.Seq), 10)
 	dst = append(dst, `,"tx_size":`...)
-	dst = strconv.AppendUint(dst, uint64(c.TxSize), 10)
+	if c.TxSize > 0 {
+		dst = strconv.AppendUint(dst, uint64(c.TxSize), 10)
+	} else {
+		dst = append(dst, "null"...)
+	}
 	dst = append(dst, `,"xid":`...)
 	dst = strconv.AppendUint(dst, uint64(c.Xid), 10)
 	dst = append(dst, `,"commit_time":`...)

@@ -61,15 +61,23 @@ func oneChange(lsn cdc.LSN) []*txnItem {
 	return []*txnItem{{commit: lsn, last: true, changes: []cdc.Change{{CommitLSN: lsn, TxSize: 1, Op: cdc.OpInsert}}, dests: [][]int{{0}}}}
 }
 
+// part is one change of a large transaction at commit lsn, handed over on
+// its own as the reader hands over a large transaction's parts: more of it
+// follows.
+func part(lsn cdc.LSN, seq uint32, last bool) []*txnItem {
+	return []*txnItem{{commit: lsn, last: last, changes: []cdc.Change{{CommitLSN: lsn, Seq: seq, Op: cdc.OpInsert}}, dests: [][]int{{0}}}}
+}
+
 // TestWriterMaxWaitIsAnAge checks that max_wait bounds how long the first
 // change of a batch waits, not the gap between changes: with one change
-// every millisecond (always less than max_wait apart), a batch is still
-// written every max_wait. The clock is synctest's, so the figures are exact.
+// every millisecond (always less than max_wait apart) and more always
+// coming (the parts of a large transaction), a batch is still written
+// every max_wait. The clock is synctest's, so the figures are exact.
 func TestWriterMaxWaitIsAnAge(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		sk, marks := runWriter(t, config.Batch{MaxChanges: 100000, MaxWait: 10 * time.Millisecond}, func(items chan<- []*txnItem) {
-			for i := 1; i <= 100; i++ {
-				items <- oneChange(cdc.LSN(i))
+			for i := 0; i < 100; i++ {
+				items <- part(7, uint32(i), i == 99)
 				time.Sleep(time.Millisecond)
 			}
 		})
@@ -85,16 +93,16 @@ func TestWriterMaxWaitIsAnAge(t *testing.T) {
 			total += n
 		}
 		assert.Equal(t, 100, total)
-		require.NotEmpty(t, marks)
-		assert.Equal(t, cdc.LSN(100), marks[len(marks)-1])
+		assert.Equal(t, []cdc.LSN{7}, marks, "one mark, at the transaction's end")
 	})
 }
 
-// TestWriterLoneChange checks that a change arriving alone is written after
-// max_wait, not held for a following one.
+// TestWriterLoneChange checks that a transaction arriving alone (the
+// source had nothing more at hand) is written at once, not held for
+// company: it would wait max_wait for nothing, a live stream's latency.
 func TestWriterLoneChange(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		sk, _ := runWriter(t, config.Batch{MaxChanges: 1000, MaxWait: 5 * time.Millisecond}, func(items chan<- []*txnItem) {
+		sk, _ := runWriter(t, config.Batch{MaxChanges: 1000, MaxWait: time.Hour}, func(items chan<- []*txnItem) {
 			items <- oneChange(1)
 			time.Sleep(time.Second)
 			items <- oneChange(2)
@@ -102,7 +110,25 @@ func TestWriterLoneChange(t *testing.T) {
 		})
 		sizes, at := sk.batches()
 		assert.Equal(t, []int{1, 1}, sizes)
-		assert.Equal(t, []time.Duration{5 * time.Millisecond, time.Second + 5*time.Millisecond}, at)
+		assert.Equal(t, []time.Duration{0, time.Second}, at)
+	})
+}
+
+// TestWriterLastPartNotHeld: the last part of a large transaction ends a
+// burst like a lone transaction: written at once, while its earlier parts
+// waited for company.
+func TestWriterLastPartNotHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sk, marks := runWriter(t, config.Batch{MaxChanges: 1000, MaxWait: time.Hour}, func(items chan<- []*txnItem) {
+			items <- part(9, 0, false)
+			time.Sleep(time.Second)
+			items <- part(9, 1, true)
+			time.Sleep(time.Second)
+		})
+		sizes, at := sk.batches()
+		assert.Equal(t, []int{2}, sizes)
+		assert.Equal(t, []time.Duration{time.Second}, at)
+		assert.Equal(t, []cdc.LSN{9}, marks)
 	})
 }
 
@@ -112,10 +138,10 @@ func TestWriterLoneChange(t *testing.T) {
 func TestWriterMaxChangesAbove1000(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		sk, _ := runWriter(t, config.Batch{MaxChanges: 2500, MaxWait: time.Hour}, func(items chan<- []*txnItem) {
-			for i := 0; i < 50; i++ { // runs of 100 transactions, as the reader hands them over
-				run := make([]*txnItem, 0, 100)
-				for j := 1; j <= 100; j++ {
-					run = append(run, oneChange(cdc.LSN(i*100 + j))[0])
+			for i := 0; i < 5; i++ { // runs of chunk transactions, as the reader hands a backlog over
+				run := make([]*txnItem, 0, chunk)
+				for j := 1; j <= chunk; j++ {
+					run = append(run, oneChange(cdc.LSN(i*chunk + j))[0])
 				}
 				items <- run
 			}

@@ -17,9 +17,12 @@ import (
 // run; an in-flight Write is allowed to drain for p.shutdown after that.
 //
 // A batch is written when it holds max_changes changes (the smallest of the
-// sinks'), or when its first change has waited max_wait (the largest of the
-// sinks') and nothing more is queued, so under a steady stream no change
-// waits much longer than max_wait.
+// sinks'), or when nothing more is queued and either the source had nothing
+// more at hand when it handed the last run over (see moreComing: a lone
+// transaction waits for nothing) or the batch's first change has waited
+// max_wait (the largest of the sinks'). While a Write is under way the
+// reader queues what follows, so under a steady stream batches grow with
+// the rate without any change waiting for company.
 func (p *Pipeline) write(rctx, parent context.Context, items <-chan []*txnItem, skip []map[cdc.Pos]struct{}, publish func(mark), start mark, taken func([]*txnItem)) error {
 	per := make([][]cdc.Change, len(p.sinks))
 	maxN := p.batchMax()
@@ -35,6 +38,7 @@ func (p *Pipeline) write(rctx, parent context.Context, items <-chan []*txnItem, 
 	var done cdc.LSN      // last transaction fully buffered
 	doneRev := start.rev  // the configuration revision it was routed by
 	boundary := true      // the buffer ends at a transaction boundary
+	more := false         // the last run said more was at hand (moreComing)
 
 	flush := func() error {
 		if n == 0 && done == 0 {
@@ -142,9 +146,9 @@ func (p *Pipeline) write(rctx, parent context.Context, items <-chan []*txnItem, 
 			select {
 			case run, ok = <-items:
 			default:
-				// Nothing queued: wait for more only until the oldest
-				// buffered change is max_wait old.
-				if left := wait - time.Since(firstAt); left > 0 {
+				// Nothing queued: wait for more only when more is at hand,
+				// and only until the oldest buffered change is max_wait old.
+				if left := wait - time.Since(firstAt); more && left > 0 {
 					timer.Reset(left)
 					select {
 					case run, ok = <-items:
@@ -171,12 +175,26 @@ func (p *Pipeline) write(rctx, parent context.Context, items <-chan []*txnItem, 
 		if taken != nil {
 			taken(run)
 		}
+		more = moreComing(run)
 		for _, it := range run {
 			if err := add(it); err != nil {
 				return err
 			}
 		}
 	}
+}
+
+// moreComing reports whether the reader handed run over with more of the
+// source's changes at hand: it hands a run over when it reaches chunk
+// changes or a part of a large transaction (more follows at once), or when
+// the source holds nothing more decoded. A run of the last kind ends a burst,
+// and a batch waiting for company after it would only wait.
+func moreComing(run []*txnItem) bool {
+	n := 0
+	for _, it := range run {
+		n += len(it.changes)
+	}
+	return n >= chunk || (len(run) > 0 && !run[len(run)-1].last)
 }
 
 // batchMax is the writer's batch size: the smallest max_changes of the

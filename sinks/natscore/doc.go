@@ -7,8 +7,7 @@
 // headers (W3C traceparent etc., keys as given; "Nats-*" ones dropped) and
 // the bridge's, the same as nats_jetstream's: Nats-Msg-Id
 // ("<producer>:<commit LSN, 16 hex>:<seq>", so a consumer can drop
-// duplicates itself), Bridge-Commit-Lsn, Bridge-Seq, Bridge-Tx-Size,
-// Bridge-Xid, Bridge-Table, Bridge-Op and Bridge-Run. A Write publishes the
+// duplicates itself), Bridge-Op, Bridge-Table and Bridge-Tx-Size. A Write publishes the
 // batch, then flushes once (a round trip to the server): nil means the
 // server has received every message, not that any subscriber has.
 //

@@ -2,8 +2,6 @@ package natscore
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -45,7 +43,6 @@ type Sink struct {
 	conn natsconn.Conn // cfg's connection, resolved
 	name string
 	log  *slog.Logger
-	run  string // random per instance, the Bridge-Run header
 
 	mu     sync.Mutex // guards the fields below
 	nc     *nats.Conn
@@ -70,17 +67,12 @@ func New(decode config.Decoder, env sinks.Env) (sinks.Sink, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return &Sink{cfg: cfg, conn: conn, name: env.Name, log: log, run: hex.EncodeToString(b[:])}, nil
+	return &Sink{cfg: cfg, conn: conn, name: env.Name, log: log}, nil
 }
 
 // AtMostOnce returns true: the pipeline does not hold back the checkpoint
 // for this sink, and drops a batch it failed to write.
 func (s *Sink) AtMostOnce() bool { return true }
-
-// Run returns the instance's random run id, sent as the Bridge-Run header.
-func (s *Sink) Run() string { return s.run }
 
 // Connect dials the servers unless already connected. After a Write failed
 // with sinks.ErrNotConnected it waits, within ctx, for the client's own
@@ -219,7 +211,7 @@ func isConnErr(err error) bool {
 // them, the change's own headers (except "Nats-*" ones) and the bridge's,
 // named as nats_jetstream names them.
 func (s *Sink) toMsg(c *cdc.Change) *nats.Msg {
-	h := make(nats.Header, len(c.Headers)+8)
+	h := make(nats.Header, len(c.Headers)+4)
 	for k, v := range c.Headers {
 		if !natsconn.ValidHeader(k, v) {
 			s.log.Warn("dropping an invalid or reserved header", "change", c.ID(), "header", k)
@@ -228,15 +220,13 @@ func (s *Sink) toMsg(c *cdc.Change) *nats.Msg {
 		h[k] = []string{v}
 	}
 	h[nats.MsgIdHdr] = []string{c.ID()} // "Nats-Msg-Id", as nats_jetstream sets it
-	h[natsjs.HeaderCommitLSN] = []string{c.CommitLSN.String()}
-	h[natsjs.HeaderSeq] = []string{strconv.FormatUint(uint64(c.Seq), 10)}
-	h[natsjs.HeaderTxSize] = []string{strconv.FormatUint(uint64(c.TxSize), 10)}
-	h[natsjs.HeaderXid] = []string{strconv.FormatUint(uint64(c.Xid), 10)}
+	if c.TxSize > 0 {
+		h[natsjs.HeaderTxSize] = []string{strconv.FormatUint(uint64(c.TxSize), 10)}
+	}
 	if c.Op != cdc.OpMessage && c.Table != "" {
 		h[natsjs.HeaderTable] = []string{c.Schema + "." + c.Table}
 	}
 	h[natsjs.HeaderOp] = []string{string(c.Op)}
-	h[natsjs.HeaderRun] = []string{s.run}
 	return &nats.Msg{Subject: c.Subject, Data: c.Payload, Header: h}
 }
 

@@ -315,7 +315,10 @@ func (a *acker) wait(ctx context.Context, w *ackWait, i int, timeout time.Durati
 // parse reads a JetStream publish ack: {"stream":"S","seq":N} with
 // optional "domain", "duplicate", batch and other fields, or
 // {"error":{...}}; a reply without data is the server's "no responders"
-// status (no stream binds the subject, or JetStream is down).
+// status (no stream binds the subject, or JetStream is down). An ack from
+// another stream than the sink's is an error (the publishes carry no
+// Nats-Expected-Stream: a header stored with every message, to check what
+// the ack tells anyway).
 func (a *acker) parse(m *nats.Msg) ackRes {
 	done := func(err error) ackRes { return ackRes{state: ackDone, err: err} }
 	if len(m.Data) == 0 {
@@ -350,6 +353,17 @@ func (a *acker) parse(m *nats.Msg) ackRes {
 		return done(fmt.Errorf("%w: %q", jetstream.ErrInvalidJSAck, d))
 	}
 	switch {
+	case pa.Stream != "" && pa.Stream != a.stream:
+		// The subject is bound to another stream (the sink's stream no
+		// longer binds it): stored there, or refused by it (the fence
+		// expects this stream's sequence), but never where the sink
+		// resumes from.
+		what := "stored in"
+		if pa.Error != nil {
+			what = "refused by"
+		}
+		return done(&jetstream.APIError{Code: 400, ErrorCode: jsErrCodeStreamNotMatch,
+			Description: fmt.Sprintf("%s stream %q, not %q", what, pa.Stream, a.stream)})
 	case pa.Error != nil:
 		return done(pa.Error)
 	case pa.Stream == "":

@@ -32,7 +32,10 @@ func TestAckParse(t *testing.T) {
 		{name: "duplicate", data: `{"stream":"CDC","seq":1,"duplicate": true}`, seq: 1, dup: true},
 		{name: "duplicate, no space", data: `{"stream":"CDC","seq":9,"duplicate":true}`, seq: 9, dup: true},
 		{name: "domain and batch", data: `{"stream":"CDC", "domain":"hub","seq":77,"batch":"b1","count":3}`, seq: 77},
-		{name: "another stream's name as a prefix", data: `{"stream":"CDC2","seq":5}`, seq: 5},
+		// Stored, but in another stream: not where the sink resumes from.
+		{name: "another stream's name as a prefix", data: `{"stream":"CDC2","seq":5}`, code: jsErrCodeStreamNotMatch},
+		{name: "another stream", data: `{"stream":"OTHER","seq":5}`, code: jsErrCodeStreamNotMatch},
+		{name: "refused by another stream", data: `{"error":{"code":400,"err_code":10071,"description":"wrong last sequence: 0"},"stream":"OTHER","seq":0}`, code: jsErrCodeStreamNotMatch},
 		{name: "refused", data: `{"error":{"code":400,"err_code":10071,"description":"wrong last sequence: 3"},"stream":"CDC","seq":0}`, code: 10071},
 		{name: "no responders", hdr: nats.Header{"Status": []string{"503"}}, errIs: jetstream.ErrNoStreamResponse},
 		{name: "other status", hdr: nats.Header{"Status": []string{"408"}}, errIs: jetstream.ErrInvalidJSAck},

@@ -70,12 +70,14 @@ type Config struct {
 	// false: nats-server 2.15 stages each batch of an R1 file stream in a
 	// file store of its own, about 8 ms per transaction here.
 	AtomicTransactions bool `koanf:"atomic_transactions"`
-	// ExpectLastSequence makes every publish carry
-	// Nats-Expected-Last-Sequence (the first message of an atomic batch),
-	// chained from the stream's last sequence at the start of a run, so
-	// the stream refuses anything published by an instance that is no
-	// longer the owner: a zombie bridge resumed after a standby took over,
-	// or publishes of a killed one still in the server's queue. Requires
+	// ExpectLastSequence makes every publish carry a fence: the first of
+	// each Write (and of an atomic batch) Nats-Expected-Last-Sequence,
+	// chained from the stream's last sequence at the start of a run, every
+	// other one Nats-Expected-Last-Msg-Id, the message published before it,
+	// so the stream refuses anything published by an instance that is no
+	// longer the owner (a zombie bridge resumed after a standby took over,
+	// or publishes of a killed one still in the server's queue) and
+	// anything behind a refused publish. Requires
 	// that nothing else writes to the stream (one stream per source): a
 	// run that finds another producer's message in the stream's tail
 	// turns it off with a warning. Set false for a shared stream, which

@@ -2,21 +2,23 @@
 // a JetStream stream, in order, exactly once.
 //
 // Each message carries the router's subject and payload, the change's own
-// headers (W3C traceparent etc., keys as given) and the bridge's:
-// Nats-Msg-Id ("<producer>:<commit LSN, 16 hex>:<seq>", stable across
-// restarts, so JetStream drops replays inside the duplicate window),
-// Bridge-Commit-Lsn, Bridge-Seq, Bridge-Tx-Size, Bridge-Xid, Bridge-Table,
-// Bridge-Op and Bridge-Run. Publishes are pipelined (max_pending messages
-// in flight) and each is acked; a publish during a disconnect fails at once
-// rather than being buffered and sent later behind a gap.
+// headers (W3C traceparent etc., keys as given) and the bridge's, what a
+// consumer filters or groups on without parsing the payload: Nats-Msg-Id
+// ("<producer>:<commit LSN, 16 hex>:<seq>", stable across restarts, so
+// JetStream drops replays inside the duplicate window), Bridge-Op,
+// Bridge-Table and Bridge-Tx-Size. Publishes are pipelined (max_pending
+// messages in flight) and each is acked; a publish during a disconnect
+// fails at once rather than being buffered and sent later behind a gap.
 //
 // Exactly-once beyond the duplicate window comes from sinks.Resumer: the
 // pipeline checkpoints Cursor (the highest acked stream sequence) and, on
 // restart, Delivered lists what the stream holds after it, headers only.
-// Every publish carries Nats-Expected-Last-Sequence, chained from the tail
-// Delivered read (expect_last_sequence, fence.go), so an instance that is
-// no longer the owner (a zombie, or a killed one whose publishes the server
-// is still applying) cannot store anything behind the owner's messages.
+// Every publish carries a fence (expect_last_sequence, fence.go): the first
+// of a Write Nats-Expected-Last-Sequence, chained from the tail Delivered
+// read, the others Nats-Expected-Last-Msg-Id, the message published before
+// them, so an instance that is no longer the owner (a zombie, or a killed
+// one whose publishes the server is still applying) cannot store anything
+// behind the owner's messages, nor anything behind a refused publish.
 // With atomic_transactions, each transaction of 2 to 1000 changes is one
 // JetStream atomic batch; larger ones go message by message.
 // For production, run the stream with R3 and the server with

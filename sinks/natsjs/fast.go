@@ -107,7 +107,7 @@ func (s *Sink) writeFast(w *write, js jetstream.JetStream, from int, fenced bool
 			}
 			return i, err
 		}
-		ph := pubHeaders{expStream: true}
+		ph := pubHeaders{}
 		if fenced {
 			ph.expLast = strconv.FormatUint(exp+uint64(i-from), 10)
 		}

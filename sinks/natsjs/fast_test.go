@@ -30,7 +30,7 @@ func TestFastBatch(t *testing.T) {
 	require.Len(t, got, len(batch))
 	for i, m := range got {
 		require.Equal(t, batch[i].ID(), m.Header.Get(jetstream.MsgIDHeader))
-		require.Equal(t, batch[i].CommitLSN.String(), m.Header.Get(HeaderCommitLSN))
+		require.Equal(t, string(batch[i].Op), m.Header.Get(HeaderOp))
 		require.Equal(t, string(batch[i].Payload), string(m.Data))
 	}
 	require.Equal(t, strconv.FormatUint(got[len(got)-1].Sequence, 10), s.Cursor())

@@ -10,30 +10,53 @@ import (
 )
 
 // ErrFenced wraps the error of a publish the stream refused because its
-// last sequence was not the one the sink expected: another writer stored
-// messages since the sink's last one. Either another bridge took over the
+// last message was not the one the sink expected (by sequence or by id):
+// another writer stored messages since the sink's last one. Either another bridge took over the
 // source (this one is a zombie, or a dead one's publishes were still
 // arriving) or something else writes to the stream. Not permanent: the
 // pipeline restarts the run, which reads the stream's tail again (and stops
 // when the checkpoint shows another owner).
 var ErrFenced = errors.New("natsjs: fenced: the stream holds messages published after this sink's last one")
 
-// fence keeps the chain of Nats-Expected-Last-Sequence headers (config
+// fence keeps the chain of expectations every publish carries (config
 // expect_last_sequence).
 //
-// Every message, or the first message of every atomic batch, carries the
-// stream sequence it must follow: the sink's last known sequence plus what
-// the Write published before it. The stream then stores it only if nothing
-// else was stored in between, so:
+// Every message names what must be the stream's last message when the
+// server stores it, so the stream stores it only if nothing else was stored
+// since the message the sink published before it:
+//   - the first publish of a Write carries Nats-Expected-Last-Sequence, the
+//     sink's last known sequence (as is the first message of an atomic
+//     batch, the only one of a batch that may carry it);
+//   - every later message of the Write carries Nats-Expected-Last-Msg-Id,
+//     the id of the message published just before it (a fast batch's carry
+//     their expected sequences instead: the server ends the batch at the
+//     first one that does not hold).
+//
+// A sequence alone would not do after the first: when another writer's
+// message takes the slot of a publish of this Write that the stream then
+// refuses, the expected sequences of the publishes in flight behind it line
+// up again and the stream would store them behind a gap, which the next run
+// would fill out of order. A message id cannot line up again: once one
+// publish is refused, every later one of the Write is too. The stream checks
+// the id after its duplicate check, so a change stored already comes back
+// as a duplicate, as without the fence. An atomic batch after other
+// publishes of the same Write waits for them first (write.go).
+//
+// So:
 //   - publishes of a killed instance that the server applies late (its
 //     connection's backlog; atomic batches take milliseconds each) cannot
 //     land behind the changes its successor replays: whichever comes second
-//     is refused, and a refused successor restarts its run and reads the
-//     tail again;
+//     is refused or is a duplicate, and a refused successor restarts its
+//     run and reads the tail again;
 //   - a zombie (paused, then resumed after a standby took over) cannot
 //     store anything once the new owner has published: each of its
-//     publishes expects its own last sequence;
-//   - after a failed publish nothing behind it is stored (no gap).
+//     publishes expects its own last message;
+//   - after a failed publish nothing behind it is stored (no gap), whatever
+//     another writer stores meanwhile.
+//
+// Every message carries a fence, not only a Write's first: a paused
+// instance's publishes sit in its client's buffer and reach the server
+// only after it resumes, whenever that is.
 //
 // The chain starts at the stream's last sequence as read by Connect (when
 // not started yet, or when Connect created the stream) and by Delivered at
@@ -50,8 +73,9 @@ var ErrFenced = errors.New("natsjs: fenced: the stream holds messages published 
 //
 // With fast_batch, a fenced Write publishes its first change as above,
 // awaited alone, and the rest as one fast batch (fast.go) whose every
-// message carries its expectation: nats-server checks each one as for a
-// plain publish, and the batch stops at the first that does not hold.
+// message carries its Nats-Expected-Last-Sequence: nats-server checks each
+// one as for a plain publish, and the batch stops at the first that does
+// not hold.
 //
 // The restriction: nothing else may write to the stream (one stream per
 // source, as DESIGN.md §4.6 advises). Set expect_last_sequence: false for a
@@ -80,7 +104,7 @@ func (f *fence) foundOther(s *Sink, id, subject string) {
 	f.shared = true
 	f.mu.Unlock()
 	if first && s.cfg.ExpectLastSequence {
-		s.log.Warn("the stream has other writers: publishing without Nats-Expected-Last-Sequence, so only the checkpoint fences a zombie bridge; give each source a stream of its own, or set expect_last_sequence: false to silence this",
+		s.log.Warn("the stream has other writers: publishing without the fence (Nats-Expected-Last-Sequence, Nats-Expected-Last-Msg-Id), so only the checkpoint fences a zombie bridge; give each source a stream of its own, or set expect_last_sequence: false to silence this",
 			"stream", s.cfg.Stream, "other_msg_id", id, "subject", subject)
 	}
 }

@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bridgecdc/bridge/internal/natsembed"
+	"github.com/bridgecdc/bridge/sinks"
 )
 
 // TestFence: a sink instance that is no longer the stream's writer (a
@@ -189,4 +191,79 @@ func TestFenceOwnEarlierEpoch(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFenceForeignWriterMidWrite: another writer's message lands in the
+// stream while a fenced Write has publishes in flight (published on the
+// sink's own connection right after change #1, so the server takes it
+// between #1 and #2). The stream must refuse every change of the Write
+// after it, not just the one whose slot it took: a change stored behind a
+// refused one would leave a gap that the next run fills out of order. The
+// next run (Delivered, then the rest) puts the rest behind it, in order.
+func TestFenceForeignWriterMidWrite(t *testing.T) {
+	for _, atomic := range []bool{false, true} {
+		name := map[bool]string{false: "per_message", true: "atomic"}[atomic]
+		t.Run(name, func(t *testing.T) {
+			srv := natsembed.StartT(t, natsembed.Options{})
+			s := connected(t, srv, map[string]any{"atomic_transactions": atomic})
+			all := txs(producer, 0x1000, 40, 1)
+			if atomic { // single changes and whole transactions, both after the foreign message
+				all = append(all, txs(producer, 0x9000, 10, 3)...)
+			}
+			require.NoError(t, s.Write(t.Context(), all[:5]))
+			foreign := 0
+			s.afterPublish = func(i int) {
+				if i == 1 && foreign == 0 {
+					foreign++
+					m := nats.NewMsg("cdc.main.public.orders")
+					m.Header.Set("Nats-Msg-Id", "someone-else:1")
+					m.Data = []byte(`{"foreign":true}`)
+					require.NoError(t, s.nc.PublishMsg(m))
+				}
+			}
+			err := s.Write(t.Context(), all[5:])
+			s.afterPublish = nil
+			require.ErrorIs(t, err, ErrFenced)
+			got := storedIDs(t, srv.URL(), "CDC")
+			want := append(ids(all[:7]), "someone-else:1")
+			require.Equal(t, want, got, "nothing of the Write stored after the foreign message")
+
+			// The next run reads the tail (another writer: the fence goes
+			// off) and publishes the rest behind it, in order.
+			writeRest(t, s, all)
+			require.Equal(t, append(want, ids(all[7:])...), storedIDs(t, srv.URL(), "CDC"))
+		})
+	}
+}
+
+// TestFenceDuplicateMidWriteStopsAtomic: with atomic transactions, an
+// atomic batch can carry only Nats-Expected-Last-Sequence, counted from
+// what the Write published before it. When one of those publishes comes
+// back as a duplicate (another instance stored that change since the
+// chain's start: the message id chain lets it through, the duplicate check
+// coming first), the count no longer says where the stream ends: the batch
+// is not published, and the Write ends fenced. The next run continues.
+func TestFenceDuplicateMidWriteStopsAtomic(t *testing.T) {
+	srv := natsembed.StartT(t, natsembed.Options{})
+	s := connected(t, srv, map[string]any{"atomic_transactions": true})
+	all := append(txs(producer, 0x1000, 8, 1), txs(producer, 0x9000, 2, 3)...)
+	require.NoError(t, s.Write(t.Context(), all[:3]))
+	other := false
+	s.afterPublish = func(i int) {
+		if i == 0 && !other { // another instance stores change #1 first
+			other = true
+			m := s.toMsg(&all[4])
+			require.NoError(t, s.nc.PublishMsg(m))
+		}
+	}
+	err := s.Write(t.Context(), all[3:])
+	s.afterPublish = nil
+	require.ErrorIs(t, err, ErrFenced)
+	var berr *sinks.BatchError
+	require.ErrorAs(t, err, &berr)
+	require.Equal(t, len(all[3:])-6, berr.Indexes()[0], "the singles stored, the first transaction not published")
+	require.Equal(t, ids(all[:8]), storedIDs(t, srv.URL(), "CDC"))
+
+	writeRest(t, s, all)
+	require.Equal(t, ids(all), storedIDs(t, srv.URL(), "CDC"))
 }

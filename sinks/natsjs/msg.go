@@ -14,35 +14,35 @@ import (
 )
 
 // pubHeaders are the headers a publish adds to a change's message besides
-// buildMsg's. They count against max_payload like every other byte, so
-// prepare sets them before it measures the message, and nothing adds a
-// header after prepare.
+// buildMsg's: the fence (fence.go) and an atomic batch's. They count
+// against max_payload like every other byte, so prepare sets them before it
+// measures the message, and nothing adds a header after prepare.
 type pubHeaders struct {
-	expStream bool   // Nats-Expected-Stream: a publish whose ack is awaited
 	expLast   string // Nats-Expected-Last-Sequence (the fence), "" for none
+	expLastID string // Nats-Expected-Last-Msg-Id (the fence's chain), "" for none
 	batchID   string // Nats-Batch-Id of an atomic batch, "" for none
 	batchSeq  int    // Nats-Batch-Sequence, from 1
 	commit    bool   // Nats-Batch-Commit: the atomic batch's last message
 }
 
 // set adds the headers to h and returns the bytes they take on the wire.
-func (ph pubHeaders) set(h nats.Header, expStream []string) int {
+func (ph pubHeaders) set(h nats.Header) int {
 	n := 0
-	add := func(k string, v []string) {
-		h[k] = v
-		n += len(k) + len(v[0]) + 4
-	}
-	if ph.expStream {
-		add(jetstream.ExpectedStreamHeader, expStream) // shared: capacity 1, never appended to
+	add := func(k string, v string) {
+		h[k] = []string{v}
+		n += len(k) + len(v) + 4
 	}
 	if ph.expLast != "" {
-		add(jetstream.ExpectedLastSeqHeader, []string{ph.expLast})
+		add(jetstream.ExpectedLastSeqHeader, ph.expLast)
+	}
+	if ph.expLastID != "" {
+		add(jetstream.ExpectedLastMsgIDHeader, ph.expLastID)
 	}
 	if ph.batchID != "" {
-		add(jetstreamext.BatchIDHeader, []string{ph.batchID})
-		add(jetstreamext.BatchSeqHeader, []string{strconv.Itoa(ph.batchSeq)})
+		add(jetstreamext.BatchIDHeader, ph.batchID)
+		add(jetstreamext.BatchSeqHeader, strconv.Itoa(ph.batchSeq))
 		if ph.commit {
-			add(jetstreamext.BatchCommitHeader, []string{"1"})
+			add(jetstreamext.BatchCommitHeader, "1")
 		}
 	}
 	return n
@@ -82,7 +82,7 @@ func (w *write) prepare(i int, ph pubHeaders) (*nats.Msg, bool) {
 		w.okSubject = c.Subject
 	}
 	msg, hsize := s.buildMsg(c)
-	hsize += ph.set(msg.Header, s.expStream)
+	hsize += ph.set(msg.Header)
 	if size := len(msg.Data) + hsize; refusal == nil && w.limit > 0 && size > w.limit {
 		if s.cfg.LargePayloadBucket == "" {
 			refusal = fmt.Errorf("publishing %s to %q: the message is %d bytes (a %d-byte payload and %d bytes of headers), over %s of %d; set large_payload_bucket to carry it through the object store",
@@ -105,8 +105,9 @@ func (w *write) prepare(i int, ph pubHeaders) (*nats.Msg, bool) {
 
 // toMsg builds the message of c: its subject and payload as the router set
 // them, the change's own headers (except "Nats-*" ones, which would steer
-// JetStream), and the bridge's headers. The message comes from s.hdrs (see
-// recycle); the bridge's header values share one string.
+// JetStream), and the bridge's: Nats-Msg-Id, Bridge-Op, Bridge-Table (row
+// changes) and Bridge-Tx-Size (when the transaction's size is known). The
+// message comes from s.hdrs (see recycle).
 func (s *Sink) toMsg(c *cdc.Change) *nats.Msg {
 	m, _ := s.buildMsg(c)
 	return m
@@ -115,7 +116,7 @@ func (s *Sink) toMsg(c *cdc.Change) *nats.Msg {
 // buildMsg is toMsg, also returning the size of the header block it built
 // (natsconn.HeaderSize of the message's header, without computing it again).
 func (s *Sink) buildMsg(c *cdc.Change) (*nats.Msg, int) {
-	m := s.newMsg(len(c.Headers) + 9) // +1: Nats-Expected-Stream
+	m := s.newMsg(len(c.Headers) + 5) // +1: the fence
 	h := m.Header
 	size := len("NATS/1.0\r\n\r\n")
 	for k, v := range c.Headers {
@@ -139,38 +140,34 @@ func (s *Sink) buildMsg(c *cdc.Change) (*nats.Msg, int) {
 		}
 		size += len(k) + len(v) + 4
 	}
-	// id, commit LSN, seq, tx size, xid and table in one string.
+	// The id, the transaction's size and the table in one string.
 	var b [160]byte
 	buf := appendID(b[:0], c)
-	ends := [6]int{len(buf)}
-	buf = c.CommitLSN.Append(buf)
+	ends := [3]int{len(buf)}
+	if c.TxSize > 0 {
+		buf = strconv.AppendUint(buf, uint64(c.TxSize), 10)
+	}
 	ends[1] = len(buf)
-	buf = strconv.AppendUint(buf, uint64(c.Seq), 10)
-	ends[2] = len(buf)
-	buf = strconv.AppendUint(buf, uint64(c.TxSize), 10)
-	ends[3] = len(buf)
-	buf = strconv.AppendUint(buf, uint64(c.Xid), 10)
-	ends[4] = len(buf)
 	table := c.Op != cdc.OpMessage && c.Table != ""
 	if table {
 		buf = append(buf, c.Schema...)
 		buf = append(buf, '.')
 		buf = append(buf, c.Table...)
 	}
-	ends[5] = len(buf)
+	ends[2] = len(buf)
 	all := string(buf)
 	set(jetstream.MsgIDHeader, all[:ends[0]])
-	set(HeaderCommitLSN, all[ends[0]:ends[1]])
-	set(HeaderSeq, all[ends[1]:ends[2]])
-	set(HeaderTxSize, all[ends[2]:ends[3]])
-	set(HeaderXid, all[ends[3]:ends[4]])
+	if c.TxSize > 0 {
+		set(HeaderTxSize, all[ends[0]:ends[1]])
+	} else {
+		delete(h, HeaderTxSize) // not known yet: published before the transaction's end
+	}
 	if table {
-		set(HeaderTable, all[ends[4]:ends[5]])
+		set(HeaderTable, all[ends[1]:ends[2]])
 	} else {
 		delete(h, HeaderTable)
 	}
 	set(HeaderOp, string(c.Op))
-	set(HeaderRun, s.run)
 	m.Subject, m.Data = c.Subject, c.Payload
 	return m, size
 }
@@ -191,7 +188,7 @@ func (s *Sink) newMsg(n int) *nats.Msg {
 // map keeps so the next message can overwrite it without allocating.
 func ownHeader(k string) bool {
 	switch k {
-	case jetstream.MsgIDHeader, HeaderCommitLSN, HeaderSeq, HeaderTxSize, HeaderXid, HeaderTable, HeaderOp, HeaderRun:
+	case jetstream.MsgIDHeader, HeaderTxSize, HeaderTable, HeaderOp:
 		return true
 	}
 	return false
@@ -200,18 +197,20 @@ func ownHeader(k string) bool {
 // recycle takes back m, a message whose publish is resolved: nats.go
 // encoded it during the publish call and keeps no reference it reads
 // later. m must not be used afterwards. Its header keeps only the keys of
-// ownHeader: the rest (the change's own headers, Nats-Expected-Stream,
-// whose value is shared by every message, the fence's, a batch's) may
-// share their value slices and go.
+// ownHeader: the rest (the change's own headers, the fence's, a batch's)
+// may share their value slices and go.
 func (s *Sink) recycle(m *nats.Msg) {
 	if m == nil || m.Header == nil || len(m.Header) > 32 {
 		return
 	}
 	h := m.Header
-	delete(h, jetstream.ExpectedStreamHeader)
 	delete(h, jetstream.ExpectedLastSeqHeader)
-	own := 7 // ownHeader's keys buildMsg always sets; HeaderTable when the change has a table
+	delete(h, jetstream.ExpectedLastMsgIDHeader)
+	own := 2 // ownHeader's keys buildMsg always sets; the others when present
 	if _, ok := h[HeaderTable]; ok {
+		own++
+	}
+	if _, ok := h[HeaderTxSize]; ok {
 		own++
 	}
 	if len(h) > own { // more than the bridge's own: the change's headers, a batch's

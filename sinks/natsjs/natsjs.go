@@ -2,8 +2,6 @@ package natsjs
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -37,16 +35,15 @@ func init() {
 	})
 }
 
-// Headers the sink sets on every message, besides jetstream.MsgIDHeader
-// ("Nats-Msg-Id", the change's ID) and the change's own Headers.
+// Headers the sink sets, besides jetstream.MsgIDHeader ("Nats-Msg-Id",
+// the change's ID, on every message) and the change's own Headers. They
+// carry what a consumer filters or groups on without parsing the payload;
+// everything else about the change is in the payload
+// (docs/consumers.md#headers).
 const (
-	HeaderCommitLSN = "Bridge-Commit-Lsn" // commit end LSN, Postgres form "16/B374D848"
-	HeaderSeq       = "Bridge-Seq"        // ordinal of the change in its transaction, decimal
-	HeaderTxSize    = "Bridge-Tx-Size"    // number of changes in the transaction, decimal
-	HeaderXid       = "Bridge-Xid"        // Postgres transaction id, decimal
-	HeaderTable     = "Bridge-Table"      // "schema.table"; absent for logical messages
-	HeaderOp        = "Bridge-Op"         // insert, update, delete, truncate, message, read
-	HeaderRun       = "Bridge-Run"        // random id of the publishing sink instance; diagnostic
+	HeaderOp     = "Bridge-Op"      // insert, update, delete, truncate, message, read, control; every message
+	HeaderTable  = "Bridge-Table"   // "schema.table"; absent for logical messages
+	HeaderTxSize = "Bridge-Tx-Size" // number of changes in the transaction, decimal; absent while not known (see cdc.Change.TxSize)
 )
 
 var (
@@ -65,10 +62,6 @@ type Sink struct {
 	nconn natsconn.Conn // cfg's connection, resolved
 	name  string
 	log   *slog.Logger
-	run   string // random per instance, the Bridge-Run header
-	// expStream is the Nats-Expected-Stream header's value, shared by
-	// every message (capacity 1: an append copies it).
-	expStream []string
 
 	mu          sync.Mutex // guards the fields below
 	nc          *nats.Conn
@@ -83,6 +76,10 @@ type Sink struct {
 	cursor atomic.Uint64 // see Cursor; 0 = none yet
 	fence  fence         // fence.go: Nats-Expected-Last-Sequence chain
 	hdrs   sync.Pool     // *nats.Msg of acknowledged messages, with their header maps (msg.go)
+
+	// afterPublish, when set (tests only), is called by a Write after it
+	// has handed change i's message to the connection.
+	afterPublish func(i int)
 }
 
 // New builds a sink from its config block: it fills the defaults, decodes
@@ -110,13 +107,8 @@ func New(decode config.Decoder, env sinks.Env) (sinks.Sink, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return &Sink{cfg: cfg, nconn: conn, name: env.Name, log: log, run: hex.EncodeToString(b[:]), expStream: []string{cfg.Stream}[:1:1]}, nil
+	return &Sink{cfg: cfg, nconn: conn, name: env.Name, log: log}, nil
 }
-
-// Run returns the instance's random run id, sent as the Bridge-Run header.
-func (s *Sink) Run() string { return s.run }
 
 // Connect dials the servers (unless already connected) and makes sure the
 // stream exists: created or updated when create_stream is set, checked

@@ -220,8 +220,6 @@ func TestPayloadBoundaryRefused(t *testing.T) {
 // TestPayloadBoundaryAtomicReplay: an atomic batch the stream refuses for
 // a change it holds already is published again message by message, with
 // other headers than the batch's: each message is sized again for that.
-// A long stream name makes Nats-Expected-Stream, which only the batch's
-// last message carries, larger than the batch headers the replay drops.
 func TestPayloadBoundaryAtomicReplay(t *testing.T) {
 	stream := "CDC_" + strings.Repeat("X", 60)
 	for _, fenced := range []bool{true, false} {

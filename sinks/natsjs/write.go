@@ -57,8 +57,12 @@ func atomicGroup(batch []cdc.Change, i int, atomic bool) int {
 }
 
 // jsErrCodeStreamNotMatch is the server's JSStreamNotMatchErr: the subject
-// belongs to another stream than Nats-Expected-Stream.
+// belongs to another stream (acks.go reports it when an ack names one).
 const jsErrCodeStreamNotMatch jetstream.ErrorCode = 10060
+
+// jsErrCodeWrongLastMsgID is the server's JSStreamWrongLastMsgIDErrF: the
+// stream's last message is not the one Nats-Expected-Last-Msg-Id names.
+const jsErrCodeWrongLastMsgID jetstream.ErrorCode = 10070
 
 // Write publishes the batch in order, pipelined: up to max_pending
 // messages await their acks at once. It returns when every published change
@@ -184,11 +188,39 @@ publish:
 		if n := atomicGroup(batch, i, atomic); n > 0 {
 			// A whole transaction as one atomic batch: its messages, then a
 			// commit whose ack (awaited like any other) covers them all.
-			// Pipelined: no round trip per transaction.
+			if fenced && w.plainSince {
+				// Only a batch's first message may carry a fence, and only
+				// Nats-Expected-Last-Sequence, which a refused publish in
+				// flight before it would not stop: another writer's message
+				// taking that publish's place lines the sequence up again.
+				// After publishes chained on message ids, wait for them (a
+				// batch costs the server milliseconds anyway), and publish
+				// it only if all of them were stored. After another batch
+				// it goes at once: lining up again would take another
+				// writer storing exactly as many messages as that batch
+				// held, between the two.
+				for w.next < i {
+					w.resolve()
+				}
+				if w.err.Failed != nil || w.aw.failed.Load() {
+					stop = i
+					break
+				}
+				w.plainSince = false
+				if w.dups > 0 {
+					// Changes this Write published were in the stream
+					// already: another instance stored them since the
+					// chain's start (the pipeline skips what the stream
+					// held), so the batch's expected sequence, counted
+					// from this Write's publishes, is no longer known.
+					stop, stopErr = i, fmt.Errorf("the stream held %d of the changes published before it, stored by another instance: %w", w.dups, ErrFenced)
+					break
+				}
+			}
 			msgs := make([]*nats.Msg, n)
 			bid := nuid.Next()
 			for k := range n {
-				ph := pubHeaders{batchID: bid, batchSeq: k + 1, commit: k == n-1, expStream: k == n-1}
+				ph := pubHeaders{batchID: bid, batchSeq: k + 1, commit: k == n-1}
 				if fenced && k == 0 { // only a batch's first message may carry it
 					ph.expLast = strconv.FormatUint(exp, 10)
 				}
@@ -223,13 +255,18 @@ publish:
 				break
 			}
 			w.group[i+n-1] = n
+			w.lastID = msgs[n-1].Header.Get(jetstream.MsgIDHeader)
 			firstDone(i + n - 1)
 			i += n - 1
 			continue
 		}
-		ph := pubHeaders{expStream: true}
-		if fenced {
+		var ph pubHeaders
+		switch {
+		case !fenced:
+		case w.lastID == "": // the Write's first publish: after the stream's last message
 			ph.expLast = strconv.FormatUint(exp, 10)
+		default: // after the message published just before (fence.go)
+			ph.expLastID = w.lastID
 		}
 		msg, ok := w.prepare(i, ph)
 		if !ok {
@@ -240,6 +277,8 @@ publish:
 			exp++
 		}
 		w.msg[i] = msg
+		w.lastID = msg.Header.Get(jetstream.MsgIDHeader)
+		w.plainSince = w.plainSince || ph.expLastID != ""
 		if err := w.publish(i); err != nil {
 			w.err.Fail(i, s.publishErr(nc, c, len(msg.Data)+natsconn.HeaderSize(msg.Header), err))
 			stop = i + 1
@@ -289,7 +328,7 @@ func (w *write) replayRedo() {
 		n := w.group[end]
 		w.group[end] = 0
 		for k := end - n + 1; k <= end; k++ {
-			m, ok := w.prepare(k, pubHeaders{expStream: true}) // !ok: prepare recorded why
+			m, ok := w.prepare(k, pubHeaders{}) // !ok: prepare recorded why
 			if ok {
 				w.msg[k] = m
 				if err := w.publish(k); err != nil {
@@ -331,7 +370,13 @@ type write struct {
 	// firstEnd is the last index of the Write's first publish while that
 	// publish is awaited alone (fence.go), else -1.
 	firstEnd int
-	err      sinks.BatchError
+	// lastID is the Nats-Msg-Id of the message published last, "" before
+	// the first: the next fenced publish expects it as the stream's last.
+	lastID string
+	// plainSince: a publish chained on lastID went out since the Write
+	// last waited for its acks, so an atomic batch must wait (write).
+	plainSince bool
+	err    sinks.BatchError
 
 	// For prepare (msg.go).
 	js        jetstream.JetStream
@@ -342,10 +387,14 @@ type write struct {
 	what      string   // which limit that is
 }
 
-// publish publishes w.msg[i], as prepare assembled it (with
-// Nats-Expected-Stream), with its ack awaited.
+// publish publishes w.msg[i], as prepare assembled it, with its ack
+// awaited.
 func (w *write) publish(i int) error {
-	return w.acks.publish(w.aw, i, w.msg[i])
+	err := w.acks.publish(w.aw, i, w.msg[i])
+	if err == nil && w.s.afterPublish != nil {
+		w.s.afterPublish(i)
+	}
+	return err
 }
 
 // resolve waits for the ack of change w.next (unless it was not published
@@ -426,7 +475,8 @@ func (s *Sink) publishErr(nc *nats.Conn, c *cdc.Change, size int, err error) err
 			doing, size, nc.MaxPayload(), err))
 	case apiErr != nil && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
 		return sinks.Permanent(fmt.Errorf("%s: the message is %d bytes, over stream %q's max_msg_size: %w", doing, size, s.cfg.Stream, err))
-	case apiErr != nil && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant):
+	case apiErr != nil && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant ||
+		apiErr.ErrorCode == jsErrCodeWrongLastMsgID):
 		return fmt.Errorf("%s: %w: %w", doing, ErrFenced, err)
 	case apiErr != nil && apiErr.ErrorCode == jsErrCodeAtomicDuplicate:
 		return fmt.Errorf("%s: its atomic batch holds changes stream %q has already (a replay the tail check missed); the next run reads the tail again: %w", doing, s.cfg.Stream, err)
