@@ -192,6 +192,21 @@ type Retry struct {
 
 // Route sends matching changes to sinks.
 type Route struct {
+	// Name identifies the route in message ids, metrics and errors: a
+	// named route's messages carry Nats-Msg-Id "<position>@<name>", so one
+	// change published by several routes, into one stream too, is one
+	// message per route for JetStream's dedupe and the resume scan. Letters,
+	// digits, '_' and '-', unique among the routes. Required with continue;
+	// optional otherwise (an unnamed route's ids have no suffix). Renaming a
+	// route changes its ids: do it after a clean stop, not across a crash.
+	Name string `koanf:"name"`
+	// Continue lets a change this route takes (its match and its filter)
+	// go on to the routes after it, each publishing it with its own
+	// subject, format and shaping (fan-out: one table to a masked stream and
+	// to a KV mirror of the whole row). Default false: the first route that
+	// takes a change is its only one. Needs name. Postgres is acknowledged a
+	// change only when every route's sinks hold it.
+	Continue bool `koanf:"continue"`
 	// Match selects changes; an empty match matches everything.
 	Match Match `koanf:"match"`
 	// Sinks are names of entries under sinks. At least one.

@@ -151,8 +151,22 @@ func (c *Config) validate(known Errors) Errors {
 		}
 	}
 
+	named := map[string]int{}
 	for i, r := range c.Routes {
 		p := indexPath("routes", i)
+		switch {
+		case r.Name == "" && r.Continue:
+			add(p+".name", "must be set with continue: true: the name tells this route's messages from the other routes' of the same change (e.g. name: %s)", suggestRouteName(r))
+		case r.Name == "":
+		case !nameRE.MatchString(r.Name):
+			add(p+".name", "must match ^[A-Za-z0-9_-]+$, got %q", r.Name)
+		default:
+			if j, dup := named[r.Name]; dup {
+				add(p+".name", "%q is also the name of routes[%d]; names must be unique", r.Name, j)
+			} else {
+				named[r.Name] = i
+			}
+		}
 		if len(r.Sinks) == 0 {
 			add(p+".sinks", "at least one sink is required")
 		}
@@ -186,6 +200,14 @@ func (c *Config) validate(known Errors) Errors {
 		validateShaping(add, p, r)
 	}
 	return errs
+}
+
+// suggestRouteName proposes a name for r in an error message.
+func suggestRouteName(r Route) string {
+	if len(r.Sinks) > 0 && nameRE.MatchString(r.Sinks[0]) {
+		return r.Sinks[0]
+	}
+	return "events"
 }
 
 // minHashKey is the shortest hash_key accepted, in bytes.

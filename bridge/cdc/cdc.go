@@ -202,19 +202,35 @@ type Change struct {
 	// the row's key, so a chunk read again yields the same ids and is
 	// deduplicated. It has ID's form, so ParseID reads it.
 	MsgID string
+	// Dest names the destination when the change is published by a named
+	// route (config routes[].name): ID ends with "@<Dest>", so the messages
+	// one change yields for several routes, in one stream too, are told
+	// apart by JetStream's dedupe and by a sink's resume scan. "" for an
+	// unnamed route: the id has no suffix.
+	Dest string
 }
 
 // ID returns the dedupe key "<producer>:<commit end lsn, 16 hex>:<seq>", used
-// as Nats-Msg-Id. A replay of the same WAL within an epoch yields the same ID.
+// as Nats-Msg-Id, followed by "@<Dest>" when Dest is set. A replay of the
+// same WAL within an epoch yields the same ID.
 func (c *Change) ID() string {
-	if c.MsgID != "" {
-		return c.MsgID
+	id := c.MsgID
+	if id == "" {
+		id = c.Producer + ":" + c.CommitLSN.Hex() + ":" + strconv.FormatUint(uint64(c.Seq), 10)
 	}
-	return c.Producer + ":" + c.CommitLSN.Hex() + ":" + strconv.FormatUint(uint64(c.Seq), 10)
+	if c.Dest != "" {
+		id += DestSep + c.Dest
+	}
+	return id
 }
 
-// Pos returns the change's position in the producer's order.
-func (c *Change) Pos() Pos { return Pos{LSN: c.CommitLSN, Seq: c.Seq} }
+// DestSep separates a message id from the destination it names
+// (Change.Dest). Route names cannot hold it.
+const DestSep = "@"
+
+// Pos returns the change's position in the producer's order, with its
+// destination.
+func (c *Change) Pos() Pos { return Pos{LSN: c.CommitLSN, Seq: c.Seq, Dest: c.Dest} }
 
 // Last reports whether the change is the last of its transaction.
 func (c *Change) Last() bool { return c.Seq+1 >= c.TxSize }
@@ -223,13 +239,25 @@ func (c *Change) Last() bool { return c.Seq+1 >= c.TxSize }
 type Pos struct {
 	LSN LSN
 	Seq uint32
+	// Dest is the destination of a change published to several (see
+	// Change.Dest); "" for one. Positions of one change for two
+	// destinations are distinct map keys, and neither is Less than the other.
+	Dest string
 }
 
-// Less orders positions.
+// Less orders positions by commit LSN and ordinal; Dest does not count.
 func (p Pos) Less(q Pos) bool { return p.LSN < q.LSN || (p.LSN == q.LSN && p.Seq < q.Seq) }
 
-// ParseID splits a message id made by Change.ID into producer and position.
+// ParseID splits a message id made by Change.ID into producer and position
+// (its destination included).
 func ParseID(id string) (producer string, pos Pos, err error) {
+	var dest string
+	if k := strings.LastIndex(id, DestSep); k >= 0 && k > strings.LastIndexByte(id, ':') {
+		id, dest = id[:k], id[k+len(DestSep):]
+		if dest == "" {
+			return "", Pos{}, fmt.Errorf("parsing message id %q: empty destination after %q", id+DestSep, DestSep)
+		}
+	}
 	i := strings.LastIndexByte(id, ':')
 	if i < 0 {
 		return "", Pos{}, fmt.Errorf("parsing message id %q: no sequence", id)
@@ -246,7 +274,7 @@ func ParseID(id string) (producer string, pos Pos, err error) {
 	if err != nil {
 		return "", Pos{}, fmt.Errorf("parsing message id %q: %w", id, err)
 	}
-	return id[:j], Pos{LSN: LSN(l), Seq: uint32(s)}, nil
+	return id[:j], Pos{LSN: LSN(l), Seq: uint32(s), Dest: dest}, nil
 }
 
 // Value types. Column values in Before and After are one of: nil (SQL NULL),

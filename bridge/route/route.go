@@ -24,6 +24,8 @@ import (
 // route is a compiled config.Route.
 type route struct {
 	idx     int
+	name    string // config name: the destination in message ids (cdc.Change.Dest)
+	cont    bool   // continue: a change it takes goes on to the routes after it
 	sources []string
 	tables  []string
 	ops     []cdc.Op
@@ -79,6 +81,7 @@ type SubjectData struct {
 // safe for concurrent use.
 type Router struct {
 	routes   []*route
+	fanout   bool // some route has continue
 	unrouted string
 	// contextPrefix is the prefix of trace context messages, consumed
 	// rather than published; "" when tracing is off.
@@ -105,7 +108,8 @@ func NewFor(cfg *config.Config, source string, sinkIndex map[string]int, context
 			continue
 		}
 		p := fmt.Sprintf("routes[%d]", i)
-		rt := &route{idx: i, sources: rc.Match.Sources, tables: rc.Match.Tables, cache: map[subjectKey]string{}}
+		rt := &route{idx: i, name: rc.Name, cont: rc.Continue, sources: rc.Match.Sources, tables: rc.Match.Tables, cache: map[subjectKey]string{}}
+		r.fanout = r.fanout || rc.Continue
 		for _, op := range rc.Match.Ops {
 			rt.ops = append(rt.ops, cdc.Op(op))
 		}
@@ -305,47 +309,120 @@ func (rt *route) subjectFor(c *cdc.Change, out map[string]string) (string, error
 // Route finds the first route that takes c (its match, then its filter),
 // shapes c as that route publishes it (columns, masks: c.Rel, c.Before,
 // c.After and the Bridge-Masked header become the published ones), sets
-// c.Subject and c.Payload, and returns the indexes of the sinks c goes to.
-// ok is false when no route takes c and the policy is to drop, or when
-// routes matched c but their filters rejected it (whatever the policy). An
-// error (a filter or transform that fails on c, a route that cannot shape
-// c's table) names the route's YAML path, the table and the change's
-// position.
+// c.Subject, c.Payload and c.Dest (the route's name), and returns the
+// indexes of the sinks c goes to. ok is false when no route takes c and
+// the policy is to drop, or when routes matched c but their filters
+// rejected it (whatever the policy). An error (a filter or transform that
+// fails on c, a route that cannot shape c's table) names the route's YAML
+// path, the table and the change's position.
+//
+// Route ignores continue: with a router that has Fanout, Each finds every
+// destination.
 func (r *Router) Route(c *cdc.Change) (sinks []int, ok bool, err error) {
 	filtered := false
-	for _, rt := range r.routes {
-		if !rt.matches(c) {
+	for i := 0; i < len(r.routes); i++ {
+		rt, rs, take, consumed, err := r.take(c, i, &filtered)
+		if err != nil || consumed {
+			return nil, false, err
+		}
+		if !take {
 			continue
-		}
-		if r.isContext(c) && !slices.Contains(rt.ops, cdc.OpMessage) {
-			return nil, false, nil // consumed: trace context only
-		}
-		if rt.shape == nil {
-			return rt.publish(c, nil)
-		}
-		rs := rt.shape.shapeFor(c.Rel)
-		if rs.err != nil {
-			return nil, false, rs.err // each problem names its YAML path and the table
-		}
-		if rs.filter != nil {
-			take, err := rt.filter(rs, c)
-			if err != nil {
-				return nil, false, err
-			}
-			if !take {
-				filtered = true
-				continue // the next routes may take it
-			}
-		}
-		if err := rs.apply(c); err != nil {
-			return nil, false, fmt.Errorf("%s.mask on %s: %w", rt.shape.path, where(c), err)
 		}
 		return rt.publish(c, rs)
 	}
-	if r.unrouted == "error" && !r.isContext(c) && !filtered {
-		return nil, false, fmt.Errorf("no route matches %s %s.%s (unrouted: error); add a route or set unrouted: drop", c.Op, c.Schema, c.Table)
+	return nil, false, r.unroutedErr(c, filtered)
+}
+
+// Fanout reports whether a change can have several destinations (a route
+// has continue): the caller must route with Each.
+func (r *Router) Fanout() bool { return r.fanout }
+
+// Each routes c to every route that takes it, in the routes' order: the
+// first that takes it and, while the route that took it has continue, the
+// next ones that take it. For each, it calls emit with a copy of c as that
+// route publishes it (Route's shaping, subject, payload and Dest; a shallow
+// copy emit may keep) and the sinks' indexes; c itself is not changed. It
+// returns how many destinations c had (0: dropped or filtered, as Route's
+// ok false) and Route's errors; emit's error stops it and is returned as
+// is.
+func (r *Router) Each(c *cdc.Change, emit func(d *cdc.Change, sinks []int) error) (int, error) {
+	filtered := false
+	n := 0
+	for i := 0; i < len(r.routes); i++ {
+		d := *c // as committed: every route shapes it afresh
+		rt, rs, take, consumed, err := r.take(&d, i, &filtered)
+		if err != nil {
+			return n, err
+		}
+		if consumed {
+			return n, nil
+		}
+		if !take {
+			continue
+		}
+		sinks, _, err := rt.publish(&d, rs)
+		if err != nil {
+			return n, err
+		}
+		n++
+		if err := emit(&d, sinks); err != nil {
+			return n, err
+		}
+		if !rt.cont {
+			break
+		}
 	}
-	return nil, false, nil
+	if n == 0 {
+		return 0, r.unroutedErr(c, filtered)
+	}
+	return n, nil
+}
+
+// take reports whether route i takes c and, when it does, shapes c as
+// the route publishes it and sets c.Dest (publish then sets the subject
+// and payload, with rs, the table's shaping: nil when the route has none).
+// consumed means c is a trace context message no route publishes; a
+// route's filter that rejects c sets *filtered.
+func (r *Router) take(c *cdc.Change, i int, filtered *bool) (rt *route, rs *relShape, take, consumed bool, err error) {
+	rt = r.routes[i]
+	if !rt.matches(c) {
+		return rt, nil, false, false, nil
+	}
+	if r.isContext(c) && !slices.Contains(rt.ops, cdc.OpMessage) {
+		return rt, nil, false, true, nil // consumed: trace context only
+	}
+	if rt.shape == nil {
+		c.Dest = rt.name
+		return rt, nil, true, false, nil
+	}
+	rs = rt.shape.shapeFor(c.Rel)
+	if rs.err != nil {
+		return rt, nil, false, false, rs.err // each problem names its YAML path and the table
+	}
+	if rs.filter != nil {
+		take, err := rt.filter(rs, c)
+		if err != nil {
+			return rt, nil, false, false, err
+		}
+		if !take {
+			*filtered = true
+			return rt, nil, false, false, nil // the next routes may take it
+		}
+	}
+	if err := rs.apply(c); err != nil {
+		return rt, nil, false, false, fmt.Errorf("%s.mask on %s: %w", rt.shape.path, where(c), err)
+	}
+	c.Dest = rt.name
+	return rt, rs, true, false, nil
+}
+
+// unroutedErr is the error for c when no route took it: one when the
+// policy is unrouted: error and no filter rejected it.
+func (r *Router) unroutedErr(c *cdc.Change, filtered bool) error {
+	if r.unrouted == "error" && !r.isContext(c) && !filtered {
+		return fmt.Errorf("no route matches %s %s.%s (unrouted: error); add a route or set unrouted: drop", c.Op, c.Schema, c.Table)
+	}
+	return nil
 }
 
 // filter runs rs's filter on c.

@@ -224,18 +224,25 @@ func (s *Sink) recycle(m *nats.Msg) {
 	s.hdrs.Put(m)
 }
 
-// appendID appends c.ID() to dst without allocating.
+// appendID appends c.ID() to dst without allocating: the position, and
+// the destination when the change's route is named.
 func appendID(dst []byte, c *cdc.Change) []byte {
 	if c.MsgID != "" { // a snapshot read's own identity
-		return append(dst, c.MsgID...)
+		dst = append(dst, c.MsgID...)
+	} else {
+		const digits = "0123456789ABCDEF"
+		dst = append(dst, c.Producer...)
+		dst = append(dst, ':')
+		v := uint64(c.CommitLSN)
+		for shift := 60; shift >= 0; shift -= 4 {
+			dst = append(dst, digits[(v>>uint(shift))&0xF])
+		}
+		dst = append(dst, ':')
+		dst = strconv.AppendUint(dst, uint64(c.Seq), 10)
 	}
-	const digits = "0123456789ABCDEF"
-	dst = append(dst, c.Producer...)
-	dst = append(dst, ':')
-	v := uint64(c.CommitLSN)
-	for shift := 60; shift >= 0; shift -= 4 {
-		dst = append(dst, digits[(v>>uint(shift))&0xF])
+	if c.Dest != "" {
+		dst = append(dst, cdc.DestSep...)
+		dst = append(dst, c.Dest...)
 	}
-	dst = append(dst, ':')
-	return strconv.AppendUint(dst, uint64(c.Seq), 10)
+	return dst
 }

@@ -215,3 +215,7 @@ func (s *Sink) connErr(nc *nats.Conn, doing string, err error) error {
 	}
 	return fmt.Errorf("%s: %w", doing, err)
 }
+
+// at is c's position without its destination (cdc.Change.Dest): the
+// guard's headers carry none, and a key's value is one route's.
+func at(c *cdc.Change) cdc.Pos { return cdc.Pos{LSN: c.CommitLSN, Seq: c.Seq} }

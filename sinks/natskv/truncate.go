@@ -45,12 +45,12 @@ func (w *write) truncate(i int) bool {
 		}
 		mark = got[table]
 	}
-	if mark.covers(c.Producer, c.Pos()) && (mark.done || mark.pos != c.Pos()) {
+	if mark.covers(c.Producer, at(c)) && (mark.done || mark.pos != at(c)) {
 		s.cache.setMark(table, mark)
 		return true // done already, or a later truncate supersedes it
 	}
 	seq := mark.seq
-	if !mark.covers(c.Producer, c.Pos()) { // not started yet
+	if !mark.covers(c.Producer, at(c)) { // not started yet
 		var err error
 		if seq, err = w.putMark(table, c, truncateStarted, seq); err != nil {
 			return fail("recording the truncate's start", err)
@@ -70,7 +70,7 @@ func (w *write) truncate(i int) bool {
 		return fail("recording the truncate's end", err)
 	}
 	s.cache.forgetTable(table)
-	s.cache.setMark(table, held{seq: seq, producer: c.Producer, pos: c.Pos(), done: true})
+	s.cache.setMark(table, held{seq: seq, producer: c.Producer, pos: at(c), done: true})
 	return true
 }
 

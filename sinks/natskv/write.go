@@ -238,7 +238,7 @@ func (w *write) apply(ops []*op, retry bool) ([]*op, error) {
 			if p.err == nil {
 				select {
 				case ack := <-p.f.Ok():
-					s.cache.setRow(p.o.table, p.o.key, held{seq: ack.Sequence, producer: p.o.c.Producer, pos: p.o.c.Pos()})
+					s.cache.setRow(p.o.table, p.o.key, held{seq: ack.Sequence, producer: p.o.c.Producer, pos: at(p.o.c)})
 					continue
 				case p.err = <-p.f.Err():
 				case <-w.ctx.Done():
@@ -255,11 +255,11 @@ func (w *write) apply(ops []*op, retry bool) ([]*op, error) {
 		sent = sent[:0]
 	}
 	for _, o := range ops {
-		if mark, ok := s.cache.marks[o.table]; ok && mark.covers(o.c.Producer, o.c.Pos()) {
+		if mark, ok := s.cache.marks[o.table]; ok && mark.covers(o.c.Producer, at(o.c)) {
 			continue // the table was truncated at or after this change
 		}
 		h, _ := s.cache.row(o.table, o.key)
-		if h.covers(o.c.Producer, o.c.Pos()) {
+		if h.covers(o.c.Producer, at(o.c)) {
 			continue // the key holds this change or a later one
 		}
 		m := s.msg(o.key, o.c)
