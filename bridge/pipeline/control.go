@@ -146,6 +146,12 @@ func (p *Pipeline) snapHeld(cursors map[string]string) snapshot.HeldFunc {
 		if from == nil {
 			from = cursors
 		}
+		if rr := p.cur.Load(); rr != nil && rr.r.Fanout() {
+			// A read row has a message per route that takes it, and the
+			// snapshot knows its position, not its routes: send every row
+			// again (each destination's duplicate window drops what it holds).
+			return nil, nil
+		}
 		var out map[cdc.Pos]struct{}
 		for _, s := range p.sinks {
 			if s.amo {

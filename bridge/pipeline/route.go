@@ -50,12 +50,30 @@ func (p *Pipeline) route(ctx context.Context, rr *routerRev, t *cdc.Txn, produce
 	if t.Rest != nil {
 		defer t.Rest.Close()
 	}
+	fan := rr.r.Fanout()
 	send := func(it *txnItem) error {
+		if fan {
+			groupByDest(it)
+		}
 		p.obs.Routed(t, it.commit, it.changes, it.last) // spans, traceparent headers, counters
 		return emit(it)
 	}
 	newItem := func() *txnItem { return &txnItem{commit: t.CommitLSN, rev: rr.rev} }
 	it := newItem()
+	// each appends c's destinations to it (a router with continue routes).
+	each := func(c *cdc.Change) error {
+		_, err := rr.r.Each(c, func(d *cdc.Change, sinks []int) error {
+			if len(sinks) > 0 {
+				it.changes = append(it.changes, *d)
+				it.dests = append(it.dests, sinks)
+			}
+			return nil
+		})
+		if err != nil {
+			return fatal{err}
+		}
+		return nil
+	}
 	// add routes cs, changes read back from disk into a reused buffer, and
 	// appends copies of the routed ones to it.
 	add := func(cs []cdc.Change) error {
@@ -65,6 +83,12 @@ func (p *Pipeline) route(ctx context.Context, rr *routerRev, t *cdc.Txn, produce
 		for i := range cs {
 			c := &cs[i]
 			c.Producer = producer
+			if fan {
+				if err := each(c); err != nil {
+					return err
+				}
+				continue
+			}
 			dests, ok, err := rr.r.Route(c)
 			if err != nil {
 				return fatal{err}
@@ -82,6 +106,16 @@ func (p *Pipeline) route(ctx context.Context, rr *routerRev, t *cdc.Txn, produce
 	// its capacity ends with cs, so an append copies); otherwise it takes
 	// copies of the routed ones, and addHeld reports copied.
 	addHeld := func(cs []cdc.Change) (copied bool, err error) {
+		if fan {
+			it.changes, it.dests = make([]cdc.Change, 0, len(cs)), make([][]int, 0, len(cs))
+			for i := range cs {
+				cs[i].Producer = producer
+				if err := each(&cs[i]); err != nil {
+					return false, err
+				}
+			}
+			return true, nil
+		}
 		ds := make([][]int, len(cs))
 		all := true
 		for i := range cs {
@@ -159,4 +193,34 @@ func (p *Pipeline) route(ctx context.Context, rr *routerRev, t *cdc.Txn, produce
 			return fmt.Errorf("source %q: %w", p.source, err)
 		}
 	}
+}
+
+// groupByDest orders it's changes by destination (cdc.Change.Dest, in
+// the order the destinations first appear), keeping each destination's
+// changes in commit order: a transaction a route publishes whole stays
+// contiguous for a sink that publishes transactions atomically, instead of
+// interleaving with another route's copies of it.
+func groupByDest(it *txnItem) {
+	var order []string
+	seen := map[string]bool{}
+	for i := range it.changes {
+		if d := it.changes[i].Dest; !seen[d] {
+			seen[d] = true
+			order = append(order, d)
+		}
+	}
+	if len(order) < 2 {
+		return
+	}
+	cs := make([]cdc.Change, 0, len(it.changes))
+	ds := make([][]int, 0, len(it.dests))
+	for _, d := range order {
+		for i := range it.changes {
+			if it.changes[i].Dest == d {
+				cs = append(cs, it.changes[i])
+				ds = append(ds, it.dests[i])
+			}
+		}
+	}
+	it.changes, it.dests = cs, ds
 }
