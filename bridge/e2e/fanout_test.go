@@ -1,0 +1,157 @@
+package e2e_test
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/bridge/format"
+)
+
+// fanoutConfig writes a bridge.yaml whose routes publish every change of
+// kt three times: to stream CDC_<name> with pad redacted (route masked,
+// continue), to the same stream with the whole row (route full,
+// continue), and to the KV bucket ROWS_<name> (route mirror). jsOptions
+// are added to the stream sink's config block.
+func (e *env) fanoutConfig(t *testing.T, name string, jsOptions ...string) string {
+	e.t.Helper()
+	p := e.config(name, "")
+	for _, o := range jsOptions {
+		setSinkOption(t, p, o)
+	}
+	b, err := os.ReadFile(p)
+	require.NoError(e.t, err)
+	y := string(b)
+	i := strings.Index(y, "routes:\n")
+	require.Positive(e.t, i, "no routes section in %s", p)
+	y = strings.Replace(y[:i], "sinks:\n", fmt.Sprintf("sinks:\n  kv:\n    type: nats_kv\n    config:\n      bucket: ROWS_%s\n      history: 64\n", name), 1) +
+		fmt.Sprintf(`routes:
+  - name: masked
+    continue: true
+    sinks: [js]
+    subject: "cdc.%[1]s.masked.{{.Table}}"
+    mask:
+      - redact: [pad]
+  - name: full
+    continue: true
+    sinks: [js]
+    subject: "cdc.%[1]s.full.{{.Table}}"
+  - name: mirror
+    sinks: [kv]
+`, name)
+	require.NoError(e.t, os.WriteFile(p, []byte(y), 0o644))
+	return p
+}
+
+// TestFanoutKill9MidStream kills the bridge with SIGKILL at random moments
+// while four writers commit changes that three routes publish: two into
+// one stream (one masked, one whole; a 1 s duplicate window, so dedupe
+// alone cannot hide a replay) and one into a KV mirror. Every committed
+// change must be in the stream exactly once per route, in commit order,
+// and the bucket must end equal to the table without a value ever going
+// back.
+func TestFanoutKill9MidStream(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		options []string
+		changes int
+	}{
+		{"per_message", nil, 20000},
+		// A transaction each route takes whole goes as one atomic batch
+		// per route.
+		{"atomic", []string{"atomic_transactions: true"}, 8000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			changes := tc.changes
+			if testing.Short() {
+				changes = 4000
+			}
+			bin := bridgeBinary(t)
+			e := newEnv(t)
+			w := newWorkload(t, e)
+			cfg := e.fanoutConfig(t, "fan", tc.options...)
+			p := startProc(t, bin, cfg)
+			waitSlotActive(t, e, "slot_fan")
+			p, kills := killWhileWriting(t, p, bin, cfg, w, changes, 10)
+
+			want, total := w.expected()
+			ms := e.waitCount("CDC_fan", 2*total, 3*time.Minute)
+			routes := map[string][]msg{}
+			for _, m := range ms {
+				parts := strings.Split(m.Subject, ".")
+				require.Len(t, parts, 4, "subject %q", m.Subject)
+				routes[parts[2]] = append(routes[parts[2]], m)
+			}
+			for _, route := range []string{"masked", "full"} {
+				rms := routes[route]
+				for _, m := range rms {
+					require.True(t, strings.HasSuffix(m.ID, cdc.DestSep+route), "stream seq %d on %s has id %s", m.Seq, m.Subject, m.ID)
+					require.Equal(t, route, m.Pos.Dest)
+					after, _ := m.Body["after"].(map[string]any)
+					if route == "masked" {
+						require.Equal(t, "pad=redact", m.Header.Get(format.HeaderMasked), "stream seq %d", m.Seq)
+						if after != nil {
+							require.Nil(t, after["pad"], "stream seq %d: pad is redacted", m.Seq)
+						}
+					} else if after != nil {
+						require.NotEmpty(t, after["pad"], "stream seq %d: the full route publishes pad", m.Seq)
+					}
+				}
+				checkOrdered(t, rms)
+				checkEvents(t, route, rms, want, total)
+			}
+			require.Len(t, ms, 2*total, "nothing but the two routes' messages")
+			time.Sleep(500 * time.Millisecond)
+			require.Len(t, e.messages("CDC_fan"), 2*total, "nothing arrives later")
+
+			kms := e.waitKT(t, "ROWS_fan", 3*time.Minute)
+			checkRevisions(t, kms)
+			t.Logf("%d changes, %d kills: %d stream messages, %d bucket revisions", total, kills, len(ms), len(kms))
+			p.term(t)
+		})
+	}
+}
+
+// expected returns the events the workload committed, and how many.
+func (w *workload) expected() (map[string]int, int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	want := map[string]int{}
+	total := 0
+	for k, v := range w.events {
+		want[k] = v
+		total += v
+	}
+	return want, total
+}
+
+// checkEvents asserts that ms, one route's messages, hold every committed
+// event once and nothing else.
+func checkEvents(t *testing.T, route string, ms []msg, want map[string]int, total int) {
+	t.Helper()
+	got := map[string]int{}
+	for _, m := range ms {
+		got[eventKey(t, m)]++
+	}
+	var missing, extra []string
+	for k, v := range want {
+		if got[k] < v {
+			missing = append(missing, k)
+		}
+	}
+	for k, v := range got {
+		if v > want[k] {
+			extra = append(extra, fmt.Sprintf("%s×%d", k, v))
+		}
+	}
+	if len(missing) > 0 || len(extra) > 0 {
+		t.Fatalf("route %s: %d messages for %d committed changes; missing %d (e.g. %v), duplicated or unexpected %d (e.g. %v)",
+			route, len(ms), total, len(missing), head(missing), len(extra), head(extra))
+	}
+	require.Len(t, ms, total, "route %s", route)
+}
