@@ -91,6 +91,10 @@ type sinkSlot struct {
 	batch   config.Batch
 	resumer sinks.Resumer // nil when the sink cannot tell what it holds
 	amo     bool          // at-most-once: never holds back the checkpoint
+	// written is the commit LSN of the newest change the sink accepted,
+	// or of the last transaction the writer finished while the sink had
+	// nothing to write (see SinkWritten).
+	written atomic.Uint64
 }
 
 // Pipeline streams one source into its sinks: source → router → batches →
@@ -168,6 +172,30 @@ func (p *Pipeline) Checkpointed() cdc.LSN { return cdc.LSN(p.ckptLSN.Load()) }
 
 // Delivered returns the number of changes delivered since start.
 func (p *Pipeline) Delivered() uint64 { return p.delivered.Load() }
+
+// SinkWritten returns, per sink name, the commit LSN up to which the sink
+// holds what the routes give it (the transaction at that LSN may be there
+// in part), as written by this process; 0 before its first write. Postgres
+// is acknowledged only what every sink but the at-most-once ones holds, so
+// the sink with the lowest value is the one holding the slot back: slow,
+// or failing (its Writes fail, and the writer retries it and stops there).
+func (p *Pipeline) SinkWritten() map[string]cdc.LSN {
+	out := make(map[string]cdc.LSN, len(p.sinks))
+	for _, s := range p.sinks {
+		out[s.name] = cdc.LSN(s.written.Load())
+	}
+	return out
+}
+
+// advance raises s's written LSN to lsn.
+func (s *sinkSlot) advance(lsn cdc.LSN) {
+	for {
+		cur := s.written.Load()
+		if uint64(lsn) <= cur || s.written.CompareAndSwap(cur, uint64(lsn)) {
+			return
+		}
+	}
+}
 
 // Ready reports whether a run is streaming.
 func (p *Pipeline) Ready() bool { return p.ready.Load() }

@@ -46,6 +46,11 @@ func (p *Pipeline) write(rctx, parent context.Context, items <-chan []*txnItem, 
 		}
 		before := cursors
 		for i, s := range p.sinks {
+			if len(per[i]) == 0 && done != 0 {
+				s.advance(done) // given nothing of done's transaction: it holds its share
+			}
+		}
+		for i, s := range p.sinks {
 			if len(per[i]) == 0 {
 				continue
 			}
@@ -60,6 +65,15 @@ func (p *Pipeline) write(rctx, parent context.Context, items <-chan []*txnItem, 
 					continue
 				}
 				return err
+			}
+			s.advance(per[i][len(per[i])-1].CommitLSN)
+		}
+		if done != 0 {
+			for i, s := range p.sinks {
+				if s.amo && len(per[i]) > 0 && cdc.LSN(s.written.Load()) < per[i][len(per[i])-1].CommitLSN {
+					continue // an at-most-once sink dropped this batch
+				}
+				s.advance(done) // it holds what it is given of done's transaction and those before
 			}
 		}
 		p.delivered.Add(uint64(n))

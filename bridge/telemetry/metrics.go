@@ -33,6 +33,7 @@ type Metrics struct {
 	publish  *prometheus.HistogramVec
 	restarts *prometheus.CounterVec
 	errors   *prometheus.CounterVec
+	sinkErrs *prometheus.CounterVec
 
 	mu    sync.Mutex
 	pipes []*Pipe
@@ -64,6 +65,10 @@ func NewMetrics() *Metrics {
 			Name: "bridge_errors_total",
 			Help: "Errors by source and kind: a run-ending cause (postgres, nats, sink, connection, timeout, other), fatal, sink_write, slot_poll, trace_context.",
 		}, []string{"source", "kind"}),
+		sinkErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bridge_sink_write_errors_total",
+			Help: "Failed Writes of a batch to a sink, by source and sink: the sink that holds the slot back when it fails.",
+		}, []string{"source", "sink"}),
 	}
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "bridge_build_info", Help: "Always 1; the version label is the bridge's version.",
@@ -73,7 +78,7 @@ func NewMetrics() *Metrics {
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		build, m.changes, m.txns, m.publish, m.restarts, m.errors, (*pipeCollector)(m),
+		build, m.changes, m.txns, m.publish, m.restarts, m.errors, m.sinkErrs, (*pipeCollector)(m),
 	)
 	return m
 }
@@ -88,6 +93,13 @@ type PipelineState interface {
 	Checkpointed() cdc.LSN
 }
 
+// SinkPositions is implemented by a PipelineState that knows, per sink
+// name, the commit LSN up to which the sink holds what it is given
+// (bridge_sink_written_lsn).
+type SinkPositions interface {
+	SinkWritten() map[string]cdc.LSN
+}
+
 // NewPipe returns the observer of source's pipeline, whose changes go to
 // sinks (their names). tracer is nil when tracing is off; prefix is the
 // trace context message prefix ("" when tracing is off); slot is the slot
@@ -96,8 +108,10 @@ func (m *Metrics) NewPipe(source string, sinks []string, tracer trace.Tracer, pr
 	pt := &Pipe{source: source, tracer: tracer, prefix: prefix, m: m, log: log, slot: slot,
 		txnCount: m.txns.WithLabelValues(source), sinkErrs: m.errors.WithLabelValues(source, "sink_write"),
 		publish: make(map[string]prometheus.Observer, len(sinks))}
+	pt.sinkFails = make(map[string]interface{ Inc() }, len(sinks))
 	for _, s := range sinks {
 		pt.publish[s] = m.publish.WithLabelValues(source, s)
+		pt.sinkFails[s] = m.sinkErrs.WithLabelValues(source, s)
 	}
 	return pt
 }
@@ -156,6 +170,8 @@ var (
 		"Delivery time minus commit time of the last delivered transaction.", []string{"source"}, nil)
 	descLastCommit = prometheus.NewDesc("bridge_last_delivered_commit_timestamp_seconds",
 		"Commit time (Unix seconds) of the last delivered transaction; time() minus it is how old the newest delivered data is.", []string{"source"}, nil)
+	descSinkLSN = prometheus.NewDesc("bridge_sink_written_lsn",
+		"Commit LSN (bytes into the WAL) up to which the sink holds what the routes give it, by source and sink. Postgres is acknowledged only what every sink holds: the lowest is the sink holding the slot back.", []string{"source", "sink"}, nil)
 	descSlotExists = prometheus.NewDesc("bridge_slot_exists",
 		"1 when the replication slot exists (last slot poll).", []string{"source", "slot"}, nil)
 	descSlotActive = prometheus.NewDesc("bridge_slot_active",
@@ -172,7 +188,7 @@ var walStatuses = []string{"reserved", "extended", "unreserved", "lost"}
 
 func (c *pipeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descDelivered, descReady, descCkptLSN, descCkptAge, descLagBytes, descLagSeconds,
-		descLastCommit, descSlotExists, descSlotActive, descSlotRetained, descSlotSafe, descSlotStatus} {
+		descLastCommit, descSinkLSN, descSlotExists, descSlotActive, descSlotRetained, descSlotSafe, descSlotStatus} {
 		ch <- d
 	}
 }
@@ -198,6 +214,11 @@ func (c *pipeCollector) Collect(ch chan<- prometheus.Metric) {
 		if !lastCommit.IsZero() {
 			ch <- prometheus.MustNewConstMetric(descLagSeconds, prometheus.GaugeValue, max(lastDelay.Seconds(), 0), src)
 			ch <- prometheus.MustNewConstMetric(descLastCommit, prometheus.GaugeValue, float64(lastCommit.UnixNano())/1e9, src)
+		}
+		if sp, ok := p.(SinkPositions); ok {
+			for sink, lsn := range sp.SinkWritten() {
+				ch <- prometheus.MustNewConstMetric(descSinkLSN, prometheus.GaugeValue, float64(lsn), src, sink)
+			}
 		}
 		if pt.slot == nil {
 			continue

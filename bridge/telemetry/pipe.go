@@ -46,6 +46,8 @@ type Pipe struct {
 	txnCount interface{ Inc() }             // bridge_transactions_total{source}
 	publish  map[string]prometheus.Observer // bridge_publish_duration_seconds{source, sink}, by sink
 	sinkErrs interface{ Inc() }             // bridge_errors_total{source, kind="sink_write"}
+	// bridge_sink_write_errors_total{source, sink}, by sink
+	sinkFails map[string]interface{ Inc() }
 
 	// Reader state.
 	counts     map[countKey]countVal
@@ -443,6 +445,9 @@ func (pt *Pipe) Wrote(sink string, d time.Duration, err error) {
 	if err != nil {
 		if pt.sinkErrs != nil {
 			pt.sinkErrs.Inc()
+		}
+		if c := pt.sinkFails[sink]; c != nil {
+			c.Inc()
 		}
 		return
 	}

@@ -381,3 +381,26 @@ func newOTLPHTTPExporter(base string) (*otlptrace.Exporter, error) {
 	}
 	return otlptracehttp.New(context.Background(), otlptracehttp.WithEndpoint(u.Host), otlptracehttp.WithInsecure())
 }
+
+// sinkState is a PipelineState that knows its sinks' positions.
+type sinkState struct {
+	testState
+	written map[string]cdc.LSN
+}
+
+func (s *sinkState) SinkWritten() map[string]cdc.LSN { return s.written }
+
+// TestTelemetrySinkPositions: each sink's written LSN and failed Writes are
+// exported by sink, so the one holding the slot back shows.
+func TestTelemetrySinkPositions(t *testing.T) {
+	m := NewMetrics()
+	pt := m.NewPipe("app", []string{"stream", "mirror"}, nil, "", nil, slog.New(slog.DiscardHandler))
+	m.Add(pt, &sinkState{written: map[string]cdc.LSN{"stream": 300, "mirror": 200}})
+	pt.Wrote("mirror", time.Millisecond, errors.New("down"))
+	pt.Wrote("mirror", time.Millisecond, errors.New("down"))
+	pt.Wrote("stream", time.Millisecond, nil)
+	assert.Equal(t, 300.0, counter(t, m, "bridge_sink_written_lsn", map[string]string{"source": "app", "sink": "stream"}))
+	assert.Equal(t, 200.0, counter(t, m, "bridge_sink_written_lsn", map[string]string{"source": "app", "sink": "mirror"}))
+	assert.Equal(t, 2.0, counter(t, m, "bridge_sink_write_errors_total", map[string]string{"source": "app", "sink": "mirror"}))
+	assert.Equal(t, 0.0, counter(t, m, "bridge_sink_write_errors_total", map[string]string{"source": "app", "sink": "stream"}))
+}
