@@ -113,7 +113,7 @@ func TestServeValidation(t *testing.T) {
 		{"max_lag negative", "max_lag: -5", []string{"serve.max_lag: expected a non-negative integer, got a negative one"}},
 		{"window_txns zero", "window_txns: 0", []string{"serve.window_txns: must be > 0, got 0"}},
 		{"where not a mapping", `where: "tenant_id = 42"`, []string{"serve.where: expected a mapping, got a string"}},
-		{"unknown key", "max_conn: 5", []string{"serve.max_conn: unknown key (known: auth, client_header, hold, idle_timeout, keep_alive, listen, max_conns, max_filter_depth, max_header_bytes, max_lag, max_per_client, max_query_bytes, read_header_timeout, stream, tables, tls, where, window_txns, write_timeout)"}},
+		{"unknown key", "max_conn: 5", []string{"serve.max_conn: unknown key (known: auth, client_header, hold, idle_timeout, keep_alive, listen, max_conns, max_filter_depth, max_header_bytes, max_lag, max_per_client, max_query_bytes, read_header_timeout, route, stream, tables, tls, where, window_txns, write_timeout)"}},
 		{"several at once", "max_conns: 0\n  hold: 0s", []string{"serve.hold: must be > 0, got 0s", "serve.max_conns: must be > 0, got 0"}},
 		{"max_header_bytes too small", "max_header_bytes: 100", []string{"serve.max_header_bytes: must be >= 4096, got 100"}},
 		{"max_query_bytes zero", "max_query_bytes: 0", []string{"serve.max_query_bytes: must be > 0, got 0"}},

@@ -414,6 +414,11 @@ type Serve struct {
 	// Stream is the JetStream stream the bridge's nats_jetstream sink
 	// writes. Default "CDC".
 	Stream string `koanf:"stream"`
+	// Route, when set, names the route (routes[].name) whose messages the
+	// feeds serve, for a stream several routes write (continue); the
+	// stream's other messages match no feed. Empty: every message, for a
+	// stream one route writes.
+	Route string `koanf:"route"`
 	// Where is a condition ANDed with every request's filter, replayed
 	// history included, in the JSON form of a feeds condition written as
 	// YAML, e.g. {eq: [tenant_id, 42]} or {and: [{eq: [tenant_id, 42]},

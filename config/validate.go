@@ -199,6 +199,11 @@ func (c *Config) validate(known Errors) Errors {
 		}
 		validateShaping(add, p, r)
 	}
+	if c.Serve.Route != "" {
+		if _, ok := named[c.Serve.Route]; !ok {
+			add("serve.route", "no route named %q (named routes: %s); set routes[].name on the route whose messages the feeds serve", c.Serve.Route, listOrNone(sortedKeys(named)))
+		}
+	}
 	return errs
 }
 

@@ -46,6 +46,8 @@ func TestValidation(t *testing.T) {
 			[]string{`routes[0].name: must match ^[A-Za-z0-9_-]+$, got "a@b"`}},
 		{"route names twice", map[string]any{"routes": []any{route("name", "masked", "continue", true), route("name", "masked")}},
 			[]string{`routes[1].name: "masked" is also the name of routes[0]; names must be unique`}},
+		{"serve.route names no route", map[string]any{"serve.route": "masked", "routes": []any{route("name", "full")}},
+			[]string{`serve.route: no route named "masked" (named routes: full); set routes[].name on the route whose messages the feeds serve`}},
 		{"route without sinks", map[string]any{"routes": []any{route("sinks", []any{})}}, []string{"routes[0].sinks: at least one sink is required"}},
 		{"route to an unknown sink", map[string]any{"routes": []any{route(), route("sinks", []any{"mian"})}},
 			[]string{`routes[1].sinks[0]: no sink named "mian" (defined: main)`}},

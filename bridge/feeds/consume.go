@@ -63,7 +63,7 @@ func (fs *Feeds) consume(ctx context.Context, start, gen uint64) error {
 		if err != nil {
 			return fmt.Errorf("reading metadata of a message on %q: %w", fs.cfg.Stream, err)
 		}
-		c, derr := decode(meta.Sequence.Stream, msg.Headers(), msg.Data(), nm)
+		c, derr := fs.decode(meta.Sequence.Stream, msg.Headers(), msg.Data(), nm)
 		if derr != nil {
 			fs.log.Warn("feeds: message not understood; it matches no feed", "stream", fs.cfg.Stream, "seq", meta.Sequence.Stream, "err", derr)
 		}

@@ -339,7 +339,7 @@ func (f *Feed) catchUp(parent context.Context, pos uint64) ([]Change, error) {
 				Detail: fmt.Sprintf("stream %q no longer holds sequence %d", fs.cfg.Stream, expect)}
 		}
 		expect++
-		c, derr := decode(seq, msg.Headers(), msg.Data(), nil)
+		c, derr := fs.decode(seq, msg.Headers(), msg.Data(), nil)
 		if derr != nil {
 			fs.log.Warn("feeds: message not understood; it matches no feed", "stream", fs.cfg.Stream, "seq", seq, "err", derr)
 		}

@@ -38,6 +38,11 @@ import (
 type Config struct {
 	// Stream is the JetStream stream the bridge writes. Default "CDC".
 	Stream string
+	// Route, when set, is the name of the route whose messages the feeds
+	// serve (their Nats-Msg-Id ends with "@<Route>"); the stream's other
+	// messages match no feed. Empty: every message of the stream, for a
+	// stream one route writes.
+	Route string
 	// WindowTxns bounds the in-memory window in transactions. Default 100000.
 	WindowTxns int
 	// WindowBytes bounds the in-memory window in (estimated) bytes.

@@ -80,6 +80,18 @@ type serialised struct {
 // bridgeMsg reports whether the message carries the bridge's headers.
 func bridgeMsg(h nats.Header) bool { return h.Get(headerOp) != "" && h.Get(headerMsgID) != "" }
 
+// decode is the package's decode for fs: with Config.Route set, a message
+// of another route (or of none) becomes a single-message transaction that
+// matches nothing, as a message that is not the bridge's does.
+func (fs *Feeds) decode(seq uint64, h nats.Header, data []byte, nm *names) (*change, error) {
+	if fs.cfg.Route != "" && bridgeMsg(h) {
+		if _, pos, err := cdc.ParseID(h.Get(headerMsgID)); err == nil && pos.Dest != fs.cfg.Route {
+			return &change{seq: seq, n: 1, size: 200 + len(data)*2}, nil
+		}
+	}
+	return decode(seq, h, data, nm)
+}
+
 // decode turns a stream message into a change. Messages that are not the
 // bridge's (no Bridge-Op header) become single-message transactions that
 // match nothing; so do payloads that are not the native JSON format.

@@ -793,5 +793,5 @@ func FromConfig(ctx context.Context, s config.Serve, log *slog.Logger) (Config, 
 			return Config{}, feeds.Config{}, err
 		}
 	}
-	return sc, feeds.Config{Stream: s.Stream, WindowTxns: s.WindowTxns, Logger: log}, nil
+	return sc, feeds.Config{Stream: s.Stream, Route: s.Route, WindowTxns: s.WindowTxns, Logger: log}, nil
 }
