@@ -212,36 +212,10 @@ routes:
 // else, in commit order, and nothing more arriving later.
 func (w *workload) verifyStored(t *testing.T, read func(n int) []msg) {
 	t.Helper()
-	w.mu.Lock()
-	want := map[string]int{}
-	total := 0
-	for k, v := range w.events {
-		want[k] = v
-		total += v
-	}
-	w.mu.Unlock()
+	want, total := w.expected()
 	ms := read(total)
 	checkOrdered(t, ms)
-	got := map[string]int{}
-	for _, m := range ms {
-		got[eventKey(t, m)]++
-	}
-	var missing, extra []string
-	for k, v := range want {
-		if got[k] < v {
-			missing = append(missing, k)
-		}
-	}
-	for k, v := range got {
-		if v > want[k] {
-			extra = append(extra, fmt.Sprintf("%s×%d", k, v))
-		}
-	}
-	if len(missing) > 0 || len(extra) > 0 {
-		t.Fatalf("stream holds %d messages for %d committed changes; missing %d (e.g. %v), duplicated or unexpected %d (e.g. %v)",
-			len(ms), total, len(missing), head(missing), len(extra), head(extra))
-	}
-	require.Len(t, ms, total)
+	checkEvents(t, "the stream", ms, want, total)
 	time.Sleep(500 * time.Millisecond)
 	require.Len(t, read(total), total)
 }

@@ -299,16 +299,32 @@ func eventKey(t *testing.T, m msg) string {
 // and nothing else, in commit order.
 func (w *workload) verifyExactlyOnce(t *testing.T, e *env, stream string) {
 	t.Helper()
+	want, total := w.expected()
+	ms := e.waitCount(stream, total, 3*time.Minute)
+	checkOrdered(t, ms)
+	checkEvents(t, "stream "+stream, ms, want, total)
+	// Nothing arrives later either.
+	time.Sleep(500 * time.Millisecond)
+	require.Len(t, e.messages(stream), total)
+}
+
+// expected returns the events the workload committed, and how many.
+func (w *workload) expected() (map[string]int, int) {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	want := map[string]int{}
 	total := 0
 	for k, v := range w.events {
 		want[k] = v
 		total += v
 	}
-	w.mu.Unlock()
-	ms := e.waitCount(stream, total, 3*time.Minute)
-	checkOrdered(t, ms)
+	return want, total
+}
+
+// checkEvents asserts that ms, the messages of what (a stream, a route's
+// subjects), hold every event of want, total in all, once and nothing else.
+func checkEvents(t *testing.T, what string, ms []msg, want map[string]int, total int) {
+	t.Helper()
 	got := map[string]int{}
 	for _, m := range ms {
 		got[eventKey(t, m)]++
@@ -325,13 +341,10 @@ func (w *workload) verifyExactlyOnce(t *testing.T, e *env, stream string) {
 		}
 	}
 	if len(missing) > 0 || len(extra) > 0 {
-		t.Fatalf("stream holds %d messages for %d committed changes; missing %d (e.g. %v), duplicated or unexpected %d (e.g. %v)",
-			len(ms), total, len(missing), head(missing), len(extra), head(extra))
+		t.Fatalf("%s holds %d messages for %d committed changes; missing %d (e.g. %v), duplicated or unexpected %d (e.g. %v)",
+			what, len(ms), total, len(missing), head(missing), len(extra), head(extra))
 	}
-	require.Len(t, ms, total)
-	// Nothing arrives later either.
-	time.Sleep(500 * time.Millisecond)
-	require.Len(t, e.messages(stream), total)
+	require.Len(t, ms, total, what)
 }
 
 func head(s []string) []string {
