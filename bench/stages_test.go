@@ -145,10 +145,15 @@ func newRouter(b *testing.B) *route.Router {
 }
 
 func BenchmarkRoute(b *testing.B) {
-	r := newRouter(b)
+	routeChanges(b, newRouter(b), benchChange)
+}
+
+// routeChanges routes b.N changes made by change, 1024 of them in turn, and
+// reports the rate and the CPU time per change.
+func routeChanges(b *testing.B, r *route.Router, change func(int) cdc.Change) {
 	cs := make([]cdc.Change, 1024)
 	for i := range cs {
-		cs[i] = benchChange(i)
+		cs[i] = change(i)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -160,6 +165,55 @@ func BenchmarkRoute(b *testing.B) {
 		}
 	}
 	report(b, b.N, time.Since(start), selfCPU()-cpu0)
+}
+
+// wideRel is a ten-column orders table; the changes of one table share
+// their relation, as a source's do.
+var wideRel = &cdc.Relation{ID: 16390, Schema: "public", Table: "orders", ReplicaIdentity: 'd', Columns: []cdc.Column{
+	{Name: "id", Type: "int8", OID: 20, Key: true}, {Name: "status", Type: "text", OID: 25},
+	{Name: "total", Type: "numeric", OID: 1700}, {Name: "email", Type: "varchar", OID: 1043},
+	{Name: "password_hash", Type: "text", OID: 25}, {Name: "tenant_id", Type: "int4", OID: 23},
+	{Name: "note", Type: "text", OID: 25}, {Name: "created_at", Type: "timestamptz", OID: 1184},
+	{Name: "qty", Type: "int4", OID: 23}, {Name: "ship_to", Type: "text", OID: 25}}}
+
+// wideChange is an update of a row of wideRel; the filter of
+// BenchmarkRouteShaping takes every one, so each is encoded.
+func wideChange(i int) cdc.Change {
+	status := [...]string{"paid", "shipped"}[i%2]
+	return cdc.Change{Producer: "bench.app.akvj4q85", Source: "app", Database: "postgres",
+		CommitLSN: cdc.LSN(0x1507B88 + i*200), LSN: cdc.LSN(0x1507B00 + i*200), TxSize: 1, Xid: uint32(726 + i),
+		CommitTime: time.Date(2026, 12, 2, 18, 25, 14, 973224000, time.UTC), Schema: "public", Table: "orders", Op: cdc.OpUpdate, Rel: wideRel,
+		After: []any{int64(i + 1), status, cdc.Numeric(strconv.Itoa(150+i%200) + ".25"), "user" + strconv.Itoa(i) + "@example.com",
+			"$2b$12$abcdefghijklmnopqrstuv", int64(i % 17), "leave at the door", time.Date(2026, 12, 2, 18, 0, 0, 0, time.UTC),
+			int64(1 + i%5), "1 Main Street, Springfield"}}
+}
+
+// BenchmarkRouteShaping routes updates of a ten-column row: shape=plain
+// with no shaping, filter with a three-clause filter, filter+mask with
+// that filter, an excluded column, a hashed and a redacted one. Compare
+// the per-change cost with benchstat -col /shape.
+func BenchmarkRouteShaping(b *testing.B) {
+	filter := `op != "delete" && after.status in ["paid", "shipped"] && after.total > 100.0`
+	for _, c := range []struct {
+		name  string
+		route config.Route
+	}{
+		{"plain", config.Route{}},
+		{"filter", config.Route{Filter: filter}},
+		{"filter+mask", config.Route{Filter: filter,
+			Columns: []config.Columns{{Exclude: []string{"password_hash"}}},
+			Mask:    []config.Mask{{Hash: []string{"email"}, HashKey: "0123456789abcdef0123456789abcdef", Redact: []string{"ship_to"}}}}},
+	} {
+		b.Run("shape="+c.name, func(b *testing.B) {
+			rc := c.route
+			rc.Sinks, rc.Subject = []string{"js"}, "bench.{{.Schema}}.{{.Table}}"
+			r, err := route.New(&config.Config{Unrouted: "drop", Routes: []config.Route{rc}}, map[string]int{"js": 0}, "")
+			if err != nil {
+				b.Fatal(err)
+			}
+			routeChanges(b, r, wideChange)
+		})
+	}
 }
 
 func natsServer(b *testing.B) (url string, pid int) {

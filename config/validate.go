@@ -23,6 +23,9 @@ var (
 	logFormatValues = []string{"auto", "text", "json"}
 )
 
+// kvKeyRE is the syntax of a JetStream KV key.
+var kvKeyRE = regexp.MustCompile(`^[-/_=.a-zA-Z0-9]+$`)
+
 // headerRE is the syntax of an HTTP header name (RFC 9110 token).
 var headerRE = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 
@@ -36,8 +39,9 @@ var sampleSubject = map[string]string{
 	"Source": "source", "Schema": "public", "Table": "table", "Op": "insert", "Prefix": "prefix",
 }
 
-// rowRef finds the row values a subject template reads: {{.Col.x}}, {{.Key.x}}.
-var rowRef = regexp.MustCompile(`\.(?:Col|Key)\.([A-Za-z_][A-Za-z0-9_]*)`)
+// rowRef finds the row values a subject template reads: {{.Col.x}},
+// {{.Key.x}}, and the transform's {{.Out.x}}.
+var rowRef = regexp.MustCompile(`\.(?:Col|Key|Out)\.([A-Za-z_][A-Za-z0-9_]*)`)
 
 // Validate checks the framework part of c: names, required keys, enums,
 // positive durations and sizes, route references, subject templates, table
@@ -81,6 +85,17 @@ func (c *Config) validate(known Errors) Errors {
 	case !nameRE.MatchString(c.Name):
 		add("name", "must match %s, got %q", nameRE, c.Name)
 	}
+	if c.Config.KV != "" {
+		bucket, key, ok := c.Config.KVLocation()
+		switch {
+		case !ok || bucket == "" || key == "":
+			add("config.kv", "must be \"bucket/key\", got %q", c.Config.KV)
+		case !nameRE.MatchString(bucket):
+			add("config.kv", "bucket %q must match %s", bucket, nameRE)
+		case !kvKeyRE.MatchString(key):
+			add("config.kv", "key %q must match %s (a JetStream KV key)", key, kvKeyRE)
+		}
+	}
 	checkPositive(add, "checkpoint.interval", c.Checkpoint.Interval)
 	checkPositive(add, "shutdown.timeout", c.Shutdown.Timeout)
 	if c.Checkpoint.ConfirmDelay < 0 {
@@ -98,9 +113,7 @@ func (c *Config) validate(known Errors) Errors {
 	if r := c.Checkpoint.Replicas; r < 1 || r > maxReplicas {
 		add("checkpoint.replicas", "must be between 1 and %d, got %d", maxReplicas, r)
 	}
-	if p := c.NATS.Embedded.Port; p < -1 || p > 65535 {
-		add("nats.embedded.port", "must be a port number, or -1 for any free port, got %d", p)
-	}
+	c.NATS.validate(add)
 
 	c.HTTP.validate(add)
 	if !reflect.ValueOf(c.Serve).IsZero() { // a Config built in code without a serve section
@@ -170,8 +183,80 @@ func (c *Config) validate(known Errors) Errors {
 		if msg := checkSubject(r.Subject); msg != "" {
 			add(p+".subject", "%s", msg)
 		}
+		validateShaping(add, p, r)
 	}
 	return errs
+}
+
+// minHashKey is the shortest hash_key accepted, in bytes.
+const minHashKey = 16
+
+// validateShaping adds the problems of a route's columns and mask that
+// need no catalog: one of include and exclude, a column under one mask,
+// the hash key, positive truncations. The filter and transform compile
+// in the route package, the columns are checked against each table
+// there, and against the catalog by `bridge validate --connect`.
+func validateShaping(add func(p, format string, args ...any), p string, r Route) {
+	checkNames := func(lp string, names []string) {
+		seen := map[string]bool{}
+		for k, n := range names {
+			switch {
+			case n == "":
+				add(indexPath(lp, k), "must be a column name, got an empty string")
+			case seen[n]:
+				add(indexPath(lp, k), "column %q is listed twice", n)
+			}
+			seen[n] = true
+		}
+	}
+	checkTables := func(tp string, globs []string) {
+		for k, glob := range globs {
+			if msg := checkTableGlob(glob); msg != "" {
+				add(indexPath(tp, k), "%s", msg)
+			}
+		}
+	}
+	for j, c := range r.Columns {
+		cp := indexPath(p+".columns", j)
+		checkTables(cp+".tables", c.Tables)
+		switch {
+		case len(c.Include) > 0 && len(c.Exclude) > 0:
+			add(cp, "set include or exclude, not both")
+		case len(c.Include) == 0 && len(c.Exclude) == 0:
+			add(cp, "set include (the columns to publish, besides the key) or exclude (the columns to leave out)")
+		}
+		checkNames(cp+".include", c.Include)
+		checkNames(cp+".exclude", c.Exclude)
+	}
+	for j, m := range r.Mask {
+		mp := indexPath(p+".mask", j)
+		checkTables(mp+".tables", m.Tables)
+		if len(m.Redact)+len(m.Hash)+len(m.Truncate) == 0 {
+			add(mp, "set redact, hash or truncate: the columns to mask")
+		}
+		checkNames(mp+".redact", m.Redact)
+		checkNames(mp+".hash", m.Hash)
+		for k, n := range m.Hash {
+			if slices.Contains(m.Redact, n) {
+				add(indexPath(mp+".hash", k), "column %q is under redact too: a column has one mask", n)
+			}
+		}
+		for _, n := range sortedKeys(m.Truncate) {
+			tp := joinPath(mp+".truncate", n)
+			if slices.Contains(m.Redact, n) || slices.Contains(m.Hash, n) {
+				add(tp, "column %q is under redact or hash too: a column has one mask", n)
+			}
+			if m.Truncate[n] <= 0 {
+				add(tp, "must be > 0 (the characters kept), got %d", m.Truncate[n])
+			}
+		}
+		switch {
+		case len(m.Hash) > 0 && m.HashKey == "":
+			add(mp+".hash_key", "must be set with hash: the secret key of the HMAC, at least %d bytes, e.g. ${MASK_HASH_KEY} holding the output of `openssl rand -hex 32`", minHashKey)
+		case m.HashKey != "" && len(m.HashKey) < minHashKey:
+			add(mp+".hash_key", "must be at least %d bytes, got %d: use a random key, e.g. the output of `openssl rand -hex 32`", minHashKey, len(m.HashKey))
+		}
+	}
 }
 
 // validate adds the problems of the serve section. serve.where is parsed
@@ -273,10 +358,10 @@ func checkSubject(subject string) string {
 	for _, m := range rowRef.FindAllStringSubmatch(subject, -1) {
 		row[m[1]] = "v"
 	}
-	data["Key"], data["Col"] = row, row
+	data["Key"], data["Col"], data["Out"] = row, row, row
 	var b strings.Builder
 	if err := tmpl.Execute(&b, data); err != nil {
-		return fmt.Sprintf("%v (fields: .Source .Schema .Table .Op .Prefix .Key.<column> .Col.<column>)", err)
+		return fmt.Sprintf("%v (fields: .Source .Schema .Table .Op .Prefix .Key.<column> .Col.<column> .Out.<key>)", err)
 	}
 	for _, tok := range strings.Split(b.String(), ".") {
 		if tok == "" || strings.ContainsAny(tok, " \t\r\n*>") {

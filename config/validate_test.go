@@ -46,7 +46,7 @@ func TestValidation(t *testing.T) {
 		{"subject does not parse", map[string]any{"routes": []any{route("subject", "cdc.{{.Table")}},
 			[]string{"routes[0].subject: template: subject:1: unclosed action"}},
 		{"subject names an unknown field", map[string]any{"routes": []any{route("subject", "cdc.{{.Tabel}}")}},
-			[]string{`routes[0].subject: template: subject:1:6: executing "subject" at <.Tabel>: map has no entry for key "Tabel" (fields: .Source .Schema .Table .Op .Prefix .Key.<column> .Col.<column>)`}},
+			[]string{`routes[0].subject: template: subject:1:6: executing "subject" at <.Tabel>: map has no entry for key "Tabel" (fields: .Source .Schema .Table .Op .Prefix .Key.<column> .Col.<column> .Out.<key>)`}},
 		{"subject renders an empty token", map[string]any{"routes": []any{route("subject", "cdc..{{.Table}}")}},
 			[]string{`routes[0].subject: renders "cdc..table", which is not a valid NATS subject (dot-separated non-empty tokens, no spaces or wildcards)`}},
 		{"subject with a wildcard", map[string]any{"routes": []any{route("subject", "cdc.>")}},
@@ -60,6 +60,27 @@ func TestValidation(t *testing.T) {
 			[]string{`routes[0].match.tables[0]: must be a schema.table glob such as public.* or *.orders, got "a.b.c"`}},
 		{"bad table glob", map[string]any{"routes": []any{route("match", map[string]any{"tables": []any{"public.*", "public.[a"}})}},
 			[]string{`routes[0].match.tables[1]: invalid glob "public.[a": syntax error in pattern`}},
+		{"columns: include and exclude", map[string]any{"routes": []any{route("columns", []any{map[string]any{"include": []any{"a"}, "exclude": []any{"b"}}})}},
+			[]string{`routes[0].columns[0]: set include or exclude, not both`}},
+		{"columns: neither", map[string]any{"routes": []any{route("columns", []any{map[string]any{"tables": []any{"public.*"}}})}},
+			[]string{`routes[0].columns[0]: set include (the columns to publish, besides the key) or exclude (the columns to leave out)`}},
+		{"columns: bad glob, empty and twice-listed names", map[string]any{"routes": []any{route("columns", []any{map[string]any{"tables": []any{"orders"}, "exclude": []any{"a", "", "a"}}})}},
+			[]string{`routes[0].columns[0].exclude[1]: must be a column name, got an empty string`,
+				`routes[0].columns[0].exclude[2]: column "a" is listed twice`,
+				`routes[0].columns[0].tables[0]: must be a schema.table glob such as public.* or *.orders, got "orders"`}},
+		{"columns: a mapping, not a list", map[string]any{"routes": []any{route("columns", map[string]any{"include": []any{"a"}})}},
+			[]string{`routes[0].columns: expected a list, got a mapping`}},
+		{"mask: nothing to mask", map[string]any{"routes": []any{route("mask", []any{map[string]any{"tables": []any{"public.users"}}})}},
+			[]string{`routes[0].mask[0]: set redact, hash or truncate: the columns to mask`}},
+		{"mask: hash without a key", map[string]any{"routes": []any{route("mask", []any{map[string]any{"hash": []any{"email"}}})}},
+			[]string{"routes[0].mask[0].hash_key: must be set with hash: the secret key of the HMAC, at least 16 bytes, e.g. ${MASK_HASH_KEY} holding the output of `openssl rand -hex 32`"}},
+		{"mask: short key", map[string]any{"routes": []any{route("mask", []any{map[string]any{"hash": []any{"email"}, "hash_key": "s3cret"}})}},
+			[]string{"routes[0].mask[0].hash_key: must be at least 16 bytes, got 6: use a random key, e.g. the output of `openssl rand -hex 32`"}},
+		{"mask: one column, two masks; bad truncate", map[string]any{"routes": []any{route("mask", []any{map[string]any{
+			"redact": []any{"email"}, "hash": []any{"email"}, "hash_key": "0123456789abcdef", "truncate": map[string]any{"email": 3, "note": 0}}})}},
+			[]string{`routes[0].mask[0].hash[0]: column "email" is under redact too: a column has one mask`,
+				`routes[0].mask[0].truncate.email: column "email" is under redact or hash too: a column has one mask`,
+				`routes[0].mask[0].truncate.note: must be > 0 (the characters kept), got 0`}},
 		{"log level", map[string]any{"log.level": "verbose"}, []string{`log.level: must be one of debug, info, warn, error, got "verbose"`}},
 		{"log format", map[string]any{"log.format": "xml"}, []string{`log.format: must be one of auto, text, json, got "xml"`}},
 		{"replicas", map[string]any{"checkpoint.replicas": 0}, []string{"checkpoint.replicas: must be between 1 and 5, got 0"}},
@@ -80,6 +101,10 @@ func TestValidation(t *testing.T) {
 	t.Run("no sinks defined", func(t *testing.T) {
 		_, err := loadYAML(t, "name: shop\nsources: { shop: { type: pgoutput } }\nroutes: [{ sinks: [main] }]\n")
 		assert.Equal(t, []string{`routes[0].sinks[0]: no sink named "main" (defined: none)`}, problems(t, err))
+	})
+	t.Run("a subject may read a transform's values", func(t *testing.T) {
+		_, err := loadYAML(t, base, WithOverrides(map[string]any{"routes": []any{route("subject", "ev.{{.Out.kind}}", "transform", "after")}}))
+		assert.NoError(t, err)
 	})
 	t.Run("plugin types and formats are left to the runtime", func(t *testing.T) {
 		_, err := loadYAML(t, base, WithOverrides(map[string]any{

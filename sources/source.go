@@ -70,6 +70,13 @@ type CheckRequest struct {
 	// Columns lists the columns the routes' subject templates read from
 	// this source's tables.
 	Columns []ColumnUse
+	// Tables, when set, is called with the tables the source streams, as
+	// its changes will describe them (columns in order, with their types
+	// and key flags as the decoder sets them; columns the stream does not
+	// carry left out), and the lines it returns are added to the
+	// checklist: the runtime checks the routes' filters, columns, masks and
+	// transforms against them.
+	Tables func(rels []*cdc.Relation) []config.Check
 }
 
 // ColumnUse is the columns one route's subject template reads.

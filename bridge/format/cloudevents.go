@@ -36,10 +36,29 @@ const CloudEventTypePrefix = "io.bridgecdc."
 //	                   signed, Seq is unsigned)
 //	"pgxid"            extension: the transaction id as a decimal string
 //	                   (xids above 2^31 are common); left out when 0
+//	"pgmasked"         extension: the columns the route masked and how, as
+//	                   in the Bridge-Masked header (HeaderMasked), when c.Headers
+//	                   has it
 //	"traceparent", "tracestate"  the distributed tracing extension, copied
 //	                   from c.Headers when set there
 //	"data"             the change in the native encoding (AppendNative)
 func AppendCloudEvent(dst []byte, c *cdc.Change) []byte {
+	dst = appendCloudEventAttrs(dst, c)
+	dst = AppendNative(dst, c)
+	return append(dst, '}')
+}
+
+// AppendCloudEventData appends c as AppendCloudEvent does, with data, the
+// JSON a route's transform produced, as the event's data instead of the
+// native encoding of the change.
+func AppendCloudEventData(dst []byte, c *cdc.Change, data []byte) []byte {
+	dst = appendCloudEventAttrs(dst, c)
+	dst = append(dst, data...)
+	return append(dst, '}')
+}
+
+// appendCloudEventAttrs appends the event's attributes, up to `"data":`.
+func appendCloudEventAttrs(dst []byte, c *cdc.Change) []byte {
 	dst = append(dst, `{"specversion":"1.0","id":"`...)
 	dst = appendStringBody(dst, c.Producer)
 	dst = append(dst, ':')
@@ -81,6 +100,10 @@ func AppendCloudEvent(dst []byte, c *cdc.Change) []byte {
 		dst = append(dst, '"')
 	}
 	if len(c.Headers) > 0 {
+		if m, ok := c.Headers[HeaderMasked]; ok && m != "" {
+			dst = append(dst, `,"pgmasked":`...)
+			dst = appendString(dst, m)
+		}
 		if tp, ok := c.Headers["traceparent"]; ok {
 			dst = append(dst, `,"traceparent":`...)
 			dst = appendString(dst, tp)
@@ -90,9 +113,7 @@ func AppendCloudEvent(dst []byte, c *cdc.Change) []byte {
 			dst = appendString(dst, ts)
 		}
 	}
-	dst = append(dst, `,"data":`...)
-	dst = AppendNative(dst, c)
-	return append(dst, '}')
+	return append(dst, `,"data":`...)
 }
 
 // appendPathSegment appends s percent-encoded as an RFC 3986 path segment:

@@ -28,7 +28,9 @@ const DebeziumUnavailable = "__debezium_unavailable_value"
 //	                   "true" for op "r" else "false", "db": c.Database,
 //	                   "sequence": "[\"<commit LSN>\",\"<LSN>\"]", "ts_us",
 //	                   "ts_ns", "schema", "table", "txId": c.Xid, "lsn": c.LSN,
-//	                   "xmin": null}; LSNs are decimal integers
+//	                   "xmin": null, and "masked" when the route masked
+//	                   columns: {"ssn": "redact", ...} as in the native
+//	                   format}; LSNs are decimal integers
 //	"op"               "c", "u", "d", "r", "t" or "m"
 //	"ts_ms", "ts_us", "ts_ns"  the commit time again (see below)
 //	"message"          only for op "m": {"prefix", "content": base64}
@@ -112,7 +114,12 @@ func AppendDebezium(dst []byte, c *cdc.Change) []byte {
 	dst = appendOptionalUint(dst, uint64(c.Xid))
 	dst = append(dst, `,"lsn":`...)
 	dst = appendOptionalUint(dst, uint64(c.LSN))
-	dst = append(dst, `,"xmin":null},"op":"`...)
+	dst = append(dst, `,"xmin":null`...)
+	if m := c.Headers[HeaderMasked]; m != "" {
+		dst = append(dst, `,"masked":`...)
+		dst = AppendMasked(dst, m)
+	}
+	dst = append(dst, `},"op":"`...)
 	dst = append(dst, debeziumOp(c.Op)...)
 	dst = append(dst, `","ts_ms":`...)
 	dst = strconv.AppendInt(dst, ts.UnixMilli(), 10)

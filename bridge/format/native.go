@@ -29,6 +29,10 @@ import (
 //	"before"           Before as an object, Absent and Unchanged columns left out; or null
 //	"after"            After as an object, Unchanged columns left out; or null
 //	"unchanged_toast"  optional: names of the After columns holding Unchanged
+//	"masked"           optional: the columns the route masked, by name, and
+//	                   how: {"ssn": "redact", "email": "hash", "notes":
+//	                   "truncate"}; from the Bridge-Masked header in
+//	                   c.Headers (HeaderMasked)
 //	"truncate"         only for truncate: {"cascade": bool, "restart_identity": bool}
 //	"message"          only for message: {"prefix", "transactional", and
 //	                   "content" (text) or, when Content is not valid UTF-8,
@@ -86,6 +90,10 @@ func AppendNative(dst []byte, c *cdc.Change) []byte {
 	dst = append(dst, `,"after":`...)
 	dst = appendRow(dst, cols, c.After)
 	dst = appendUnchanged(dst, cols, c.After)
+	if m := c.Headers[HeaderMasked]; m != "" {
+		dst = append(dst, `,"masked":`...)
+		dst = AppendMasked(dst, m)
+	}
 
 	switch c.Op {
 	case cdc.OpTruncate:

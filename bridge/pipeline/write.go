@@ -36,6 +36,7 @@ func (p *Pipeline) write(rctx, parent context.Context, items <-chan []*txnItem, 
 	n := 0                // changes buffered
 	var firstAt time.Time // when the buffer took its first change
 	var done cdc.LSN      // last transaction fully buffered
+	doneRev := start.rev  // the configuration revision it was routed by
 	boundary := true      // the buffer ends at a transaction boundary
 	more := false         // the last run said more was at hand (moreComing)
 
@@ -80,7 +81,7 @@ func (p *Pipeline) write(rctx, parent context.Context, items <-chan []*txnItem, 
 		}
 		cursors = after
 		if done != 0 {
-			m := mark{lsn: done, cursors: after}
+			m := mark{lsn: done, cursors: after, rev: doneRev}
 			if !boundary {
 				m.cursors = before
 			}
@@ -111,7 +112,7 @@ func (p *Pipeline) write(rctx, parent context.Context, items <-chan []*txnItem, 
 			n++
 			if it.last && j == len(it.changes)-1 {
 				// The buffer now holds the whole transaction.
-				done, boundary = it.commit, true
+				done, boundary, doneRev = it.commit, true, it.rev
 			} else {
 				boundary = false
 			}
@@ -123,7 +124,7 @@ func (p *Pipeline) write(rctx, parent context.Context, items <-chan []*txnItem, 
 			}
 		}
 		if it.last && len(it.changes) == 0 {
-			done, boundary = it.commit, true
+			done, boundary, doneRev = it.commit, true, it.rev
 		}
 		return nil
 	}

@@ -39,6 +39,12 @@ func (r *Router) ControlDests(source, kind string) ([]ControlDest, error) {
 			for _, v := range rt.keys {
 				d.Key[v] = "_"
 			}
+			if len(rt.outs) > 0 {
+				d.Out = map[string]string{}
+				for _, v := range rt.outs {
+					d.Out[v] = "_"
+				}
+			}
 			subj, err := render(rt.subject, d)
 			if err != nil {
 				return nil, fmt.Errorf("routes[%d].subject for control messages: %w", rt.idx, err)

@@ -6,10 +6,15 @@ import (
 	"path"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"text/template"
+
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/common/types/traits"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/bridge/format"
@@ -25,10 +30,13 @@ type route struct {
 	sinks   []int // indexes into the pipeline's sinks
 	subject *template.Template
 	encode  format.Encoder
+	format  string
+	shape   *shaper // filter, columns, mask, transform; nil when none
 
-	perRow bool     // the template reads .Key or .Col: no cache
+	perRow bool     // the template reads .Key, .Col or .Out: no cache
 	cols   []string // the columns the template reads as {{.Col.x}}
 	keys   []string // the columns the template reads as {{.Key.x}}
+	outs   []string // the transform's keys the template reads as {{.Out.x}}
 
 	mu    sync.Mutex
 	cache map[subjectKey]string
@@ -57,8 +65,14 @@ type SubjectData struct {
 	// value, a non-key column of a delete) and every column of a change
 	// without a row (truncate, logical message) render as "_". A column the
 	// table does not have, or a {{.Key.x}} that is not part of the table's
-	// key, is an error naming the route, the table and the column.
+	// key, is an error naming the route, the table and the column. They
+	// hold the row as the route publishes it: a masked column's masked
+	// value; a column the route leaves out is refused.
 	Key, Col map[string]string
+	// Out holds the top-level values of the route's transform result, as
+	// text: {{.Out.aggregate_type}}. A key the result lacks, or a null
+	// value, renders as "_".
+	Out map[string]string
 }
 
 // Router assigns each change its route: subject, payload and sinks. It is
@@ -77,9 +91,19 @@ type Router struct {
 // tracing is off): a route consumes them instead of publishing them unless
 // it lists the message op. Every error names its YAML path.
 func New(cfg *config.Config, sinkIndex map[string]int, contextPrefix string) (*Router, error) {
+	return NewFor(cfg, "", sinkIndex, contextPrefix)
+}
+
+// NewFor is New for the pipeline of one source: it compiles only the routes
+// whose match can take source's changes, so sinkIndex needs only the sinks
+// those routes name (config.Config.RouteSinks). source "" compiles every route.
+func NewFor(cfg *config.Config, source string, sinkIndex map[string]int, contextPrefix string) (*Router, error) {
 	r := &Router{unrouted: cfg.Unrouted, contextPrefix: contextPrefix}
 	var errs []error
 	for i, rc := range cfg.Routes {
+		if source != "" && len(rc.Match.Sources) > 0 && !slices.Contains(rc.Match.Sources, source) {
+			continue
+		}
 		p := fmt.Sprintf("routes[%d]", i)
 		rt := &route{idx: i, sources: rc.Match.Sources, tables: rc.Match.Tables, cache: map[subjectKey]string{}}
 		for _, op := range rc.Match.Ops {
@@ -101,7 +125,7 @@ func New(cfg *config.Config, sinkIndex map[string]int, contextPrefix string) (*R
 		if !ok {
 			errs = append(errs, &config.FieldError{Path: p + ".format", Msg: fmt.Sprintf("unknown format %q (known: %s)", f, strings.Join(format.Names(), ", "))})
 		}
-		rt.encode = enc
+		rt.encode, rt.format = enc, f
 		subj := rc.Subject
 		if subj == "" {
 			subj = "cdc.{{.Source}}.{{.Schema}}.{{.Table}}"
@@ -111,18 +135,26 @@ func New(cfg *config.Config, sinkIndex map[string]int, contextPrefix string) (*R
 			errs = append(errs, &config.FieldError{Path: p + ".subject", Msg: err.Error()})
 		} else {
 			rt.subject = tmpl
-			rt.perRow = strings.Contains(subj, ".Key") || strings.Contains(subj, ".Col")
+			rt.perRow = strings.Contains(subj, ".Key") || strings.Contains(subj, ".Col") || strings.Contains(subj, ".Out")
 			rt.cols, rt.keys = RowRefs(subj)
+			rt.outs = OutRefs(subj)
 			// Test-render it so mistakes show at validate time.
 			sample := map[string]string{}
 			for _, m := range rowRef.FindAllStringSubmatch(subj, -1) {
 				sample[m[2]] = "v"
 			}
 			if _, err := render(tmpl, SubjectData{Source: "src", Schema: "public", Table: "t", Op: "insert",
-				Key: sample, Col: sample}); err != nil {
+				Key: sample, Col: sample, Out: sample}); err != nil {
 				errs = append(errs, &config.FieldError{Path: p + ".subject", Msg: err.Error()})
 			}
+			if len(rt.outs) > 0 && rc.Transform == "" {
+				errs = append(errs, &config.FieldError{Path: p + ".subject", Msg: fmt.Sprintf(
+					"reads {{.Out.%s}}, the result of a transform, but the route has none; set transform, or read the row with {{.Col.%s}}", rt.outs[0], rt.outs[0])})
+			}
 		}
+		sh, serrs := newShaper(i, rc, rt.cols)
+		errs = append(errs, serrs...)
+		rt.shape = sh
 		r.routes = append(r.routes, rt)
 	}
 	if len(errs) > 0 {
@@ -189,8 +221,21 @@ func (rt *route) matches(c *cdc.Change) bool {
 	return true
 }
 
-// rowRef finds the columns a template reads: {{.Col.x}}, {{.Key.x}}.
-var rowRef = regexp.MustCompile(`\.(Col|Key)\.([A-Za-z_][A-Za-z0-9_]*)`)
+// rowRef finds the values a template reads: {{.Col.x}}, {{.Key.x}},
+// {{.Out.x}}.
+var rowRef = regexp.MustCompile(`\.(Col|Key|Out)\.([A-Za-z_][A-Za-z0-9_]*)`)
+
+// OutRefs returns the keys of the transform's result the subject template
+// tmpl reads as {{.Out.x}}, each once, in order of appearance.
+func OutRefs(tmpl string) []string {
+	var outs []string
+	for _, m := range rowRef.FindAllStringSubmatch(tmpl, -1) {
+		if m[1] == "Out" && !slices.Contains(outs, m[2]) {
+			outs = append(outs, m[2])
+		}
+	}
+	return outs
+}
 
 // RowRefs returns the columns the subject template tmpl reads as
 // {{.Col.x}} and as {{.Key.x}}, each once, in order of appearance.
@@ -206,7 +251,9 @@ func RowRefs(tmpl string) (cols, keys []string) {
 	return cols, keys
 }
 
-func (rt *route) subjectFor(c *cdc.Change) (string, error) {
+// subjectFor renders c's subject; out holds the transform's values the
+// template reads ({{.Out.x}}), nil without a transform.
+func (rt *route) subjectFor(c *cdc.Change, out map[string]string) (string, error) {
 	if rt.perRow {
 		d := SubjectData{Source: Token(c.Source), Schema: Token(c.Schema), Table: Token(c.Table), Op: string(c.Op), Prefix: Token(c.Prefix)}
 		if c.Op == cdc.OpMessage {
@@ -215,6 +262,15 @@ func (rt *route) subjectFor(c *cdc.Change) (string, error) {
 		var err error
 		if d.Key, d.Col, err = rt.rowTokens(c); err != nil {
 			return "", fmt.Errorf("routes[%d].subject for %s.%s: %w", rt.idx, c.Schema, c.Table, err)
+		}
+		if len(rt.outs) > 0 {
+			d.Out = make(map[string]string, len(rt.outs))
+			for _, k := range rt.outs {
+				d.Out[k] = "_"
+				if v, ok := out[k]; ok {
+					d.Out[k] = Token(v)
+				}
+			}
 		}
 		s, err := render(rt.subject, d)
 		if err != nil {
@@ -246,10 +302,17 @@ func (rt *route) subjectFor(c *cdc.Change) (string, error) {
 	return s, nil
 }
 
-// Route finds the first matching route for c, sets c.Subject and c.Payload,
-// and returns the indexes of the sinks c goes to. ok is false when no route
-// matches and the policy is to drop.
+// Route finds the first route that takes c (its match, then its filter),
+// shapes c as that route publishes it (columns, masks: c.Rel, c.Before,
+// c.After and the Bridge-Masked header become the published ones), sets
+// c.Subject and c.Payload, and returns the indexes of the sinks c goes to.
+// ok is false when no route takes c and the policy is to drop, or when
+// routes matched c but their filters rejected it (whatever the policy). An
+// error (a filter or transform that fails on c, a route that cannot shape
+// c's table) names the route's YAML path, the table and the change's
+// position.
 func (r *Router) Route(c *cdc.Change) (sinks []int, ok bool, err error) {
+	filtered := false
 	for _, rt := range r.routes {
 		if !rt.matches(c) {
 			continue
@@ -257,20 +320,131 @@ func (r *Router) Route(c *cdc.Change) (sinks []int, ok bool, err error) {
 		if r.isContext(c) && !slices.Contains(rt.ops, cdc.OpMessage) {
 			return nil, false, nil // consumed: trace context only
 		}
-		subj, err := rt.subjectFor(c)
-		if err != nil {
-			return nil, false, err
+		if rt.shape == nil {
+			return rt.publish(c, nil)
 		}
-		c.Subject = subj
-		h := min(rt.hint.Load(), maxHint) // a large row must not inflate the small ones after it
-		c.Payload = rt.encode(make([]byte, 0, h+h/4+64), c)
-		rt.hint.Store(int64(len(c.Payload)))
-		return rt.sinks, true, nil
+		rs := rt.shape.shapeFor(c.Rel)
+		if rs.err != nil {
+			return nil, false, rs.err // each problem names its YAML path and the table
+		}
+		if rs.filter != nil {
+			take, err := rt.filter(rs, c)
+			if err != nil {
+				return nil, false, err
+			}
+			if !take {
+				filtered = true
+				continue // the next routes may take it
+			}
+		}
+		if err := rs.apply(c); err != nil {
+			return nil, false, fmt.Errorf("%s.mask on %s: %w", rt.shape.path, where(c), err)
+		}
+		return rt.publish(c, rs)
 	}
-	if r.unrouted == "error" && !r.isContext(c) {
+	if r.unrouted == "error" && !r.isContext(c) && !filtered {
 		return nil, false, fmt.Errorf("no route matches %s %s.%s (unrouted: error); add a route or set unrouted: drop", c.Op, c.Schema, c.Table)
 	}
 	return nil, false, nil
+}
+
+// filter runs rs's filter on c.
+func (rt *route) filter(rs *relShape, c *cdc.Change) (bool, error) {
+	take, err := evalFilter(rs.filter, c, rs)
+	if re := asRowError(err); re != nil && re.noRow {
+		return false, nil // a condition on a row the change does not have: not taken
+	}
+	if err != nil {
+		return false, fmt.Errorf("%s.filter on %s: %w; guard the expression (has(after.x), after.x != null, op == ...) or narrow the route's match",
+			rt.shape.path, where(c), err)
+	}
+	return take, nil
+}
+
+// publish sets c's subject and payload for rt, whose shaping rs (nil:
+// none) has been applied to c.
+func (rt *route) publish(c *cdc.Change, rs *relShape) ([]int, bool, error) {
+	var body []byte
+	var out map[string]string
+	if rs != nil && rs.transform != nil {
+		err := eval(rs.transform, c, rs, func(v ref.Val) error {
+			if _, isNull := v.(types.Null); isNull {
+				return rowErrorf("the result is null, and a transform must produce a map")
+			}
+			var err error
+			if body, err = appendJSON(nil, v); err != nil {
+				return err
+			}
+			if len(rt.outs) > 0 {
+				out, err = outTokens(v, rt.outs)
+			}
+			return err
+		})
+		if err != nil {
+			return nil, false, fmt.Errorf("%s.transform on %s: %w; guard the expression (op == ..., has(after.x)) or narrow the route's match",
+				rt.shape.path, where(c), err)
+		}
+	}
+	subj, err := rt.subjectFor(c, out)
+	if err != nil {
+		return nil, false, err
+	}
+	c.Subject = subj
+	switch {
+	case body == nil:
+		h := min(rt.hint.Load(), maxHint) // a large row must not inflate the small ones after it
+		c.Payload = rt.encode(make([]byte, 0, h+h/4+64), c)
+		rt.hint.Store(int64(len(c.Payload)))
+	case rt.format == "cloudevents":
+		c.Payload = format.AppendCloudEventData(make([]byte, 0, len(body)+512), c, body)
+	default:
+		c.Payload = body
+	}
+	return rt.sinks, true, nil
+}
+
+// outTokens returns the values of keys in a transform's result v, as text.
+func outTokens(v ref.Val, keys []string) (map[string]string, error) {
+	out := make(map[string]string, len(keys))
+	for _, k := range keys {
+		var x ref.Val
+		switch m := v.(type) {
+		case *rowVal:
+			i := m.index(k)
+			if i < 0 {
+				continue
+			}
+			raw, ok := m.at(i)
+			if !ok {
+				continue
+			}
+			x = celValue(raw)
+		case traits.Mapper:
+			var found bool
+			if x, found = m.Find(types.String(k)); !found {
+				continue
+			}
+		default:
+			continue
+		}
+		t, err := tokenOf(x)
+		if err != nil {
+			return nil, fmt.Errorf("{{.Out.%s}}: %w", k, err)
+		}
+		if t != "" {
+			out[k] = t
+		}
+	}
+	return out, nil
+}
+
+// where names a change for errors: its table, op and position.
+func where(c *cdc.Change) string {
+	t := c.Schema + "." + c.Table
+	if c.Op == cdc.OpMessage {
+		t = "message " + strconv.Quote(c.Prefix)
+	}
+	return fmt.Sprintf("%s (%s at commit LSN %s, change %d of the transaction)", t, c.Op, c.CommitLSN, c.Seq+1)
 }
 
 // isContext reports whether c is a trace context message (see

@@ -198,12 +198,15 @@ func isGlob(s string) bool { return strings.ContainsAny(s, `*?[\`) }
 // fill, and turns every token holding wild into "*". ok is false when the
 // template fails.
 func pattern(t *template.Template, d SubjectData, cols, keys []string, fill string) (string, bool) {
-	d.Col, d.Key = map[string]string{}, map[string]string{}
+	d.Col, d.Key, d.Out = map[string]string{}, map[string]string{}, map[string]string{}
 	for _, c := range cols {
 		d.Col[c] = fill
 	}
 	for _, k := range keys {
 		d.Key[k] = fill
+	}
+	for _, o := range OutRefs(t.Root.String()) {
+		d.Out[o] = fill
 	}
 	var sb strings.Builder
 	if err := t.Execute(&sb, d); err != nil {

@@ -69,6 +69,12 @@ func TestSubjectPatterns(t *testing.T) {
 	require.Equal(t, map[string][]string{"crm": {"m._message.*.*"}, "shop": {"m._message.*.*"}}, ps[2].Data)
 	require.Empty(t, ps[2].Control, "the earlier routes carry the control messages to b")
 
+	// A transform's values are known only per change.
+	out := testConfig(config.Route{Match: config.Match{Sources: []string{"shop"}, Tables: []string{"public.outbox"}}, Sinks: []string{"a"},
+		Subject: "ev.{{.Out.kind}}.{{.Table}}", Transform: `{"kind": after.kind}`})
+	require.Equal(t, map[string][]string{"shop": {"ev.*.outbox"}}, SubjectPatterns(out)[0].Data)
+	require.Equal(t, map[string]map[string]string{"shop": {"a": "ev._.resync"}}, SubjectPatterns(out)[0].Control)
+
 	// A route listing the control op carries them alone, and takes no changes.
 	cfg.Routes = append(cfg.Routes, config.Route{Match: config.Match{Ops: []string{"control"}}, Sinks: []string{"b"}, Subject: "ctl.{{.Source}}"})
 	ps = SubjectPatterns(cfg)

@@ -17,6 +17,7 @@ import (
 	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/config"
 	"github.com/bridgecdc/bridge/sources"
+	"github.com/bridgecdc/bridge/sources/internal/pgtypes"
 )
 
 // connectTimeout bounds each connection a check opens.
@@ -92,7 +93,69 @@ func (s *Source) Check(ctx context.Context, req sources.CheckRequest) []config.C
 		return failed("reading the columns of the streamed tables", err)
 	}
 	add(cc...)
+	if req.Tables != nil {
+		rels, err := relations(ctx, cat, tables)
+		if err != nil {
+			return failed("reading the columns of the streamed tables", err)
+		}
+		add(req.Tables(rels)...)
+	}
 	return out
+}
+
+// relations describes the streamed tables (tables nil: every table) as
+// the stream will: the replicated columns in order, their types named as
+// the decoders name them, and the key as the sources flag it (the
+// replica identity index, or the primary key).
+func relations(ctx context.Context, c *pgx.Conn, tables []string) ([]*cdc.Relation, error) {
+	rows, err := c.Query(ctx, `SELECT c.oid, n.nspname::text, c.relname::text, c.relreplident::text, a.attname::text, a.atttypid,
+			EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND a.attnum = ANY (i.indkey)
+				AND CASE c.relreplident WHEN 'i' THEN i.indisreplident WHEN 'n' THEN false ELSE i.indisprimary END)
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+		WHERE c.relkind IN ('r', 'p') AND CASE WHEN $1::text[] IS NULL
+			THEN NOT c.relispartition AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\_%'
+			ELSE n.nspname::text || '.' || c.relname::text = ANY ($1) END
+		ORDER BY n.nspname, c.relname, a.attnum`, tables)
+	if err != nil {
+		return nil, err
+	}
+	type col struct {
+		rel *cdc.Relation
+		i   int
+	}
+	var rels []*cdc.Relation
+	var oids []uint32
+	var cols []col
+	for rows.Next() {
+		var relOID, typOID uint32
+		var schema, table, ident, name string
+		var key bool
+		if err := rows.Scan(&relOID, &schema, &table, &ident, &name, &typOID, &key); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if len(rels) == 0 || rels[len(rels)-1].ID != relOID {
+			rels = append(rels, &cdc.Relation{ID: relOID, Schema: schema, Table: table, ReplicaIdentity: ident[0]})
+		}
+		r := rels[len(rels)-1]
+		r.Columns = append(r.Columns, cdc.Column{Name: name, OID: typOID, Key: key})
+		oids = append(oids, typOID)
+		cols = append(cols, col{r, len(r.Columns) - 1})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	types := pgtypes.NewResolver(c)
+	for k, cl := range cols {
+		t, err := types.Lookup(ctx, oids[k])
+		if err != nil {
+			return nil, fmt.Errorf("the type of %s.%s.%s: %w", cl.rel.Schema, cl.rel.Table, cl.rel.Columns[cl.i].Name, err)
+		}
+		cl.rel.Columns[cl.i].Type = t.Name
+	}
+	return rels, nil
 }
 
 // replicationCheck opens a replication connection, as Open does, and asks
