@@ -376,7 +376,7 @@ type write struct {
 	// plainSince: a publish chained on lastID went out since the Write
 	// last waited for its acks, so an atomic batch must wait (write).
 	plainSince bool
-	err    sinks.BatchError
+	err        sinks.BatchError
 
 	// For prepare (msg.go).
 	js        jetstream.JetStream
