@@ -10,13 +10,15 @@
 // with compare-and-set (create, or update at the revision it saw) and
 // renews its leases with compare-and-set every Lease/5. Expiry is judged
 // by each member on its own monotonic clock: another member's lease, or
-// membership, is expired when its key kept the same revision for a whole
+// membership, is expired when its key kept the same revision for 3/4 of a
 // Lease since this member saw it change. The owner stops a source that it
-// could not renew at (time it sent its last successful renewal) + Lease −
-// 2·Lease/5, before any other member can see the lease expire, so clock
-// skew between machines cannot make two writers; the replication slot's
-// single walsender and the checkpoint's compare-and-set remain the safety
-// net behind the lease.
+// could not renew Lease/2 after it sent its last successful renewal,
+// before any other member can see the lease expire (the renewal reached
+// them after it was sent), so clock skew between machines cannot make two
+// writers, and a source whose owner died is taken over within the Lease of
+// its last renewal (3/4 Lease, then the pipeline's start). The replication
+// slot's single walsender and the checkpoint's compare-and-set remain the
+// safety net behind the lease.
 //
 // A member that should hand a source over (another member joined, the
 // plan moved it) drains it at a transaction boundary, so its checkpoint is

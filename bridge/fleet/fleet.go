@@ -91,6 +91,7 @@ type MemberInfo struct {
 	Member  string    `json:"member"`
 	Started time.Time `json:"started"`
 	Renewed time.Time `json:"renewed"`
+	LeaseMS int64     `json:"lease_ms"`
 	Sources []string  `json:"sources"` // the sources it holds
 }
 
@@ -125,8 +126,10 @@ type Member struct {
 	kv      jetstream.KeyValue
 	log     *slog.Logger
 	started time.Time
-	renew   time.Duration // every Lease/5
-	margin  time.Duration // the owner stops this long before the lease could expire elsewhere
+	renew   time.Duration // renew every Lease/5
+	call    time.Duration // each round of renewals within Lease/10
+	hold    time.Duration // an owner stops a source this long (Lease/2) after sending its last successful renewal
+	expiry  time.Duration // others take a lease over this long (3·Lease/4) after they saw its last renewal
 
 	mu    sync.Mutex
 	view  map[string]*entry // key → what the watch saw
@@ -160,7 +163,7 @@ func Open(ctx context.Context, js jetstream.JetStream, opts Options, r Runner) (
 		return nil, fmt.Errorf("fleet %s: opening bucket %s: %w", opts.Fleet, bucket, err)
 	}
 	return &Member{opts: opts, r: r, kv: kv, log: opts.Log.With("fleet", opts.Fleet, "member", opts.Member),
-		renew: opts.Lease / 5, margin: 2 * opts.Lease / 5, view: map[string]*entry{}, held: map[string]*held{}}, nil
+		renew: opts.Lease / 5, call: opts.Lease / 10, hold: opts.Lease / 2, expiry: 3 * opts.Lease / 4, view: map[string]*entry{}, held: map[string]*held{}}, nil
 }
 
 // Run takes part in the fleet until ctx ends: it watches the bucket,
@@ -190,7 +193,9 @@ func (m *Member) Run(ctx context.Context) error {
 		if time.Since(lastRenew) >= m.renew {
 			lastRenew = time.Now()
 			m.renewAll(ctx)
+			m.expire(ctx) // a renewal that failed slowly
 			m.heartbeat(ctx)
+			m.prune(ctx)
 		}
 		m.balance(ctx)
 	}
@@ -225,6 +230,27 @@ func (m *Member) watch(ctx context.Context) {
 	}
 }
 
+// prune deletes the keys of members silent for 20 leases: members that
+// died (a clean leave deletes its own), kept that long for `bridge fleet
+// status`. The delete is at the revision seen, so a member that came back
+// keeps its key.
+func (m *Member) prune(ctx context.Context) {
+	now := time.Now()
+	m.mu.Lock()
+	stale := map[string]uint64{}
+	for k, e := range m.view {
+		if strings.HasPrefix(k, memberPrefix) && !e.deleted && now.Sub(e.seen) > 20*m.opts.Lease {
+			stale[k] = e.rev
+		}
+	}
+	m.mu.Unlock()
+	for k, rev := range stale {
+		cctx, cancel := context.WithTimeout(ctx, m.call)
+		_ = m.kv.Delete(cctx, k, jetstream.LastRevision(rev))
+		cancel()
+	}
+}
+
 // heartbeat writes this member's key.
 func (m *Member) heartbeat(ctx context.Context) {
 	m.mu.Lock()
@@ -236,7 +262,7 @@ func (m *Member) heartbeat(ctx context.Context) {
 	}
 	m.mu.Unlock()
 	sort.Strings(srcs)
-	b, _ := json.Marshal(MemberInfo{Member: m.opts.Member, Started: m.started.UTC(), Renewed: time.Now().UTC(), Sources: srcs})
+	b, _ := json.Marshal(MemberInfo{Member: m.opts.Member, Started: m.started.UTC(), Renewed: time.Now().UTC(), LeaseMS: m.opts.Lease.Milliseconds(), Sources: srcs})
 	cctx, cancel := context.WithTimeout(ctx, m.renew)
 	defer cancel()
 	if _, err := m.kv.Put(cctx, memberPrefix+kvkey.Escape(m.opts.Member), b); err != nil && ctx.Err() == nil {
@@ -296,7 +322,7 @@ func (m *Member) renewAll(ctx context.Context) {
 		}
 	}
 	m.mu.Unlock()
-	cctx, cancel := context.WithTimeout(ctx, m.renew)
+	cctx, cancel := context.WithTimeout(ctx, m.call)
 	defer cancel()
 	for _, j := range jobs {
 		sent := time.Now()
@@ -316,7 +342,7 @@ func (m *Member) renewAll(ctx context.Context) {
 		switch {
 		case h == nil || h.state == stLost:
 		case err == nil:
-			h.rev, h.valid = rev, sent.Add(m.opts.Lease-m.margin)
+			h.rev, h.valid = rev, sent.Add(m.hold)
 		case errors.Is(err, jetstream.ErrKeyRevisionMismatch):
 			h.state = stLost
 			m.mu.Unlock()
@@ -346,7 +372,7 @@ func (m *Member) state(sources []string) viewState {
 	vs := viewState{owners: map[string]string{}, free: map[string]uint64{}, epochs: map[string]uint64{}}
 	live := map[string]bool{m.opts.Member: true}
 	for k, e := range m.view {
-		if !strings.HasPrefix(k, memberPrefix) || e.deleted || now.Sub(e.seen) > m.opts.Lease {
+		if !strings.HasPrefix(k, memberPrefix) || e.deleted || now.Sub(e.seen) > m.expiry {
 			continue
 		}
 		if id, err := kvkey.Unescape(strings.TrimPrefix(k, memberPrefix)); err == nil {
@@ -378,7 +404,7 @@ func (m *Member) state(sources []string) viewState {
 		}
 		vs.epochs[s] = l.Epoch
 		switch {
-		case l.Owner == "" || now.Sub(e.seen) > m.opts.Lease:
+		case l.Owner == "" || now.Sub(e.seen) > m.expiry:
 			vs.free[s] = e.rev
 		case l.Owner == m.opts.Member:
 			// Ours in the bucket but not held here (a release under
@@ -445,7 +471,7 @@ func (m *Member) acquire(ctx context.Context, source string, rev, epoch uint64) 
 		return // another member was faster, or NATS is away: the next round sees
 	}
 	m.mu.Lock()
-	m.held[source] = &held{rev: nrev, epoch: epoch, valid: sent.Add(m.opts.Lease - m.margin), state: stStarting}
+	m.held[source] = &held{rev: nrev, epoch: epoch, valid: sent.Add(m.hold), state: stStarting}
 	m.mu.Unlock()
 	m.log.Info("fleet: source taken", "source", source, "epoch", epoch)
 	m.wg.Add(1)

@@ -26,8 +26,10 @@ type Status struct {
 type MemberStatus struct {
 	MemberInfo
 	// Age is how long ago it last wrote its key, by its own clock's
-	// timestamp (a member silent for more than the lease is gone).
-	Age string `json:"age"`
+	// timestamp; Live is false when that is more than its lease (it is
+	// gone: killed, or cut off from NATS).
+	Age  string `json:"age"`
+	Live bool   `json:"live"`
 }
 
 // LeaseStatus is one source's lease.
@@ -64,7 +66,8 @@ func ReadStatus(ctx context.Context, js jetstream.JetStream, fleet string) (Stat
 		case strings.HasPrefix(k, memberPrefix):
 			var mi MemberInfo
 			if json.Unmarshal(e.Value(), &mi) == nil {
-				st.Members = append(st.Members, MemberStatus{MemberInfo: mi, Age: now.Sub(mi.Renewed).Round(time.Millisecond).String()})
+				age := now.Sub(mi.Renewed)
+				st.Members = append(st.Members, MemberStatus{MemberInfo: mi, Age: age.Round(time.Millisecond).String(), Live: age <= time.Duration(mi.LeaseMS)*time.Millisecond})
 			}
 		case strings.HasPrefix(k, leasePrefix):
 			src, err := kvkey.Unescape(strings.TrimPrefix(k, leasePrefix))
