@@ -140,12 +140,14 @@ func (f fleetRunner) Stop(ctx context.Context, source string, drain bool) {
 	if r == nil {
 		return
 	}
+	began := time.Now()
 	if !drain {
 		r.removed.Store(true)
 		if r.cancel != nil {
 			r.cancel()
 		}
-		<-r.done
+		<-r.done // the pipeline's goodbye (last writes, checkpoint, closing the slot) is bounded by shutdown.timeout
+		a.log.Info("fleet: source stopped", "source", source, "drained", false, "took", time.Since(began).Round(time.Millisecond).String())
 	}
 	a.reloading.Lock()
 	defer a.reloading.Unlock()
@@ -161,7 +163,9 @@ func (f fleetRunner) Stop(ctx context.Context, source string, drain bool) {
 		delete(a.runners, source)
 	}
 	a.mu.Unlock()
-	a.log.Info("fleet: source stopped", "source", source, "drained", drain, "checkpoint", r.p.Checkpointed().String())
+	if drain {
+		a.log.Info("fleet: source stopped", "source", source, "drained", true, "checkpoint", r.p.Checkpointed().String(), "took", time.Since(began).Round(time.Millisecond).String())
+	}
 }
 
 // checkFleet refuses a fleet on an embedded NATS server: the members must

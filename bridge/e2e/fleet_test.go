@@ -36,12 +36,14 @@ type fleetProc struct {
 
 var memberRe = regexp.MustCompile(`msg="fleet member".* member=(\S+)`)
 
-func startFleetProc(t *testing.T, bin, cfg, fleetName, name string) *fleetProc {
+// startFleetProc starts `bridge run --fleet fleetName` with cfg and the
+// extra environment variables env, and waits until it joined.
+func startFleetProc(t *testing.T, bin, cfg, fleetName, name string, env ...string) *fleetProc {
 	t.Helper()
 	out := &lockedBuffer{}
 	cmd := exec.Command(bin, "run", "-c", cfg, "--fleet", fleetName)
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.Env = append(os.Environ(), "BRIDGE_LOG__FORMAT=text")
+	cmd.Env = append(append(os.Environ(), "BRIDGE_LOG__FORMAT=text"), env...)
 	require.NoError(t, cmd.Start())
 	p := &fleetProc{cmd: cmd, out: out, name: name}
 	t.Cleanup(func() {
@@ -100,17 +102,24 @@ type fleetSource struct {
 
 // fleetConfig writes the fleet's bridge.yaml: one pgoutput source per
 // database, each to its own stream through its own route, whose subject
-// carries version.
+// carries version, on e's NATS server.
 func fleetConfig(t *testing.T, e *env, path string, srcs []*fleetSource, version string) {
 	t.Helper()
+	fleetConfigOn(t, e, path, srcs, version, e.natsURL(), 1)
+}
+
+// fleetConfigOn is fleetConfig on the NATS servers urls, with streams and
+// buckets of replicas.
+func fleetConfigOn(t *testing.T, e *env, path string, srcs []*fleetSource, version, urls string, replicas int) {
+	t.Helper()
 	var b strings.Builder
-	fmt.Fprintf(&b, "name: fleet\ndata_dir: %s\nnats:\n  url: %s\ncheckpoint:\n  interval: 200ms\nhttp:\n  listen: \"127.0.0.1:0\"\nsources:\n", filepath.Join(e.dir, "data"), e.natsURL())
+	fmt.Fprintf(&b, "name: fleet\ndata_dir: %s\nnats:\n  url: %s\ncheckpoint:\n  interval: 200ms\n  replicas: %d\nhttp:\n  listen: \"127.0.0.1:0\"\nsources:\n", filepath.Join(e.dir, "data"), urls, replicas)
 	for _, s := range srcs {
 		fmt.Fprintf(&b, "  %s:\n    type: pgoutput\n    config:\n      dsn: %s\n      slot: slot_%s\n      publication: pub_%s\n", s.name, e.pg.DSN(s.name), s.name, s.name)
 	}
 	b.WriteString("sinks:\n")
 	for _, s := range srcs {
-		fmt.Fprintf(&b, "  js_%s:\n    type: nats_jetstream\n    config:\n      stream: %s\n      subjects: [\"fleet.%s.>\"]\n      duplicate_window: 1s\n", s.name, s.stream, s.name)
+		fmt.Fprintf(&b, "  js_%s:\n    type: nats_jetstream\n    config:\n      stream: %s\n      subjects: [\"fleet.%s.>\"]\n      duplicate_window: 1s\n      replicas: %d\n      ack_timeout: 5s\n", s.name, s.stream, s.name, replicas)
 	}
 	b.WriteString("routes:\n")
 	for _, s := range srcs {
@@ -176,10 +185,17 @@ func (s *fleetSource) write(t *testing.T, dsn string, stop <-chan struct{}, pace
 // commit order, and returns how many messages carry each route version.
 func (s *fleetSource) verify(t *testing.T, e *env) map[string]int {
 	t.Helper()
+	return s.verifyRead(t, func(n int) []msg { return e.waitCount(s.stream, n, 3*time.Minute) })
+}
+
+// verifyRead is verify with the stream read by read, which waits for at
+// least n messages.
+func (s *fleetSource) verifyRead(t *testing.T, read func(n int) []msg) map[string]int {
+	t.Helper()
 	s.mu.Lock()
 	want := append([]int{}, s.ns...)
 	s.mu.Unlock()
-	ms := e.waitCount(s.stream, len(want), 3*time.Minute)
+	ms := read(len(want))
 	checkOrdered(t, ms)
 	got := make([]int, 0, len(ms))
 	versions := map[string]int{}
