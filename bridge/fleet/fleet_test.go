@@ -234,3 +234,34 @@ func TestFleetStatusReadsTheBucket(t *testing.T) {
 	_, err = fleet.ReadStatus(t.Context(), js, "nosuch")
 	require.ErrorContains(t, err, "bridge run --fleet nosuch")
 }
+
+// TestFleetStolenLeaseStopsAtOnce overwrites the lease a member holds, as a
+// writer outside the protocol would: the member's next renewal fails its
+// compare-and-set and it stops the source at once; once the foreign lease
+// expires (nobody renews it) the fleet takes the source again.
+func TestFleetStolenLeaseStopsAtOnce(t *testing.T) {
+	srv := natsembed.StartT(t, natsembed.Options{})
+	l := newLedger()
+	startMember(t, srv, l, "a", []string{"shop"})
+	waitSpread(t, l, 1, []string{"a"})
+	nc, err := nats.Connect(srv.URL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	kv, err := js.KeyValue(t.Context(), fleet.Bucket("test"))
+	require.NoError(t, err)
+	_, err = kv.Put(t.Context(), "lease.shop", []byte(`{"owner":"intruder","epoch":99}`))
+	require.NoError(t, err)
+	stolen := time.Now()
+	require.Eventually(t, func() bool { return len(l.perMember()) == 0 }, 10*time.Second, 10*time.Millisecond,
+		"the member should stop a source whose lease another wrote")
+	t.Logf("stopped %v after the lease was overwritten (renewals every %v)", time.Since(stolen), testLease/5)
+	waitSpread(t, l, 1, []string{"a"})
+	e, err := kv.Get(t.Context(), "lease.shop")
+	require.NoError(t, err)
+	require.Contains(t, string(e.Value()), `"epoch":100`, "the epoch grows past the foreign one")
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	require.Empty(t, l.violations)
+}
