@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
-	"sync"
 	"testing"
 	"time"
 
@@ -48,13 +47,7 @@ func TestFleetClusterR3(t *testing.T) {
 	c := startCluster(t, 3)
 	e := &env{t: t, pg: pgtest.StartT(t, pgtest.Options{Settings: map[string]string{"max_wal_senders": "30", "max_replication_slots": "30"}}), dir: t.TempDir(),
 		nsOpts: natsembed.Options{Host: "127.0.0.1", Port: c.port(0)}}
-	var srcs []*fleetSource
-	for i := 0; i < nsrc; i++ {
-		s := &fleetSource{name: fmt.Sprintf("db%02d", i), stream: fmt.Sprintf("FLEET_DB%02d", i)}
-		e.pg.ExecT(t, "CREATE DATABASE "+s.name)
-		require.NoError(t, e.pg.Exec(t.Context(), s.name, `CREATE TABLE t (id bigserial PRIMARY KEY, n int NOT NULL)`))
-		srcs = append(srcs, s)
-	}
+	srcs := fleetDatabases(t, e, nsrc)
 	cfg := filepath.Join(e.dir, "fleet.yaml")
 	fleetConfigOn(t, e, cfg, srcs, "v1", c.urls(), 3)
 
@@ -75,35 +68,12 @@ func TestFleetClusterR3(t *testing.T) {
 	pg := e.pg.Conn(t, "")
 	ownedBy := func(members []*fleetProc) map[string]string {
 		t.Helper()
-		ids := map[string]bool{}
-		for _, p := range members {
-			ids[p.id] = true
-		}
-		var ls map[string]string
-		require.Eventually(t, func() bool {
-			ls = leases(t, js, "r3")
-			for _, s := range srcs {
-				if !ids[ls[s.name]] {
-					return false
-				}
-			}
-			return len(slotPIDs(t, pg)) == nsrc
-		}, 2*time.Minute, 50*time.Millisecond, "not every source is owned by %v and streaming: %v", sortedStrings(ids), ls)
-		return ls
+		return waitOwned(t, js, pg, "r3", srcs, members, 2*time.Minute)
 	}
 	ls := ownedBy(procs)
 	checkReplicas(t, c.urls(), "KV_bridge_fleet_r3", "KV_bridge_checkpoints", "FLEET_DB00")
 
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for _, s := range srcs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.write(t, e.pg.DSN(s.name), stop, 20*time.Millisecond)
-		}()
-	}
-	stopWriters := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	stopWriters := startWriters(t, e, srcs)
 	defer stopWriters()
 	time.Sleep(2 * time.Second)
 
@@ -139,13 +109,13 @@ func TestFleetClusterR3(t *testing.T) {
 	// before anyone else took its lease. Its pipeline's goodbye may last
 	// longer (bounded by shutdown.timeout): meanwhile its walsender keeps
 	// the slot, and the stream's fence refuses a late publish.
-	lostAt := logTimes(t, cut.out.String(), "fleet: lease lost; stopping the source at once (its next owner resumes from the checkpoint)", stalled)
-	endedAt := logTimes(t, cut.out.String(), "fleet: source stopped", stalled)
+	lostAt := logTimes(t, cut.log.String(), "fleet: lease lost; stopping the source at once (its next owner resumes from the checkpoint)", stalled)
+	endedAt := logTimes(t, cut.log.String(), "fleet: source stopped", stalled)
 	for _, s := range its {
-		require.NotEmpty(t, lostAt[s], "p2 never gave source %s up after losing NATS:\n%s", s, tail(cut.out.String(), 40))
+		require.NotEmpty(t, lostAt[s], "p2 never gave source %s up after losing NATS:\n%s", s, tail(cut.log.String(), 40))
 		var took []time.Time
 		for _, p := range procs[:2] {
-			took = append(took, logTimes(t, p.out.String(), "fleet: source taken", stalled)[s]...)
+			took = append(took, logTimes(t, p.log.String(), "fleet: source taken", stalled)[s]...)
 		}
 		require.NotEmpty(t, took, "source %s was not taken over", s)
 		for _, at := range took {

@@ -12,7 +12,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -28,9 +27,9 @@ import (
 
 // fleetProc is a `bridge run --fleet` process.
 type fleetProc struct {
-	cmd  *exec.Cmd
-	out  *lockedBuffer
-	id   string // its member id (instance), from its log
+	*proc
+	log  *lockedBuffer // its output
+	id   string        // its member id (instance), from its log
 	name string
 }
 
@@ -45,14 +44,14 @@ func startFleetProc(t *testing.T, bin, cfg, fleetName, name string, env ...strin
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = append(append(os.Environ(), "BRIDGE_LOG__FORMAT=text"), env...)
 	require.NoError(t, cmd.Start())
-	p := &fleetProc{cmd: cmd, out: out, name: name}
+	p := &fleetProc{proc: &proc{cmd: cmd, out: out}, log: out, name: name}
 	t.Cleanup(func() {
 		if p.cmd.ProcessState == nil {
 			_ = p.cmd.Process.Kill()
 			_ = p.cmd.Wait()
 		}
 		if t.Failed() {
-			t.Logf("output of %s (%s):\n%s", p.name, p.id, tail(p.out.String(), 60))
+			t.Logf("output of %s (%s):\n%s", p.name, p.id, tail(p.log.String(), 60))
 		}
 	})
 	require.Eventually(t, func() bool {
@@ -71,25 +70,6 @@ func tail(s string, lines int) string {
 		ls = ls[len(ls)-lines:]
 	}
 	return strings.Join(ls, "\n")
-}
-
-func (p *fleetProc) kill9() {
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	_ = p.cmd.Wait()
-}
-
-func (p *fleetProc) term(t *testing.T) {
-	t.Helper()
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
-	select {
-	case err := <-done:
-		require.NoError(t, err, "bridge %s exited badly after SIGTERM:\n%s", p.name, tail(p.out.String(), 40))
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		t.Fatalf("bridge %s did not exit within 30s of SIGTERM:\n%s", p.name, tail(p.out.String(), 40))
-	}
 }
 
 // fleetSource is one source of the fleet test: a database with one writer.
@@ -241,6 +221,57 @@ func slotPIDs(t *testing.T, conn *pgx.Conn) map[string]int {
 	return out
 }
 
+// fleetDatabases creates n databases db00, db01... on e's Postgres, each
+// with a table t, and returns them as sources.
+func fleetDatabases(t *testing.T, e *env, n int) []*fleetSource {
+	t.Helper()
+	var srcs []*fleetSource
+	for i := 0; i < n; i++ {
+		s := &fleetSource{name: fmt.Sprintf("db%02d", i), stream: fmt.Sprintf("FLEET_DB%02d", i)}
+		e.pg.ExecT(t, "CREATE DATABASE "+s.name)
+		require.NoError(t, e.pg.Exec(t.Context(), s.name, `CREATE TABLE t (id bigserial PRIMARY KEY, n int NOT NULL)`))
+		srcs = append(srcs, s)
+	}
+	return srcs
+}
+
+// startWriters starts one writer per source, each committing every 20 ms;
+// the function returned stops them and waits (once).
+func startWriters(t *testing.T, e *env, srcs []*fleetSource) func() {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, s := range srcs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.write(t, e.pg.DSN(s.name), stop, 20*time.Millisecond)
+		}()
+	}
+	return sync.OnceFunc(func() { close(stop); wg.Wait() })
+}
+
+// waitOwned waits until every source of srcs has a lease of fleet
+// fleetName held by one of members and a walsender on its slot, and
+// returns the leases.
+func waitOwned(t *testing.T, js jetstream.JetStream, pg *pgx.Conn, fleetName string, srcs []*fleetSource, members []*fleetProc, within time.Duration) map[string]string {
+	t.Helper()
+	ids := map[string]bool{}
+	for _, p := range members {
+		ids[p.id] = true
+	}
+	var ls map[string]string
+	require.Eventually(t, func() bool {
+		ls = leases(t, js, fleetName)
+		for _, s := range srcs {
+			if !ids[ls[s.name]] {
+				return false
+			}
+		}
+		return len(slotPIDs(t, pg)) == len(srcs)
+	}, within, 50*time.Millisecond, "not every source is owned by %v and streaming: %v", sortedStrings(ids), ls)
+	return ls
+}
+
 // takeover is one measured takeover of a killed member's sources.
 type takeover struct {
 	sources      int
@@ -265,13 +296,7 @@ func TestFleet(t *testing.T) {
 	}
 	bin := bridgeBinary(t)
 	e := newEnvWith(t, pgtest.Options{Settings: map[string]string{"max_wal_senders": "40", "max_replication_slots": "40"}})
-	var srcs []*fleetSource
-	for i := 0; i < nsrc; i++ {
-		s := &fleetSource{name: fmt.Sprintf("db%02d", i), stream: fmt.Sprintf("FLEET_DB%02d", i)}
-		e.pg.ExecT(t, "CREATE DATABASE "+s.name)
-		require.NoError(t, e.pg.Exec(t.Context(), s.name, `CREATE TABLE t (id bigserial PRIMARY KEY, n int NOT NULL)`))
-		srcs = append(srcs, s)
-	}
+	srcs := fleetDatabases(t, e, nsrc)
 	cfg := filepath.Join(e.dir, "fleet.yaml")
 	fleetConfig(t, e, cfg, srcs, "v1")
 
@@ -286,25 +311,9 @@ func TestFleet(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		procs = append(procs, startFleetProc(t, bin, cfg, "f1", fmt.Sprintf("p%d", i)))
 	}
-	// allOwned waits until every source has a lease held by one of members
-	// and a walsender on its slot, and returns the owners.
 	allOwned := func(members []*fleetProc, within time.Duration) map[string]string {
 		t.Helper()
-		ids := map[string]bool{}
-		for _, p := range members {
-			ids[p.id] = true
-		}
-		var ls map[string]string
-		require.Eventually(t, func() bool {
-			ls = leases(t, js, "f1")
-			for _, s := range srcs {
-				if !ids[ls[s.name]] {
-					return false
-				}
-			}
-			return len(slotPIDs(t, pg)) == nsrc
-		}, within, 50*time.Millisecond, "not every source is owned by %v and streaming", sortedStrings(ids))
-		return ls
+		return waitOwned(t, js, pg, "f1", srcs, members, within)
 	}
 	spread := func(ls map[string]string) map[string]int {
 		c := map[string]int{}
@@ -316,16 +325,7 @@ func TestFleet(t *testing.T) {
 	ls := allOwned(procs, 2*time.Minute)
 	t.Logf("3 members: %v", spread(ls))
 
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for _, s := range srcs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.write(t, e.pg.DSN(s.name), stop, 20*time.Millisecond)
-		}()
-	}
-	stopWriters := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	stopWriters := startWriters(t, e, srcs)
 	defer stopWriters()
 
 	// Kill -9 a random member at random moments, measuring each takeover,
@@ -345,7 +345,7 @@ func TestFleet(t *testing.T) {
 			}
 		}
 		killed := time.Now()
-		victim.kill9()
+		victim.kill9(t)
 		tk := takeover{sources: len(its)}
 		leaseAt, slotAt := map[string]time.Duration{}, map[string]time.Duration{}
 		require.Eventually(t, func() bool {
