@@ -109,6 +109,7 @@ type App struct {
 	runCtx    context.Context // Run's; reloads start runners under it
 	fatal     func(error)     // stops Run with a runner's fatal error
 	ctl       *controlService // control.go
+	fleet     *fleetState     // fleet.go: WithFleet
 	started   time.Time
 
 	// Telemetry.
@@ -135,6 +136,9 @@ func New(cfg *config.Config, opts ...Option) (*App, error) {
 		a.log = slog.New(slog.DiscardHandler)
 	}
 	if err := a.check(cfg); err != nil {
+		return nil, err
+	}
+	if err := a.checkFleet(cfg); err != nil {
 		return nil, err
 	}
 	return a, nil
@@ -263,6 +267,10 @@ func (a *App) Start(ctx context.Context) error {
 		return err
 	}
 	a.started = time.Now()
+	if a.fleet != nil {
+		a.js, a.store = js, store
+		return a.startFleetMode(ctx, ne) // fleet.go: runners come with leases
+	}
 	return a.buildPipelines(ctx, js, store, ne, "")
 }
 
@@ -444,6 +452,7 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	a.startControl(ctx) // control.go
 	a.watchConfig(ctx)  // reload.go
+	a.runFleet(ctx)     // fleet.go
 	<-ctx.Done()
 	a.reloading.Lock() // no reload starts runners from here on
 	a.stopControl()
@@ -451,6 +460,7 @@ func (a *App) Run(ctx context.Context) error {
 		<-r.done
 	}
 	a.reloading.Unlock()
+	a.waitFleet() // its leases released
 	a.Close()
 	errMu.Lock()
 	defer errMu.Unlock()

@@ -67,6 +67,7 @@ func (b controlBridge) Status(context.Context) control.StatusReply {
 		Identity:  control.Identity{Bridge: a.cfg.Name, Instance: a.run, Version: buildinfo.String()},
 		ConfigRev: rev, ConfigFrom: from, Started: a.started.UTC(), Sources: []control.SourceStatus{},
 	}
+	out.Fleet, _ = a.Fleet()
 	for _, r := range a.runnerList() {
 		out.Sources = append(out.Sources, r.status())
 	}

@@ -215,6 +215,9 @@ func (a *App) Reload(ctx context.Context) (ReloadResult, error) {
 	}
 	for _, src := range sortedKeys(cfg.Sources) {
 		r, ok := running[src]
+		if !ok && a.fleet != nil {
+			continue // in a fleet, a new source starts where its lease is taken
+		}
 		if ok && r.built == fingerprint(cfg, src) {
 			swaps = append(swaps, r)
 			continue

@@ -119,6 +119,8 @@ func NewCommand(stdout, stderr io.Writer, opts ...app.Option) *cobra.Command {
 		return reported{err}
 	}
 
+	var fleetName string
+	var fleetLease time.Duration
 	run := &cobra.Command{
 		Use:   "run",
 		Short: "Stream changes until SIGTERM or SIGINT",
@@ -134,7 +136,7 @@ func NewCommand(stdout, stderr io.Writer, opts ...app.Option) *cobra.Command {
 			}
 			// WithConfigFile: the reload endpoint, SIGHUP and config.watch
 			// read it again.
-			_, a, err := load(app.WithLogger(log), app.WithConfigFile(cfgPath, loadOpts(nil)...))
+			_, a, err := load(app.WithLogger(log), app.WithConfigFile(cfgPath, loadOpts(nil)...), app.WithFleet(fleetName, fleetLease))
 			if err != nil {
 				return printErrs(err)
 			}
@@ -163,6 +165,8 @@ func NewCommand(stdout, stderr io.Writer, opts ...app.Option) *cobra.Command {
 			return nil
 		},
 	}
+	run.Flags().StringVar(&fleetName, "fleet", "", "share the configuration's sources with the other processes run with this fleet name (docs/fleet.md)")
+	run.Flags().DurationVar(&fleetLease, "fleet-lease", 0, "with --fleet: how long a source's lease lasts unrenewed (default 5s): a dead member's sources are taken over after it")
 	validate := newValidateCommand(load, printErrs, stdout, &cfgPath, opts) // validate.go: --connect checks the servers
 	plugins := &cobra.Command{
 		Use:   "plugins",
@@ -316,6 +320,7 @@ of the command. --direct skips the control endpoint.`,
 		return cfg, nil
 	}
 	root.AddCommand(newReloadCommand(loadLoose, stdout))
+	root.AddCommand(newFleetCommand(loadLoose, stdout))          // fleet.go
 	root.AddCommand(newSnapshotCommand(load, printErrs, stdout)) // snapshot.go
 	root.AddCommand(serveCommand(loadWith, printErrs, stderr))   // feeds over HTTP: serve.go
 	usageArgs(root)

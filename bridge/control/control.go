@@ -152,6 +152,9 @@ type StatusReply struct {
 	ConfigFrom string         `json:"config_from"`
 	Started    time.Time      `json:"started"`
 	Sources    []SourceStatus `json:"sources"`
+	// Fleet is the fleet the instance is a member of (bridge run --fleet),
+	// absent outside a fleet; its Sources are then those it holds a lease on.
+	Fleet string `json:"fleet,omitempty"`
 }
 
 // SourceInfo is one source in a SourcesReply.

@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -18,7 +19,7 @@ import (
 // proc is a bridge process started from the built binary.
 type proc struct {
 	cmd *exec.Cmd
-	out *bytes.Buffer
+	out fmt.Stringer // its output
 }
 
 func startProc(t *testing.T, bin, cfg string) *proc {

@@ -60,6 +60,8 @@ type Instance struct {
 	ConfigRev  string    `json:"config_rev"`
 	ConfigFrom string    `json:"config_from"`
 	Started    time.Time `json:"started"`
+	// Fleet is the fleet it is a member of (bridge run --fleet).
+	Fleet string `json:"fleet,omitempty"`
 }
 
 // Running is a source's state as the instance running it reported it.
@@ -340,7 +342,7 @@ func (rep *Report) Merge(subject string, replies []control.StatusReply, err erro
 	}
 	rep.Via = "control"
 	for _, r := range replies {
-		rep.Instances = append(rep.Instances, Instance{ID: r.Instance, Version: r.Version, ConfigRev: r.ConfigRev, ConfigFrom: r.ConfigFrom, Started: r.Started})
+		rep.Instances = append(rep.Instances, Instance{ID: r.Instance, Version: r.Version, ConfigRev: r.ConfigRev, ConfigFrom: r.ConfigFrom, Started: r.Started, Fleet: r.Fleet})
 	}
 	for i := range rep.Sources {
 		src := &rep.Sources[i]

@@ -37,6 +37,10 @@ var rules = []rule{
 		why: "the data path knows nothing of telemetry, wiring, the control plane or commands (telemetry observes it through pipeline.Observer)"},
 	{from: []string{"bridge/control"}, to: []string{"bridge/...", "sources/...", "sinks/...", "plugins/...", "config"},
 		why: "the control plane speaks NATS and its own types; it knows the bridge only through control.Bridge, which the App implements"},
+	{from: []string{"bridge/fleet"}, to: []string{"bridge/...", "sources/...", "sinks/...", "plugins/...", "config"},
+		why: "fleet membership speaks JetStream KV; it starts and stops sources only through fleet.Runner, which the App implements"},
+	{from: []string{"bridge/pipeline", "bridge/route", "bridge/snapshot"}, to: []string{"bridge/fleet"},
+		why: "the data path knows nothing of the fleet: a member starts and stops whole pipelines"},
 	{from: []string{"bridge/telemetry", "bridge/serve", "bridge/status", "bridge/feeds", "bridge/format", "bridge/checkpoint", "bridge/retry", "bridge/pgslot"},
 		to:  []string{"bridge/pipeline", "bridge/app", "bridge/cli", "bridge"},
 		why: "services and helpers sit below the wiring and the data path"},
@@ -130,6 +134,9 @@ func TestImportRulesCatch(t *testing.T) {
 		{"bridge/control", "bridge/cli"},
 		{"bridge/control", "bridge/pipeline"},
 		{"bridge/pipeline", "bridge/control"},
+		{"bridge/fleet", "bridge/app"},
+		{"bridge/fleet", "bridge/pipeline"},
+		{"bridge/pipeline", "bridge/fleet"},
 	} {
 		got := violations(map[string][]string{c.pkg: {c.imp}})
 		require.NotEmpty(t, got, "%s importing %s must break a rule", c.pkg, c.imp)
@@ -142,6 +149,7 @@ func TestImportRulesCatch(t *testing.T) {
 		{"bridge", "bridge/cli"},
 		{"bridge/app", "bridge/control"},
 		{"bridge/cli", "bridge/control"},
+		{"bridge/app", "bridge/fleet"},
 	} {
 		require.Empty(t, violations(map[string][]string{c.pkg: {c.imp}}), "%s may import %s", c.pkg, c.imp)
 	}
