@@ -38,7 +38,8 @@ type Config struct {
 	Log Log `koanf:"log"`
 	// Telemetry configures traces and metrics.
 	Telemetry Telemetry `koanf:"telemetry"`
-	// HTTP configures the server of /metrics, /livez, /readyz and the console.
+	// HTTP configures the server of /metrics, /livez, /readyz and the web
+	// console.
 	HTTP HTTP `koanf:"http"`
 	// Serve configures `bridge serve`, the feeds HTTP server (docs/feeds.md);
 	// `bridge run` ignores it. A flag named after a key, with dashes
@@ -350,7 +351,8 @@ type Metrics struct {
 	SlotPollInterval time.Duration `koanf:"slot_poll_interval"`
 }
 
-// HTTP configures the HTTP server of /metrics, /livez and /readyz.
+// HTTP configures the HTTP server of /metrics, /livez, /readyz and the
+// web console.
 type HTTP struct {
 	// Listen is the address to serve on. Default "127.0.0.1:8080"; ""
 	// disables the server.
