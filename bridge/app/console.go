@@ -8,18 +8,26 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bridgecdc/bridge/bridge/console"
+	"github.com/bridgecdc/bridge/bridge/control"
 	"github.com/bridgecdc/bridge/bridge/feeds"
 	"github.com/bridgecdc/bridge/bridge/serve"
 	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/internal/buildinfo"
 )
 
 // The web console (bridge/console) on the HTTP listener: mounted by
 // startHTTP when http.console is on; its API behind serve.auth when that
 // is set, and served beyond loopback only then.
+
+// WithConsoleInterval sets the time between two samples of the console's
+// history (default 10s, an hour in 360 samples). For tests.
+func WithConsoleInterval(d time.Duration) Option { return func(a *App) { a.consoleEvery = d } }
 
 // mountConsole mounts the console on mux, or nothing when http.console is
 // off or not allowed; stop ends its sampler and its tail.
@@ -41,11 +49,12 @@ func (a *App) mountConsole(mux *http.ServeMux) (stop func(), err error) {
 	}
 	tail := &consoleTail{a: a, sc: sc, fc: fc, ctx: ctx}
 	c, err := console.New(console.Options{
-		Status:   controlBridge{a}.Status,
+		Status:   a.consoleStatus,
 		Gatherer: a.metrics.Registry(),
 		Actions:  controlBridge{a},
 		Protect:  sc.Auth.Protect,
 		Feed:     tail,
+		Interval: a.consoleEvery,
 		Log:      a.log,
 	})
 	if err != nil {
@@ -55,7 +64,13 @@ func (a *App) mountConsole(mux *http.ServeMux) (stop func(), err error) {
 	mux.Handle(console.Prefix, c.Handler())
 	mux.Handle("GET /{$}", http.RedirectHandler(console.Prefix, http.StatusFound))
 	done := make(chan struct{})
-	go func() { defer close(done); c.Run(ctx) }()
+	var started atomic.Bool
+	a.mu.Lock()
+	a.consoleRun = func() {
+		started.Store(true)
+		go func() { defer close(done); c.Run(ctx) }()
+	}
+	a.mu.Unlock()
 	auth := "none (loopback)"
 	if sc.Auth != nil {
 		auth = "serve.auth " + mode
@@ -63,9 +78,36 @@ func (a *App) mountConsole(mux *http.ServeMux) (stop func(), err error) {
 	a.log.Info("web console", "url", "/console/", "auth", auth)
 	return func() {
 		cancel()
-		<-done
+		if started.Load() {
+			<-done
+		}
 		tail.close()
 	}, nil
+}
+
+// startConsole starts the console's sampler, once Start has built the
+// pipelines: its status reads what Start writes.
+func (a *App) startConsole() {
+	a.mu.Lock()
+	run := a.consoleRun
+	a.consoleRun = nil
+	a.mu.Unlock()
+	if run != nil {
+		run()
+	}
+}
+
+// consoleStatus is the control plane's status once Run runs; before, the
+// bridge's identity only (Start is still writing what status reads).
+func (a *App) consoleStatus(ctx context.Context) control.StatusReply {
+	a.mu.Lock()
+	starting := a.consoleRun != nil
+	a.mu.Unlock()
+	if starting {
+		return control.StatusReply{Identity: control.Identity{Bridge: a.cfg.Name, Instance: a.run, Version: buildinfo.String()},
+			ConfigFrom: "(starting)", Sources: []control.SourceStatus{}}
+	}
+	return controlBridge{a}.Status(ctx)
 }
 
 // consoleTail serves the console's live tail: `bridge serve`'s feed
@@ -140,12 +182,15 @@ func (t *consoleTail) close() {
 }
 
 // errNotStarted answers a tail requested before the App reached NATS.
-var errNotStarted = errors.New("the bridge has not connected to NATS yet; retry in a moment")
+var errNotStarted = errors.New("the bridge is starting; retry in a moment")
 
-// jetStream returns the App's JetStream context, nil before Start reached
-// NATS.
+// jetStream returns the App's JetStream context once Run runs (the
+// console's sampler started), nil before.
 func (a *App) jetStream() jetstream.JetStream {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.consoleRun != nil {
+		return nil
+	}
 	return a.js
 }

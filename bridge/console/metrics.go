@@ -57,12 +57,11 @@ type Snapshot struct {
 // the planner's estimate when it started (0: none), the ETA in seconds
 // (-1: unknown).
 type SnapshotTable struct {
-	Table       string  `json:"table"`
-	Rows        float64 `json:"rows"`
-	Estimate    float64 `json:"estimate"`
-	RowsPerSec  float64 `json:"rows_per_second"`
-	ETASeconds  float64 `json:"eta_seconds"`
-	hasEstimate bool
+	Table      string  `json:"table"`
+	Rows       float64 `json:"rows"`
+	Estimate   float64 `json:"estimate"`
+	RowsPerSec float64 `json:"rows_per_second"`
+	ETASeconds float64 `json:"eta_seconds"`
 }
 
 func label(m *dto.Metric, name string) string {
@@ -150,8 +149,7 @@ func gather(g prometheus.Gatherer) figures {
 			case "bridge_snapshot_rows":
 				table(snap(source), label(m, "table")).Rows = v
 			case "bridge_snapshot_rows_estimate":
-				t := table(snap(source), label(m, "table"))
-				t.Estimate, t.hasEstimate = v, true
+				table(snap(source), label(m, "table")).Estimate = v
 			case "bridge_snapshot_rows_per_second":
 				table(snap(source), label(m, "table")).RowsPerSec = v
 			case "bridge_snapshot_eta_seconds":

@@ -13,6 +13,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
+
+	"github.com/bridgecdc/bridge/bridge/app"
 )
 
 // chromiumPath is Debian's chromium (scripts/deps.sh installs it).
@@ -157,7 +159,7 @@ func TestConsoleInBrowser(t *testing.T) {
       - redact: [secret]
 `)
 	appendYAML(t, p, "telemetry:\n  metrics:\n    slot_poll_interval: 200ms\n")
-	r := e.start(p)
+	r := e.startWith(p, app.WithConsoleInterval(250*time.Millisecond))
 	base := "http://" + r.app.HTTPAddr()
 	require.Eventually(t, func() bool { c, _ := httpStatus(t, base+"/readyz"); return c == http.StatusOK }, 60*time.Second, 50*time.Millisecond)
 	code, body := httpStatus(t, base+"/")
@@ -193,6 +195,10 @@ func TestConsoleInBrowser(t *testing.T) {
 	hist, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(document.querySelector("#sinks tr[data-sink=js] svg") || {ariaLabel: ""}).ariaLabel`))
 	require.NoError(t, err)
 	require.Contains(t, hist, "publish latency of sink js", "the latency histogram is drawn")
+	require.Eventually(t, func() bool {
+		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#src-app svg[aria-label^="Changes per second"] path, #src-app svg[aria-label^="Slot retained WAL"] path').length`))
+		return err == nil && n == 2
+	}, 60*time.Second, 100*time.Millisecond, "the sparklines of the throughput and the retained WAL are drawn")
 
 	// The tail's filter: deletes only.
 	require.NoError(t, chromedp.Do(ctx,
