@@ -3,7 +3,10 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +15,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bridgecdc/bridge/bridge/app"
@@ -234,4 +238,92 @@ func TestConsoleInBrowser(t *testing.T) {
 	require.NoError(t, os.WriteFile(out, png, 0o644))
 	t.Logf("screenshot of the console: %s (%d bytes)", out, len(png))
 	require.Empty(t, problems(), "the page logged errors")
+}
+
+// consoleOn starts a bridge whose http.listen is beyond loopback (all
+// interfaces, /metrics open with allow_public) with serve, a serve
+// section, and returns the console's base URL over 127.0.0.1.
+func consoleOn(t *testing.T, e *env, name, serve string) string {
+	t.Helper()
+	p := e.config(name, "")
+	y, err := os.ReadFile(p)
+	require.NoError(t, err)
+	s := strings.Replace(string(y), `listen: "127.0.0.1:0"`, "listen: \"0.0.0.0:0\"\n  allow_public: true", 1)
+	require.NoError(t, os.WriteFile(p, []byte(s+serve), 0o644))
+	r := e.start(p)
+	_, port, err := net.SplitHostPort(r.app.HTTPAddr())
+	require.NoError(t, err)
+	base := "http://127.0.0.1:" + port
+	require.Eventually(t, func() bool { c, _ := httpStatus(t, base+"/readyz"); return c == http.StatusOK }, 60*time.Second, 50*time.Millisecond)
+	return base
+}
+
+// consoleCall sends a request to the console with token (none when "")
+// and returns the status and the body's start.
+func consoleCall(t *testing.T, method, u, token string, ctx context.Context) (int, string) {
+	t.Helper()
+	var body io.Reader
+	if method == http.MethodPost {
+		body = strings.NewReader(`{"reason":"test"}`)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b := make([]byte, 512)
+	n, _ := io.ReadAtLeast(resp.Body, b, 1)
+	return resp.StatusCode, string(b[:n])
+}
+
+// TestConsoleBeyondLoopback: on an address beyond loopback the console is
+// off without serve.auth; with it, its API and tail ask for the same JWT
+// as `bridge serve` (the page's files, which hold no data, stay open) and
+// the buttons act only for a valid token.
+func TestConsoleBeyondLoopback(t *testing.T) {
+	e := newEnv(t)
+	e.pg.ExecT(t, `CREATE TABLE items (id int PRIMARY KEY, v text)`)
+	ctx := context.Background()
+
+	open := consoleOn(t, e, "conpub", "")
+	code, _ := consoleCall(t, http.MethodGet, open+"/console/api/overview", "", ctx)
+	require.Equal(t, http.StatusNotFound, code, "no console beyond loopback without serve.auth")
+	code, _ = consoleCall(t, http.MethodGet, open+"/metrics", "", ctx)
+	require.Equal(t, http.StatusOK, code, "the rest of the listener is served")
+
+	base := consoleOn(t, e, "conjwt", fmt.Sprintf("serve:\n  auth:\n    hs256_secret: %s\n    query_token: true\n", testSecret))
+	good := mint(t, testSecret, jwt.MapClaims{"sub": "ops", "exp": time.Now().Add(time.Hour).Unix(), "iat": time.Now().Unix()})
+	bad := mint(t, "another-secret-0123456789abcdef-0123456", jwt.MapClaims{"sub": "ops", "exp": time.Now().Add(time.Hour).Unix()})
+
+	code, body := consoleCall(t, http.MethodGet, base+"/console/", "", ctx)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "bridge console")
+	for _, tok := range []string{"", bad} {
+		code, body = consoleCall(t, http.MethodGet, base+"/console/api/overview", tok, ctx)
+		require.Equal(t, http.StatusUnauthorized, code, body)
+		code, body = consoleCall(t, http.MethodPost, base+"/console/api/sources/app/pause", tok, ctx)
+		require.Equal(t, http.StatusUnauthorized, code, body)
+		code, body = consoleCall(t, http.MethodGet, base+"/console/api/v1/feed?sse=1&token=now", tok, ctx)
+		require.Equal(t, http.StatusUnauthorized, code, body)
+	}
+	code, body = consoleCall(t, http.MethodGet, base+"/console/api/overview", good, ctx)
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `"bridge":"conjwt"`)
+
+	// The tail with the token in the query, as the page's EventSource sends it.
+	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	code, body = consoleCall(t, http.MethodGet, base+"/console/api/v1/feed?sse=1&token=now&access_token="+url.QueryEscape(good), "", tctx)
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, ": feed")
+
+	code, body = consoleCall(t, http.MethodPost, base+"/console/api/sources/app/pause", good, ctx)
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `"state":"paused"`)
+	code, body = consoleCall(t, http.MethodPost, base+"/console/api/sources/app/resume", good, ctx)
+	require.Equal(t, http.StatusOK, code, body)
 }
