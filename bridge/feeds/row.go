@@ -56,6 +56,7 @@ type change struct {
 	producer string
 	lsn      cdc.LSN
 	ord, n   uint32 // ordinal in the transaction, transaction size
+	snap     bool   // a snapshot read (producer "<producer>.snap-<run>")
 	op       cdc.Op
 	table    string // "schema.table"
 	commit   string // commit LSN, Postgres form
@@ -81,6 +82,10 @@ type serialised struct {
 // bridgeMsg reports whether the message carries the bridge's headers.
 func bridgeMsg(h nats.Header) bool { return h.Get(headerOp) != "" && h.Get(headerMsgID) != "" }
 
+// isSnapshot reports whether producer is a snapshot run's,
+// "<bridge>.<source>.<epoch>.snap-<run>" (bridge/snapshot).
+func isSnapshot(producer string) bool { return strings.Contains(producer, ".snap-") }
+
 // decode turns a stream message into a change. Messages that are not the
 // bridge's (no Bridge-Op header) become single-message transactions that
 // match nothing; so do payloads that are not the native JSON format.
@@ -95,7 +100,14 @@ func decode(seq uint64, h nats.Header, data []byte, nm *names) (*change, error) 
 		return c, err
 	}
 	c.producer, c.lsn, c.ord = prod, pos.LSN, pos.Seq
-	if v := h.Get(headerTxSize); v != "" {
+	if isSnapshot(prod) {
+		// A snapshot read: its id's position is a hash of the row's table
+		// and key (docs/snapshots.md), not a commit LSN and an ordinal, so
+		// it cannot be grouped with the rest of its chunk. Reads are
+		// upserts of the current rows, consistent each on its own: each is
+		// a transaction of its own for the feeds.
+		c.snap, c.ord, c.n = true, 0, 1
+	} else if v := h.Get(headerTxSize); v != "" {
 		n, err := strconv.ParseUint(v, 10, 32)
 		if err != nil || n == 0 {
 			return c, fmt.Errorf("message %d (%s): bad %s %q", seq, c.id, headerTxSize, v)
