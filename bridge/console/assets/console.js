@@ -123,6 +123,7 @@ function quantile(h, q) {
 
 let state = { actions: false };
 let loadProblem = false;
+let snapshotArmed = null; // {source, until}: the snapshot button awaits its confirmation
 
 function renderSource(s, interval) {
   const id = "src-" + s.name;
@@ -156,7 +157,9 @@ function renderSource(s, interval) {
       btn.addEventListener("click", () => act_(s.name, action, btn));
       return btn;
     };
-    act.append(b("pause", "Pause", s.holder && !s.paused), b("resume", "Resume", s.paused), b("snapshot", "Snapshot", s.holder));
+    const armed = snapshotArmed && snapshotArmed.source === s.name && snapshotArmed.until > Date.now();
+    act.append(b("pause", "Pause", s.holder && !s.paused), b("resume", "Resume", s.paused),
+      b("snapshot", armed ? "Confirm snapshot of every table" : "Snapshot", s.holder));
     card.append(act);
   }
   return card;
@@ -166,7 +169,15 @@ async function act_(source, action, btn) {
   let body = {};
   if (action === "pause") body = { reason: "paused from the console" };
   if (action === "snapshot") {
-    if (!window.confirm("Snapshot every table source " + source + " streams?")) return;
+    // A snapshot re-reads every table: the first click arms the button,
+    // a second one within 10 seconds sends the request.
+    if (!snapshotArmed || snapshotArmed.source !== source || snapshotArmed.until < Date.now()) {
+      snapshotArmed = { source, until: Date.now() + 10000 };
+      btn.textContent = "Confirm snapshot of every table";
+      btn.setAttribute("aria-label", "Confirm the snapshot of every table of source " + source);
+      return;
+    }
+    snapshotArmed = null;
   }
   btn.disabled = true;
   try {
