@@ -29,6 +29,7 @@ http:
   tls: {cert_file: /tls/crt.pem, key_file: /tls/key.pem, client_ca_file: /tls/ca.pem}
   token: m3tricsT0ken
   allow_public: true
+  console: false
 `))
 		require.NoError(t, err)
 		assert.Equal(t, HTTP{Listen: ":9090", MaxCheckpointAge: defaultHTTP.MaxCheckpointAge,

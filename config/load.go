@@ -51,6 +51,7 @@ func defaults() map[string]any {
 		"telemetry.metrics.slot_poll_interval": 10 * time.Second,
 		"http.listen":                          "127.0.0.1:8080",
 		"http.max_checkpoint_age":              time.Minute,
+		"http.console":                         true,
 		"config.watch":                         true,
 
 		"serve.listen":         "127.0.0.1:8090",

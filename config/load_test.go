@@ -612,7 +612,7 @@ var (
 		Tracing: Tracing{Protocol: "http/protobuf", SampleRatio: 1, ContextPrefix: "traceparent"},
 		Metrics: Metrics{SlotPollInterval: 10 * time.Second},
 	}
-	defaultHTTP = HTTP{Listen: "127.0.0.1:8080", MaxCheckpointAge: time.Minute}
+	defaultHTTP = HTTP{Listen: "127.0.0.1:8080", MaxCheckpointAge: time.Minute, Console: true}
 
 	defaultServe = Serve{
 		Listen: "127.0.0.1:8090", Stream: "CDC", MaxConns: 10000, MaxPerClient: 100,

@@ -38,7 +38,8 @@ type Config struct {
 	Log Log `koanf:"log"`
 	// Telemetry configures traces and metrics.
 	Telemetry Telemetry `koanf:"telemetry"`
-	// HTTP configures the server of /metrics, /livez and /readyz.
+	// HTTP configures the server of /metrics, /livez, /readyz and the web
+	// console.
 	HTTP HTTP `koanf:"http"`
 	// Serve configures `bridge serve`, the feeds HTTP server (docs/feeds.md);
 	// `bridge run` ignores it. A flag named after a key, with dashes
@@ -367,7 +368,8 @@ type Metrics struct {
 	SlotPollInterval time.Duration `koanf:"slot_poll_interval"`
 }
 
-// HTTP configures the HTTP server of /metrics, /livez and /readyz.
+// HTTP configures the HTTP server of /metrics, /livez, /readyz and the
+// web console.
 type HTTP struct {
 	// Listen is the address to serve on. Default "127.0.0.1:8080"; ""
 	// disables the server.
@@ -388,6 +390,13 @@ type HTTP struct {
 	// without http.token or http.tls.client_ca_file. Without it such a
 	// configuration is refused. Default false.
 	AllowPublic bool `koanf:"allow_public"`
+	// Console serves the web console at /console/ (docs/operations.md):
+	// each source's state, lag and slot, the sinks, snapshots, a live tail
+	// and the pause, resume and snapshot buttons. On a loopback address it
+	// is open to the machine's users; beyond loopback it is served only
+	// behind serve.auth (jwt or proxy), the authentication of `bridge
+	// serve`, and is otherwise left off with a warning. Default true.
+	Console bool `koanf:"console"`
 }
 
 // ServerTLS is the certificate of an HTTPS listener (http.tls, serve.tls),

@@ -123,6 +123,11 @@ type App struct {
 	bg         sync.WaitGroup
 	snapCol    *snapshot.Collector
 	dropAddr   func() // removes the embedded server's address from data_dir
+
+	// The web console (console.go): its sample interval, and its sampler,
+	// which Run starts.
+	consoleEvery time.Duration
+	consoleRun   func()
 }
 
 // New validates cfg against the registries and builds the App without any
@@ -451,6 +456,7 @@ func (a *App) Run(ctx context.Context) error {
 		r.start(a, ctx, a.cfg, a.runnerEnded)
 	}
 	a.startControl(ctx) // control.go
+	a.startConsole()    // console.go
 	a.watchConfig(ctx)  // reload.go
 	a.runFleet(ctx)     // fleet.go
 	<-ctx.Done()

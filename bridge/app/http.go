@@ -17,6 +17,7 @@ import (
 )
 
 // The App's HTTP listener (http.listen): /metrics, /livez and /readyz,
+// the web console under /console/ (console.go),
 // over TLS with http.tls (reloaded on SIGHUP and when the files change),
 // /metrics behind http.token when it is set.
 
@@ -58,10 +59,16 @@ func (a *App) startHTTP() error {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", a.readyz)
+	stopConsole, err := a.mountConsole(mux) // console.go
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
 	a.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute,
 		MaxHeaderBytes: 16 << 10, ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelDebug)}
 	a.httpAddr = ln.Addr().String()
 	srv := a.httpSrv
+	srv.RegisterOnShutdown(stopConsole)
 	scheme := "http"
 	if stls != nil {
 		scheme = "https"

@@ -476,3 +476,42 @@ func TestSharedFilterWakesEachWaiter(t *testing.T) {
 	require.Zero(t, idle.group.nwait)
 	fs.mu.RUnlock()
 }
+
+// TestSnapshotReads: a snapshot's reads, whose ids hold a hash of the row
+// instead of an ordinal, reach the feeds that read them, from the window
+// and from the stream, and a second snapshot run is no new epoch.
+func TestSnapshotReads(t *testing.T) {
+	e := newEnv(t, nil)
+	fs := e.feeds(Config{})
+	all, err := fs.Register(Filter{}, Token{})
+	require.NoError(t, err)
+	reads, err := fs.Register(Filter{Ops: []cdc.Op{cdc.OpRead}}, Token{})
+	require.NoError(t, err)
+	e.write(e.gen.tx(ins(order{ID: 1, Tenant: 1})))
+	e.write(e.gen.snap("r1", order{ID: 1, Tenant: 1}, order{ID: 2, Tenant: 2}, order{ID: 3, Tenant: 1}))
+	e.write(e.gen.snap("r2", order{ID: 2, Tenant: 2}))
+	e.write(e.gen.tx(ins(order{ID: 4, Tenant: 1})))
+
+	got, _ := collect(t, all, 6, 20*time.Second)
+	require.Equal(t, []uint64{1, 2, 3, 4, 5, 6}, seqs(got), "every change, with no must-refetch at the second run")
+	got, _ = collect(t, reads, 4, 20*time.Second)
+	require.Equal(t, []uint64{2, 3, 4, 5}, seqs(got))
+	for _, c := range got {
+		require.Equal(t, cdc.OpRead, c.Op)
+		// The id holds a hash, not an LSN: commit_lsn is the payload's.
+		var w struct {
+			CommitLSN string `json:"commit_lsn"`
+		}
+		require.NoError(t, json.Unmarshal(c.JSON, &w))
+		require.Regexp(t, `^0/[0-9A-F]+00$`, w.CommitLSN, "seq %d: %s", c.Seq, c.JSON)
+	}
+
+	// From the stream: a feed that starts behind another process's window.
+	other := e.feeds(Config{WindowTxns: 1})
+	require.Eventually(t, func() bool { return other.Position().Seq == 6 }, 20*time.Second, 10*time.Millisecond)
+	behind, err := other.Register(Filter{Ops: []cdc.Op{cdc.OpRead}, Where: Eq("tenant", 1).Ptr()}, Token{Stream: other.Position().Stream, Seq: 1})
+	require.NoError(t, err)
+	got, _ = collect(t, behind, 2, 20*time.Second)
+	require.Equal(t, []uint64{2, 4}, seqs(got))
+	require.Positive(t, other.Stats().CatchUps, "served from the stream")
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -233,6 +234,30 @@ func seqs(cs []Change) []uint64 {
 	out := make([]uint64, len(cs))
 	for i, c := range cs {
 		out[i] = c.Seq
+	}
+	return out
+}
+
+// snap builds one chunk of the snapshot run of the producer: reads of
+// public.orders whose ids, as bridge/snapshot makes them, hold a hash of
+// the row's key instead of a commit LSN and an ordinal.
+func (g *gen) snap(run string, rows ...order) []cdc.Change {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.lsn += 0x100
+	producer := g.producer + ".snap-" + run
+	out := make([]cdc.Change, len(rows))
+	for i, o := range rows {
+		c := cdc.Change{
+			Producer: producer, Source: "src", CommitLSN: g.lsn, LSN: g.lsn - 0x50, Seq: uint32(i), TxSize: uint32(len(rows)),
+			CommitTime: time.Unix(1700000000, 0).UTC(), Schema: ordersRel.Schema, Table: ordersRel.Table,
+			Op: cdc.OpRead, Rel: ordersRel, After: o.values(),
+		}
+		h := uint64(o.ID)*0x9E3779B97F4A7C15 | 1 // any position but the ordinal's
+		c.MsgID = producer + ":" + cdc.LSN(h).Hex() + ":" + strconv.FormatUint(h>>32, 10)
+		c.Subject = "cdc.src." + c.Schema + "." + c.Table
+		c.Payload = format.AppendNative(nil, &c)
+		out[i] = c
 	}
 	return out
 }

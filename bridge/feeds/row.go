@@ -55,6 +55,7 @@ type change struct {
 	producer string
 	lsn      cdc.LSN
 	ord, n   uint32 // ordinal in the transaction, transaction size (0: not known on this change)
+	snap     bool   // a snapshot read (producer "<producer>.snap-<run>")
 	op       cdc.Op
 	table    string // "schema.table"
 	commit   string // commit LSN, Postgres form
@@ -92,6 +93,10 @@ func (fs *Feeds) decode(seq uint64, h nats.Header, data []byte, nm *names) (*cha
 	return decode(seq, h, data, nm)
 }
 
+// isSnapshot reports whether producer is a snapshot run's,
+// "<bridge>.<source>.<epoch>.snap-<run>" (bridge/snapshot).
+func isSnapshot(producer string) bool { return strings.Contains(producer, ".snap-") }
+
 // decode turns a stream message into a change. Messages that are not the
 // bridge's (no Bridge-Op header) become single-message transactions that
 // match nothing; so do payloads that are not the native JSON format.
@@ -107,7 +112,14 @@ func decode(seq uint64, h nats.Header, data []byte, nm *names) (*change, error) 
 	}
 	c.producer, c.lsn, c.ord = prod, pos.LSN, pos.Seq
 	c.n = 0 // a change published before its transaction's end: the last one tells the size
-	if v := h.Get(headerTxSize); v != "" {
+	if isSnapshot(prod) {
+		// A snapshot read: its id's position is a hash of the row's table
+		// and key (docs/snapshots.md), not a commit LSN and an ordinal, so
+		// it cannot be grouped with the rest of its chunk. Reads are
+		// upserts of the current rows, consistent each on its own: each is
+		// a transaction of its own for the feeds.
+		c.snap, c.ord, c.n = true, 0, 1
+	} else if v := h.Get(headerTxSize); v != "" {
 		n, err := strconv.ParseUint(v, 10, 32)
 		if err != nil || n == 0 {
 			return c, fmt.Errorf("message %d (%s): bad %s %q", seq, c.id, headerTxSize, v)
@@ -117,6 +129,16 @@ func decode(seq uint64, h nats.Header, data []byte, nm *names) (*change, error) 
 	c.op = cdc.Op(h.Get(headerOp))
 	c.table = h.Get(headerTable)
 	c.commit = c.lsn.String()
+	if c.snap {
+		// A read's id holds no LSN: the payload's commit_lsn is the
+		// snapshot's consistent point.
+		var p struct {
+			CommitLSN string `json:"commit_lsn"`
+		}
+		if err := json.Unmarshal(data, &p); err == nil {
+			c.commit = p.CommitLSN
+		}
+	}
 	switch c.op {
 	case cdc.OpControl:
 		var ctl cdc.Control

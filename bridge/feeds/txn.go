@@ -61,7 +61,7 @@ func sourceOf(producer string) string {
 
 // seed records c's producer as its source's current one, without c.
 func (a *assembler) seed(c *change) {
-	if c.producer != "" {
+	if c.producer != "" && !c.snap {
 		a.producers[sourceOf(c.producer)] = c.producer
 	}
 }
@@ -70,6 +70,12 @@ func (a *assembler) seed(c *change) {
 func (a *assembler) add(c *change) *txn {
 	if c.producer == "" { // not the bridge's: a transaction of its own
 		return &txn{first: c.seq, last: c.seq, size: c.size}
+	}
+	if c.snap {
+		// A snapshot read, a transaction of its own (see decode). Its
+		// producer is the run's, not the source's: a later run is no new
+		// epoch of the source.
+		return &txn{first: c.seq, last: c.seq, size: c.size, changes: []*change{c}}
 	}
 	k := txKey{c.producer, c.lsn}
 	t := a.open[k]

@@ -515,3 +515,20 @@ func (a *Auth) watch(ctx context.Context, trigger <-chan struct{}) error {
 	}
 	return reload.Watch(ctx, a.log, a.files(), trigger, a.reloadJWKS)
 }
+
+// Protect returns next behind a's authentication: a request without valid
+// credentials gets 401 (400, 403) as on /v1/position, and never reaches
+// next. A nil *Auth returns next. The web console (bridge/console) guards
+// its API with it, so it asks what `bridge serve` asks.
+func (a *Auth) Protect(next http.Handler) http.Handler {
+	if a == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := a.authenticate(r, false); err != nil {
+			challenge(w, err)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,307 @@
+// The bridge console: polls api/overview every 2 seconds and renders it;
+// follows the live tail over the feeds SSE API (api/v1/feed). Plain DOM,
+// no framework, no build step. Text is always set with textContent.
+"use strict";
+
+const POLL_MS = 2000;
+const TAIL_MAX = 100;
+const NS = "http://www.w3.org/2000/svg";
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    e.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children) {
+    if (c === null || c === undefined) continue;
+    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return e;
+}
+
+function token() { return sessionStorage.getItem("bridge-token") || ""; }
+
+async function api(path, opts) {
+  opts = opts || {};
+  const headers = Object.assign({}, opts.headers || {});
+  if (token()) headers["Authorization"] = "Bearer " + token();
+  const r = await fetch(path, Object.assign({}, opts, { headers }));
+  let body = null;
+  try { body = await r.json(); } catch (e) { body = null; }
+  if (!r.ok) {
+    const msg = body && (body.detail || body.error) ? (body.error + (body.detail ? ": " + body.detail : "")) : r.status + " " + r.statusText;
+    throw new Error(msg);
+  }
+  return body;
+}
+
+function problem(msg) {
+  const p = document.getElementById("problem");
+  p.textContent = msg || "";
+  p.hidden = !msg;
+}
+
+function bytes(n) {
+  if (n === undefined || n === null || n < 0) return "–";
+  const u = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; }
+  return (i === 0 ? n.toFixed(0) : n.toFixed(1)) + " " + u[i];
+}
+function secs(s) {
+  if (s === undefined || s === null || s < 0) return "–";
+  if (s < 1) return (s * 1000).toFixed(0) + " ms";
+  if (s < 120) return s.toFixed(1) + " s";
+  return (s / 60).toFixed(1) + " min";
+}
+function num(n, digits) {
+  if (n === undefined || n === null || n < 0) return "–";
+  return Number(n).toLocaleString("en-US", { maximumFractionDigits: digits || 0 });
+}
+
+// sparkline draws the known (≥ 0) values of a series over the last hour.
+function sparkline(values, label) {
+  const svg = document.createElementNS(NS, "svg");
+  svg.setAttribute("class", "spark");
+  svg.setAttribute("viewBox", "0 0 140 28");
+  svg.setAttribute("role", "img");
+  svg.setAttribute("aria-label", label);
+  const pts = [];
+  const known = values.filter(v => v >= 0);
+  const top = Math.max(1e-9, ...known);
+  values.forEach((v, i) => {
+    if (v < 0) return;
+    const x = values.length < 2 ? 140 : (i / (values.length - 1)) * 140;
+    const y = 26 - (v / top) * 24;
+    pts.push((pts.length ? "L" : "M") + x.toFixed(1) + " " + y.toFixed(1));
+  });
+  const title = document.createElementNS(NS, "title");
+  title.textContent = label;
+  svg.append(title);
+  if (pts.length) {
+    const p = document.createElementNS(NS, "path");
+    p.setAttribute("d", pts.join(" "));
+    svg.append(p);
+  }
+  return svg;
+}
+
+// histogram draws the per-bucket counts of a cumulative histogram.
+function histogram(h, label) {
+  const svg = document.createElementNS(NS, "svg");
+  svg.setAttribute("class", "hist");
+  svg.setAttribute("viewBox", "0 0 220 40");
+  svg.setAttribute("role", "img");
+  svg.setAttribute("aria-label", label);
+  const title = document.createElementNS(NS, "title");
+  title.textContent = label;
+  svg.append(title);
+  const counts = h.buckets.map((b, i) => b.count - (i ? h.buckets[i - 1].count : 0));
+  const top = Math.max(1, ...counts);
+  const w = 220 / counts.length;
+  counts.forEach((c, i) => {
+    const r = document.createElementNS(NS, "rect");
+    const height = (c / top) * 38;
+    r.setAttribute("x", (i * w + 1).toFixed(1));
+    r.setAttribute("width", Math.max(1, w - 2).toFixed(1));
+    r.setAttribute("y", (40 - height).toFixed(1));
+    r.setAttribute("height", height.toFixed(1));
+    svg.append(r);
+  });
+  return svg;
+}
+
+// quantile estimates a quantile from a cumulative histogram (the bucket's
+// upper bound, as Prometheus' histogram_quantile would interpolate to).
+function quantile(h, q) {
+  if (!h || !h.count) return null;
+  const want = q * h.count;
+  for (const b of h.buckets) if (b.count >= want) return b.le;
+  return Infinity;
+}
+
+let state = { actions: false };
+let loadProblem = false;
+let snapshotArmed = null; // {source, until}: the snapshot button awaits its confirmation
+
+function renderSource(s, interval) {
+  const id = "src-" + s.name;
+  const card = el("article", { class: "source", id, "data-source": s.name, "aria-labelledby": id + "-h" });
+  const stateText = s.state + (s.paused && s.state !== "paused" ? " (pause requested)" : "");
+  card.append(el("h3", { id: id + "-h" }, s.name + " ", el("span", { class: "muted" }, "(" + s.type + ")"),
+    el("span", { class: "state state-" + s.state, "data-field": "state" }, stateText)));
+  if (s.paused && s.pause_reason) card.append(el("p", { class: "muted" }, "Paused by " + (s.paused_by || "?") + ": " + s.pause_reason));
+  if (s.last_error && s.state !== "streaming") card.append(el("p", { class: "error", "data-field": "last_error" }, s.last_error));
+  const h = s.history || { series: {} };
+  const series = h.series || {};
+  const span = interval ? " over the last " + Math.round(((h.at || []).length * interval) / 60) + " min" : "";
+  const row = (dt, field, text, serie) => {
+    return [el("dt", {}, dt), el("dd", { "data-field": field }, text),
+      serie ? el("dd", {}, sparkline(series[serie] || [], dt + span)) : el("dd", {})];
+  };
+  const slot = s.slot;
+  const dl = el("dl", { class: "figures" },
+    ...row("Changes per second", "rate", num(s.changes_per_second, 1), "rate"),
+    ...row("Delivered", "delivered", num(s.delivered)),
+    ...row("Lag (bytes)", "lag_bytes", s.lag_bytes === undefined ? "–" : bytes(s.lag_bytes), "lag_bytes"),
+    ...row("Lag (seconds)", "lag_seconds", secs(s.lag_seconds), "lag_seconds"),
+    ...row("Checkpoint age", "checkpoint_age", secs(s.checkpoint_age_seconds), "checkpoint_age"),
+    ...row("Slot retained WAL", "retained", slot ? bytes(slot.retained_wal_bytes) + (slot.wal_status ? " (" + slot.wal_status + ")" : "") : "–", "retained_wal"),
+    ...row("Checkpoint", "checkpoint", s.checkpoint || "–"));
+  card.append(dl);
+  if (state.actions) {
+    const act = el("div", { class: "actions" });
+    const b = (action, label, enabled) => {
+      const btn = el("button", { type: "button", "data-action": action, "aria-label": label + " source " + s.name, disabled: !enabled }, label);
+      btn.addEventListener("click", () => act_(s.name, action, btn));
+      return btn;
+    };
+    const armed = snapshotArmed && snapshotArmed.source === s.name && snapshotArmed.until > Date.now();
+    act.append(b("pause", "Pause", s.holder && !s.paused), b("resume", "Resume", s.paused),
+      b("snapshot", armed ? "Confirm snapshot of every table" : "Snapshot", s.holder));
+    card.append(act);
+  }
+  return card;
+}
+
+async function act_(source, action, btn) {
+  let body = {};
+  if (action === "pause") body = { reason: "paused from the console" };
+  if (action === "snapshot") {
+    // A snapshot re-reads every table: the first click arms the button,
+    // a second one within 10 seconds sends the request.
+    if (!snapshotArmed || snapshotArmed.source !== source || snapshotArmed.until < Date.now()) {
+      snapshotArmed = { source, until: Date.now() + 10000 };
+      btn.textContent = "Confirm snapshot of every table";
+      btn.setAttribute("aria-label", "Confirm the snapshot of every table of source " + source);
+      return;
+    }
+    snapshotArmed = null;
+  }
+  btn.disabled = true;
+  try {
+    await api("api/sources/" + encodeURIComponent(source) + "/" + action, {
+      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+    });
+    problem("");
+  } catch (e) {
+    problem(action + " of " + source + ": " + e.message);
+  }
+  refresh();
+}
+
+function renderSnapshots(sources) {
+  const box = document.getElementById("snapshots");
+  box.replaceChildren();
+  let any = false;
+  for (const s of sources) {
+    const sn = s.snapshot;
+    if (!sn || !sn.running) continue;
+    any = true;
+    const part = el("div", { class: "snapshot", "data-source": s.name },
+      el("h3", {}, s.name + ": " + sn.tables_remaining + " table(s) to go"));
+    for (const t of sn.tables) {
+      const id = "snap-" + s.name + "-" + t.table;
+      const max = t.estimate > 0 ? Math.max(t.estimate, t.rows) : undefined;
+      part.append(el("div", {},
+        el("label", { for: id }, t.table),
+        el("progress", { id, max: max, value: max ? t.rows : undefined }),
+        el("span", { class: "muted" }, " " + num(t.rows) + (t.estimate > 0 ? " / ~" + num(t.estimate) : "") + " rows" + (t.eta_seconds > 0 ? ", " + secs(t.eta_seconds) + " left" : ""))));
+    }
+    box.append(part);
+  }
+  if (!any) box.append(el("p", { class: "muted" }, "No snapshot in progress."));
+}
+
+function renderSinks(sinks) {
+  const tb = document.querySelector("#sinks tbody");
+  tb.replaceChildren();
+  for (const k of sinks) {
+    const lat = k.latency;
+    let latCell = el("td", {}, "–");
+    if (lat && lat.count) {
+      const p50 = quantile(lat, 0.5), p99 = quantile(lat, 0.99);
+      latCell = el("td", {}, histogram(lat, "publish latency of sink " + k.name + ": " + lat.count + " batches"),
+        el("div", { class: "muted" }, "p50 ≤ " + secs(p50) + ", p99 ≤ " + secs(p99) + ", " + num(lat.count) + " batches"));
+    }
+    tb.append(el("tr", { "data-sink": k.name, "data-source": k.source },
+      el("td", {}, k.name), el("td", {}, k.source), el("td", { "data-field": "delivered" }, num(k.delivered)),
+      el("td", { "data-field": "write_errors" }, num(k.write_errors)), latCell));
+  }
+}
+
+async function refresh() {
+  let o;
+  try {
+    o = await api("api/overview");
+  } catch (e) {
+    problem("Reading the bridge: " + e.message);
+    loadProblem = true;
+    return;
+  }
+  if (loadProblem) { problem(""); loadProblem = false; }
+  state.actions = o.actions;
+  document.getElementById("bridge-name").textContent = o.bridge;
+  document.getElementById("identity").textContent = "instance " + o.instance + " · " + (o.version || "") + " · configuration " + o.config_rev + " (" + o.config_from + ")";
+  const box = document.getElementById("sources");
+  box.replaceChildren(...o.sources.map(s => renderSource(s, o.interval_seconds)));
+  renderSnapshots(o.sources);
+  renderSinks(o.sinks);
+  document.getElementById("tail-start").disabled = !o.tail;
+  if (!o.tail) document.getElementById("tail-status").textContent = "No live tail: the bridge writes no JetStream stream the console can read.";
+}
+
+// The live tail.
+let es = null;
+function stopTail(msg) {
+  if (es) { es.close(); es = null; }
+  document.getElementById("tail-status").textContent = msg || "Not following.";
+}
+function startTail(ev) {
+  if (ev) ev.preventDefault();
+  stopTail();
+  const q = new URLSearchParams({ sse: "1", token: "now" });
+  const tables = document.getElementById("tail-tables").value.trim();
+  const op = document.getElementById("tail-op").value;
+  const where = document.getElementById("tail-where").value.trim();
+  if (tables) q.set("tables", tables.split(",").map(t => t.trim()).filter(Boolean).map(t => t.includes(".") ? t : "public." + t).join(","));
+  if (op) q.set("ops", op);
+  if (where) q.set("where", where);
+  if (token()) q.set("access_token", token());
+  document.querySelector("#tail tbody").replaceChildren();
+  const status = document.getElementById("tail-status");
+  status.textContent = "Connecting…";
+  es = new EventSource("api/v1/feed?" + q.toString());
+  es.addEventListener("open", () => { status.textContent = "Following" + (tables || op || where ? " (filtered)" : "") + "."; });
+  es.addEventListener("changes", e => {
+    const b = JSON.parse(e.data);
+    const tb = document.querySelector("#tail tbody");
+    for (const c of b.changes) {
+      const row = c.after || c.before || c.key || {};
+      tb.prepend(el("tr", { "data-op": c.op, "data-table": c.table },
+        el("td", {}, c.seq), el("td", {}, c.op + (c.moved ? " (moved " + c.moved + ")" : "")), el("td", {}, c.table),
+        el("td", {}, c.commit_lsn || ""), el("td", { class: "row" }, JSON.stringify(row))));
+    }
+    while (tb.children.length > TAIL_MAX) tb.lastElementChild.remove();
+  });
+  es.addEventListener("must-refetch", e => stopTail("The feed must be restarted: " + e.data));
+  es.addEventListener("error", e => {
+    if (e.data) { stopTail("The feed ended: " + e.data); return; }
+    if (es && es.readyState === EventSource.CLOSED) stopTail("The feed was refused (check the filter and the credentials).");
+    else status.textContent = "Reconnecting…";
+  });
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  document.getElementById("token").value = token();
+  document.getElementById("token-form").addEventListener("submit", e => {
+    e.preventDefault();
+    sessionStorage.setItem("bridge-token", document.getElementById("token").value.trim());
+    refresh();
+  });
+  document.getElementById("tail-form").addEventListener("submit", startTail);
+  document.getElementById("tail-stop").addEventListener("click", () => stopTail());
+  refresh();
+  setInterval(refresh, POLL_MS);
+});
