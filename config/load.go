@@ -51,6 +51,7 @@ func defaults() map[string]any {
 		"telemetry.metrics.slot_poll_interval": 10 * time.Second,
 		"http.listen":                          "127.0.0.1:8080",
 		"http.max_checkpoint_age":              time.Minute,
+		"config.watch":                         true,
 
 		"serve.listen":         "127.0.0.1:8090",
 		"serve.stream":         "CDC",
@@ -78,6 +79,26 @@ type options struct {
 	environ   func() []string
 	overrides []map[string]any
 	batch     func(sinkType string) Batch
+	doc       *document
+}
+
+// document is a configuration layered over the file (WithDocument).
+type document struct {
+	name string
+	b    []byte
+}
+
+// docLines offsets the lines of a WithDocument document in the order of
+// problems, so that they come after the file's.
+const docLines = 1 << 20
+
+// WithDocument layers the YAML text b over the file, under the layers of
+// the environment and the overrides: it is how the entry config.kv names
+// reaches the config. name says where b comes from in messages ("kv
+// bridge_config/shop"). b may not set config (the source of b itself);
+// its keys merge as the file's do, and its strings are interpolated.
+func WithDocument(name string, b []byte) Option {
+	return func(o *options) { o.doc = &document{name: name, b: b} }
 }
 
 // WithBatchDefaults gives each sink's batch keys defaults by the sink's type:
@@ -197,6 +218,26 @@ func Load(path string, opts ...Option) (*Config, error) {
 		l.interpolate("", m)
 		if err := k.Load(confmap.Provider(m, ""), nil); err != nil {
 			return nil, fmt.Errorf("merging config file %s: %w", path, err)
+		}
+	}
+	if d := o.doc; d != nil {
+		m, ls, err := parseFile(d.name, d.b)
+		if err != nil {
+			return nil, err
+		}
+		if _, ok := m["config"]; ok {
+			l.errs.add("config", "%s sets config, the source of the configuration: only the local file may; remove it from %s", d.name, d.name)
+			delete(m, "config")
+		}
+		if lines == nil {
+			lines = map[string]int{}
+		}
+		for p, n := range ls {
+			lines[p] = docLines + n // its value wins
+		}
+		l.interpolate("", m)
+		if err := k.Load(confmap.Provider(m, ""), nil); err != nil {
+			return nil, fmt.Errorf("merging %s: %w", d.name, err)
 		}
 	}
 	envp := env.Provider(".", env.Opt{Prefix: EnvPrefix, TransformFunc: l.envKey, EnvironFunc: o.environ})

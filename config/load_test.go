@@ -91,7 +91,7 @@ func TestLoadValid(t *testing.T) {
 		Name:    "shop",
 		DataDir: "/var/lib/bridge",
 		NATS: NATS{
-			URL: "nats://127.0.0.1:4222", User: "bridge", Password: "hunter2",
+			URL: "nats://127.0.0.1:4222", NATSClient: NATSClient{User: "bridge", Password: "hunter2"},
 			Embedded: Embedded{Host: "0.0.0.0", Port: -1, StoreDir: "/srv/nats", SyncAlways: true},
 		},
 		Sources: map[string]Plugin{"shop": {Type: "pgoutput", Config: map[string]any{
@@ -136,6 +136,7 @@ func TestLoadValid(t *testing.T) {
 		Telemetry:  defaultTelemetry,
 		HTTP:       defaultHTTP,
 		Serve:      defaultServe,
+		Config:     ConfigSource{Watch: true},
 	}
 	assert.Equal(t, want, bare(cfg))
 }
@@ -173,6 +174,7 @@ func TestLoadDefaults(t *testing.T) {
 		Telemetry:  defaultTelemetry,
 		HTTP:       defaultHTTP,
 		Serve:      defaultServe,
+		Config:     ConfigSource{Watch: true},
 	}
 	assert.Equal(t, want, bare(cfg))
 }
@@ -488,7 +490,7 @@ func TestLoadUnknownKeys(t *testing.T) {
 		name, doc, want string
 	}{
 		{"top level", withBase(t, "nmae: x\n"),
-			"nmae: unknown key (known: checkpoint, data_dir, http, log, name, nats, routes, serve, shutdown, sinks, sources, telemetry, unrouted)"},
+			"nmae: unknown key (known: checkpoint, config, data_dir, http, log, name, nats, routes, serve, shutdown, sinks, sources, telemetry, unrouted)"},
 		{"nested struct", withBase(t, "nats: { embedded: { hots: x } }\n"),
 			"nats.embedded.hots: unknown key (known: host, port, store_dir, sync_always)"},
 		{"source map value", withBase(t, "sources: { shop: { dsn: x } }\n"),
@@ -498,7 +500,7 @@ func TestLoadUnknownKeys(t *testing.T) {
 		{"list element", withBase(t, "routes: [{ sinks: [main], match: { tabels: [public.x] } }]\n"),
 			"routes[0].match.tabels: unknown key (known: ops, sources, tables)"},
 		{"keys are case-sensitive", withBase(t, "Name: x\n"),
-			"Name: unknown key (known: checkpoint, data_dir, http, log, name, nats, routes, serve, shutdown, sinks, sources, telemetry, unrouted)"},
+			"Name: unknown key (known: checkpoint, config, data_dir, http, log, name, nats, routes, serve, shutdown, sinks, sources, telemetry, unrouted)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -555,7 +557,7 @@ func TestLoadAllErrorsAtOnce(t *testing.T) {
 	_, err := Load("testdata/invalid.yaml", environ())
 	want := []string{ // in the order of the file
 		`name: must match ^[A-Za-z0-9_-]+$, got "my bridge"`,
-		`nmae: unknown key (known: checkpoint, data_dir, http, log, name, nats, routes, serve, shutdown, sinks, sources, telemetry, unrouted)`,
+		`nmae: unknown key (known: checkpoint, config, data_dir, http, log, name, nats, routes, serve, shutdown, sinks, sources, telemetry, unrouted)`,
 		`nats.embedded.port: expected an integer, got a string`,
 		`sources.shop.type: must be set`,
 		`sources.shop.dsn: environment variable PG_DSN is not set (use ${PG_DSN:-default} for a default)`,

@@ -173,7 +173,7 @@ func (r *refWriter) header(plugins []RefPlugin) {
      Do not edit by hand: a test fails when this file and the code disagree. -->
 
 Every key of §bridge.yaml§, with its type, its default and the environment variable that
-sets it. How the layers combine (defaults < file < §BRIDGE_*§ variables < flags),
+sets it. How the layers combine (defaults < file < the §config.kv§ entry, if any < §BRIDGE_*§ variables < flags),
 §${VAR}§ and §${file:PATH}§ interpolation and the error messages are described in the
 [README](../README.md#configuration); [§bridge.yaml§](../bridge.yaml) is an annotated example.
 

@@ -8,6 +8,7 @@
 package config
 
 import (
+	"strings"
 	"time"
 )
 
@@ -43,6 +44,9 @@ type Config struct {
 	// `bridge run` ignores it. A flag named after a key, with dashes
 	// (--max-conns for max_conns), overrides the key when given.
 	Serve Serve `koanf:"serve"`
+	// Config says where more of the configuration comes from: a JetStream
+	// KV entry a fleet of bridges shares (docs/control.md).
+	Config ConfigSource `koanf:"config"`
 
 	// texts maps the YAML path of each value that came from a BRIDGE_*
 	// variable, an override or a ${VAR} reference and was read as a number
@@ -56,25 +60,84 @@ type Config struct {
 	origin *origin
 }
 
-// NATS is a NATS connection. With URL empty the bridge starts an embedded
-// nats-server with JetStream, storing in <data_dir>/nats.
+// NATS is a NATS connection. With URL and Context empty the bridge starts
+// an embedded nats-server with JetStream, storing in <data_dir>/nats.
 type NATS struct {
-	// URL is a comma-separated list of servers; empty starts the embedded server.
+	// URL is a comma-separated list of servers (nats://host:4222, or
+	// tls://host:4222 to require TLS, verified with the system's roots
+	// unless tls.ca_file is set); empty (and no context) starts the
+	// embedded server.
 	URL string `koanf:"url"`
-	// Creds is a path to a .creds file. Optional.
+	// NATSClient holds the credentials, TLS and context keys.
+	NATSClient `koanf:",squash"`
+	// Embedded configures the embedded server (used only when URL and
+	// Context are empty).
+	Embedded Embedded `koanf:"embedded"`
+}
+
+// NATSClient is how a NATS client authenticates and encrypts: the keys of
+// the nats section and of a NATS sink's block besides url.
+type NATSClient struct {
+	// Context names a context of the nats CLI (`nats context save`), read
+	// from $XDG_CONFIG_HOME/nats/context/<name>.json (by default
+	// ~/.config/nats/context/<name>.json), or is the path of such a file
+	// (ending in .json). Its url, credentials (creds, nkey, user and
+	// password, token, user_jwt and user_seed), TLS files (ca, cert, key),
+	// tls_first and inbox_prefix apply; a key set here wins over the
+	// context's (any credential key replaces the context's credentials).
+	// Optional.
+	Context string `koanf:"context"`
+	// Creds is the path of a .creds file: a user JWT and its nkey seed
+	// (operator mode, `nsc generate creds`). Read again at each reconnect.
+	// Optional; its content is never logged.
 	Creds string `koanf:"creds"`
+	// NKeySeedFile is the path of a file holding a user's nkey seed (SU...,
+	// `nk -gen user`), for servers whose authorization lists the user's
+	// public nkey. Optional; its content is never logged.
+	NKeySeedFile string `koanf:"nkey_seed_file"`
 	// User and Password for user/password auth. Optional; never logged.
 	User     string `koanf:"user"`
 	Password string `koanf:"password"`
 	// Token for token auth. Optional; never logged.
 	Token string `koanf:"token"`
-	// Embedded configures the embedded server (used only when URL is empty).
-	Embedded Embedded `koanf:"embedded"`
+	// TLS verifies the servers and, with cert_file and key_file,
+	// authenticates the bridge to servers that require client certificates
+	// (verify: true). Setting any of its keys requires TLS, as a tls:// URL
+	// does.
+	TLS NATSTLS `koanf:"tls"`
 }
+
+// NATSTLS is a NATS client's TLS. Files are PEM, read at start (a file
+// that does not load is a configuration error at its key) and again at
+// each reconnect, so renewed certificates apply without a restart.
+type NATSTLS struct {
+	// CAFile holds the CAs that sign the servers' certificates. Default:
+	// the system's roots.
+	CAFile string `koanf:"ca_file"`
+	// CertFile is the client certificate (mutual TLS), with key_file.
+	CertFile string `koanf:"cert_file"`
+	// KeyFile is the private key of cert_file. Its content is never logged.
+	KeyFile string `koanf:"key_file"`
+	// ServerName is the name the servers' certificates must hold. Default:
+	// the host of the URL connected to.
+	ServerName string `koanf:"server_name"`
+	// HandshakeFirst starts TLS before the server's first message, for
+	// servers configured with handshake_first: true. Default false.
+	HandshakeFirst bool `koanf:"handshake_first"`
+	// InsecureSkipVerify accepts any server certificate: the connection is
+	// encrypted but anyone on the path can impersonate the server. For
+	// tests only; the bridge logs a warning at every start. Default false.
+	InsecureSkipVerify bool `koanf:"insecure_skip_verify"`
+}
+
+// Enabled reports whether t sets any key, which makes TLS required.
+func (t NATSTLS) Enabled() bool { return t != NATSTLS{} }
 
 // Embedded configures the in-process nats-server.
 type Embedded struct {
-	// Host to listen on. Default "127.0.0.1".
+	// Host to listen on. Default "127.0.0.1" (this machine only). Another
+	// address requires nats.user and password, or nats.token, which the
+	// embedded server then requires of every client.
 	Host string `koanf:"host"`
 	// Port to listen on; -1 picks a free one. Default 4222.
 	Port int `koanf:"port"`
@@ -438,4 +501,28 @@ type ServeAuth struct {
 	// serve.tls or on loopback (a TLS-terminating proxy on the same host).
 	// Default false.
 	QueryToken bool `koanf:"query_token"`
+}
+
+// ConfigSource names a shared, versioned configuration kept in NATS.
+type ConfigSource struct {
+	// KV is "bucket/key": a JetStream KV entry holding YAML in the form of
+	// this file (sources, sinks, routes, ...), read through this file's
+	// nats section and layered over this file (its keys win; BRIDGE_*
+	// variables and flags win over both). `bridge run` watches the key and
+	// reloads when it changes; a version that fails validation is refused
+	// whole and the running configuration goes on. The entry cannot itself
+	// set config. Default "" (none).
+	KV string `koanf:"kv"`
+	// Watch makes `bridge run` reload the configuration when the file
+	// changes (written, replaced, re-linked as Kubernetes does with a
+	// ConfigMap) and when the config.kv entry gets a new revision. SIGHUP
+	// and the reload endpoint reload it either way. Default true.
+	Watch bool `koanf:"watch"`
+}
+
+// KVLocation splits config.kv into its bucket and key; ok is false when
+// config.kv is not set.
+func (c ConfigSource) KVLocation() (bucket, key string, ok bool) {
+	bucket, key, ok = strings.Cut(c.KV, "/")
+	return bucket, key, ok && c.KV != ""
 }

@@ -23,6 +23,9 @@ var (
 	logFormatValues = []string{"auto", "text", "json"}
 )
 
+// kvKeyRE is the syntax of a JetStream KV key.
+var kvKeyRE = regexp.MustCompile(`^[-/_=.a-zA-Z0-9]+$`)
+
 // headerRE is the syntax of an HTTP header name (RFC 9110 token).
 var headerRE = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 
@@ -82,6 +85,17 @@ func (c *Config) validate(known Errors) Errors {
 	case !nameRE.MatchString(c.Name):
 		add("name", "must match %s, got %q", nameRE, c.Name)
 	}
+	if c.Config.KV != "" {
+		bucket, key, ok := c.Config.KVLocation()
+		switch {
+		case !ok || bucket == "" || key == "":
+			add("config.kv", "must be \"bucket/key\", got %q", c.Config.KV)
+		case !nameRE.MatchString(bucket):
+			add("config.kv", "bucket %q must match %s", bucket, nameRE)
+		case !kvKeyRE.MatchString(key):
+			add("config.kv", "key %q must match %s (a JetStream KV key)", key, kvKeyRE)
+		}
+	}
 	checkPositive(add, "checkpoint.interval", c.Checkpoint.Interval)
 	checkPositive(add, "shutdown.timeout", c.Shutdown.Timeout)
 	if c.Checkpoint.ConfirmDelay < 0 {
@@ -99,9 +113,7 @@ func (c *Config) validate(known Errors) Errors {
 	if r := c.Checkpoint.Replicas; r < 1 || r > maxReplicas {
 		add("checkpoint.replicas", "must be between 1 and %d, got %d", maxReplicas, r)
 	}
-	if p := c.NATS.Embedded.Port; p < -1 || p > 65535 {
-		add("nats.embedded.port", "must be a port number, or -1 for any free port, got %d", p)
-	}
+	c.NATS.validate(add)
 
 	c.HTTP.validate(add)
 	if !reflect.ValueOf(c.Serve).IsZero() { // a Config built in code without a serve section

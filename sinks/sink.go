@@ -186,11 +186,13 @@ type Env struct {
 	NATS NATSEnv
 }
 
-// NATSEnv is a resolved NATS connection setting.
+// NATSEnv is the bridge's NATS connection setting: bridge.yaml's nats
+// section, with URL the server the bridge uses (nats.url, the embedded
+// server's, or the one nats.context names). The client keys are as
+// configured (nats.context not applied); internal/natsconn resolves them.
 type NATSEnv struct {
-	URL                   string
-	Creds                 string
-	User, Password, Token string
+	URL string
+	config.NATSClient
 }
 
 // Factory builds a sink from its config block. It must not do network I/O.

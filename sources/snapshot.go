@@ -51,6 +51,9 @@ type SnapshotTable struct {
 	// Estimate is the planner's row estimate (pg_class.reltuples); 0 when
 	// unknown.
 	Estimate int64
+	// Where limits the rows read to those matching every condition; only
+	// a WhereChecker is given one.
+	Where []Cond
 }
 
 // Name returns "schema.table".

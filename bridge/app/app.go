@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,7 +19,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bridgecdc/bridge/bridge/checkpoint"
-	"github.com/bridgecdc/bridge/bridge/pgslot"
 	"github.com/bridgecdc/bridge/bridge/pipeline"
 	"github.com/bridgecdc/bridge/bridge/retry"
 	"github.com/bridgecdc/bridge/bridge/route"
@@ -26,7 +26,6 @@ import (
 	"github.com/bridgecdc/bridge/bridge/snapshot"
 	"github.com/bridgecdc/bridge/bridge/telemetry"
 	"github.com/bridgecdc/bridge/config"
-	"github.com/bridgecdc/bridge/internal/buildinfo"
 	"github.com/bridgecdc/bridge/internal/natsconn"
 	"github.com/bridgecdc/bridge/internal/natsembed"
 	"github.com/bridgecdc/bridge/sinks"
@@ -87,10 +86,30 @@ type App struct {
 	log     *slog.Logger
 	run     string
 
-	embedded  *natsembed.Server
-	nc        *nats.Conn
-	pipelines []*pipeline.Pipeline
-	sinkConns []sinks.Sink
+	embedded *natsembed.Server
+	conn     natsconn.Conn // the nats section, resolved; set by startNATS
+	nc       *nats.Conn
+	ne       sinks.NATSEnv       // the NATS settings sinks get (Start)
+	js       jetstream.JetStream // over nc (Start)
+	store    *checkpoint.Store
+
+	// The pipelines, one runner per source (runners.go), which reloads
+	// add, rebuild and remove (reload.go); guarded by mu.
+	mu      sync.Mutex
+	runners map[string]*runner
+	cur     *config.Config // the configuration in effect since the last reload; nil: cfg
+	rev     string         // its revision (config.Revision)
+
+	reloading sync.Mutex // one reload at a time
+	cfgPath   string     // WithConfigFile: where Reload reads the config
+	cfgOpts   []config.Option
+	cfgFrom   string          // where cfg was read ("file bridge.yaml", "kv b/k revision 3")
+	cfgHash   [32]byte        // of the file's bytes, to skip watch events that change nothing
+	kvRev     uint64          // the config.kv revision cfg comes from
+	runCtx    context.Context // Run's; reloads start runners under it
+	fatal     func(error)     // stops Run with a runner's fatal error
+	ctl       *controlService // control.go
+	started   time.Time
 
 	// Telemetry.
 	tp         trace.TracerProvider // WithTracerProvider, or built by Start when tracing is on
@@ -108,18 +127,27 @@ type App struct {
 // New validates cfg against the registries and builds the App without any
 // network I/O. Every problem is reported at once, each naming its YAML path.
 func New(cfg *config.Config, opts ...Option) (*App, error) {
-	a := &App{cfg: cfg, sinkReg: sinks.Default, srcReg: sources.Default, run: checkpoint.NewEpoch()}
+	a := &App{cfg: cfg, sinkReg: sinks.Default, srcReg: sources.Default, run: checkpoint.NewEpoch(), rev: cfg.Revision(), cfgFrom: "the configuration given"}
 	for _, o := range opts {
 		o(a)
 	}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
+	if err := a.check(cfg); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// check validates cfg against the registries, as New and Reload do,
+// without network I/O: every problem at once, each naming its YAML path.
+func (a *App) check(cfg *config.Config) error {
 	var errs []error
 	// Build one throwaway instance of everything to validate plugin blocks.
 	names := sortedKeys(cfg.Sources)
 	for _, n := range names {
-		if _, err := a.newSource(n); err != nil {
+		if _, err := a.newSourceFrom(cfg, n); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -127,7 +155,7 @@ func New(cfg *config.Config, opts ...Option) (*App, error) {
 	accepted := map[string]sinks.SubjectSet{} // routes must stay within these
 	for i, n := range sortedKeys(cfg.Sinks) {
 		sinkIndex[n] = i
-		s, err := a.newSink(n, sinks.NATSEnv{})
+		s, err := a.newSinkFrom(cfg, n, sinks.NATSEnv{})
 		if err != nil {
 			errs = append(errs, err)
 		} else if sl, ok := s.(sinks.SubjectLimiter); ok {
@@ -141,17 +169,22 @@ func New(cfg *config.Config, opts ...Option) (*App, error) {
 	} else if err := route.CheckSubjects(cfg, accepted); err != nil {
 		errs = append(errs, err)
 	}
+	if cfg.Config.KV != "" && cfg.NATS.URL == "" && cfg.NATS.Context == "" {
+		errs = append(errs, &config.FieldError{Path: "config.kv", Msg: "needs nats.url: the shared configuration lives on a NATS server every bridge reaches, not on an embedded one"})
+	}
 	errs = append(errs, telemetry.Validate(cfg)...)
 	errs = append(errs, serve.Validate(cfg)...) // serve.where, serve.auth, serve.tls
 	errs = append(errs, validateHTTP(cfg)...)   // http.tls
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	if n := cfg.NATS; n.URL != "" || n.Context != "" {
+		errs = append(errs, natsconn.Check("nats", n.URL, n.NATSClient, time.Now())...) // nats.context, the files of nats.creds, nats.tls...
 	}
-	return a, nil
+	return errors.Join(errs...)
 }
 
-func (a *App) newSource(name string) (sources.Source, error) {
-	sc := a.cfg.Sources[name]
+func (a *App) newSource(name string) (sources.Source, error) { return a.newSourceFrom(a.cfg, name) }
+
+func (a *App) newSourceFrom(cfg *config.Config, name string) (sources.Source, error) {
+	sc := cfg.Sources[name]
 	p, err := a.srcReg.Lookup(sc.Type)
 	if err != nil {
 		return nil, &config.FieldError{Path: "sources." + name + ".type", Msg: err.Error()}
@@ -162,31 +195,40 @@ func (a *App) newSource(name string) (sources.Source, error) {
 		env.MessagePrefixes = []string{a.ctxPrefix}
 	}
 	env.MessagePrefixes = append(env.MessagePrefixes, sources.SnapshotPrefix) // snapshot watermarks
-	return p.New(a.cfg.Decoder(path, sc.Config), env)
+	return p.New(cfg.Decoder(path, sc.Config), env)
 }
 
-func (a *App) newSink(name string, ne sinks.NATSEnv) (sinks.Sink, error) {
-	sc := a.cfg.Sinks[name]
+func (a *App) newSinkFrom(cfg *config.Config, name string, ne sinks.NATSEnv) (sinks.Sink, error) {
+	sc := cfg.Sinks[name]
 	p, err := a.sinkReg.Lookup(sc.Type)
 	if err != nil {
 		return nil, &config.FieldError{Path: "sinks." + name + ".type", Msg: err.Error()}
 	}
 	path := "sinks." + name + ".config"
-	return p.New(a.cfg.Decoder(path, sc.Config), sinks.Env{Name: name, Logger: a.log.With("sink", name), NATS: ne})
+	return p.New(cfg.Decoder(path, sc.Config), sinks.Env{Name: name, Logger: a.log.With("sink", name), NATS: ne})
 }
 
-// NATSURL returns the URL of the NATS server in use (embedded or configured);
-// valid after Start.
+// NATSURL returns the URL of the NATS server in use (embedded, configured,
+// or nats.context's); valid after Start.
 func (a *App) NATSURL() string {
 	if a.embedded != nil {
 		return a.embedded.URL()
+	}
+	if a.conn.URL != "" {
+		return a.conn.URL
 	}
 	return a.cfg.NATS.URL
 }
 
 // Pipelines returns the pipelines, one per source, sorted by source name;
-// valid after Start.
-func (a *App) Pipelines() []*pipeline.Pipeline { return a.pipelines }
+// valid after Start. A reload may replace them.
+func (a *App) Pipelines() []*pipeline.Pipeline {
+	var out []*pipeline.Pipeline
+	for _, r := range a.runnerList() {
+		out = append(out, r.p)
+	}
+	return out
+}
 
 // HTTPAddr returns the address the /metrics server listens on ("" when
 // http.listen is empty); valid after Start.
@@ -220,6 +262,7 @@ func (a *App) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	a.started = time.Now()
 	return a.buildPipelines(ctx, js, store, ne, "")
 }
 
@@ -228,96 +271,72 @@ func (a *App) Start(ctx context.Context) error {
 // run` records the embedded server's address in data_dir for the helper
 // commands. helper is true for a helper command (resync) that starts the
 // embedded server only because no bridge runs, and says so.
+//
+// The embedded server listens on nats.embedded.host (127.0.0.1 unless
+// set); with nats.user and password, or nats.token, it requires them of
+// every client (config.Validate refuses a host beyond loopback without
+// them).
 func (a *App) startNATS(helper bool) (sinks.NATSEnv, error) {
 	nc := a.cfg.NATS
-	ne := sinks.NATSEnv{URL: nc.URL, Creds: nc.Creds, User: nc.User, Password: nc.Password, Token: nc.Token}
+	conn, err := natsconn.Resolve("nats", nc.URL, nc.NATSClient)
+	if err != nil {
+		return sinks.NATSEnv{}, err
+	}
+	ne := sinks.NATSEnv{URL: conn.URL, NATSClient: nc.NATSClient}
 	if ne.URL != "" {
+		conn.Warn(a.log)
+		a.conn = conn
 		return ne, nil
 	}
 	store := nc.Embedded.StoreDir
 	if store == "" {
 		store = filepath.Join(a.cfg.DataDir, "nats")
 	}
-	srv, err := natsembed.Start(natsembed.Options{Host: nc.Embedded.Host, Port: nc.Embedded.Port, StoreDir: store, SyncAlways: nc.Embedded.SyncAlways})
+	srv, err := natsembed.Start(natsembed.Options{Host: nc.Embedded.Host, Port: nc.Embedded.Port, StoreDir: store, SyncAlways: nc.Embedded.SyncAlways,
+		User: nc.User, Password: nc.Password, Token: nc.Token})
 	if err != nil {
 		return ne, fmt.Errorf("starting embedded NATS (nats.embedded in bridge.yaml; store %s): %w", store, err)
 	}
 	a.embedded = srv
 	ne.URL = srv.URL()
+	conn.URL = ne.URL
+	a.conn = conn
+	reach := "this machine only (loopback; nats.embedded.host)"
+	if host := srv.Options().Host; !config.IsLoopback(net.JoinHostPort(host, "0")) {
+		reach = "other machines too (" + host + "; clients must authenticate with nats.user and password or nats.token)"
+	}
 	if helper {
-		a.log.Info("started the embedded NATS server for this command: no bridge is running", "url", ne.URL, "store_dir", store)
+		a.log.Info("started the embedded NATS server for this command: no bridge is running", "url", ne.URL, "store_dir", store, "reachable_from", reach)
 		return ne, nil
 	}
 	if a.dropAddr, err = natsembed.WriteAddr(a.cfg.DataDir, srv); err != nil {
 		return ne, fmt.Errorf("data_dir: %w", err)
 	}
-	a.log.Info("embedded NATS server started", "url", ne.URL, "store_dir", store)
+	a.log.Info("embedded NATS server started", "url", ne.URL, "store_dir", store, "reachable_from", reach)
 	return ne, nil
 }
 
-// buildPipelines builds a pipeline per source (only source, when not ""),
-// and for `bridge run` (no source given) starts the slot pollers.
+// buildPipelines builds a runner per source (only source, when not "");
+// Run starts them, with their slot pollers.
 func (a *App) buildPipelines(ctx context.Context, js jetstream.JetStream, store *checkpoint.Store, ne sinks.NATSEnv, only string) error {
-	bg, bgCancel := context.WithCancel(context.Background())
-	a.bgCancel = bgCancel
-	sinkNames := sortedKeys(a.cfg.Sinks)
-	sinkIndex := make(map[string]int, len(sinkNames))
-	for i, sn := range sinkNames {
-		sinkIndex[sn] = i
+	a.js, a.store, a.ne = js, store, ne
+	a.mu.Lock()
+	if a.runners == nil {
+		a.runners = map[string]*runner{}
 	}
+	a.mu.Unlock()
 	for _, srcName := range sortedKeys(a.cfg.Sources) {
 		if only != "" && srcName != only {
 			continue
 		}
-		log := a.log.With("source", srcName)
-		var ps []pipeline.Sink
-		for _, sn := range sinkNames {
-			s, err := a.newSink(sn, ne)
-			if err != nil {
-				return err
-			}
-			a.sinkConns = append(a.sinkConns, s)
-			ps = append(ps, pipeline.Sink{Name: sn, Sink: s, Batch: a.cfg.Sinks[sn].Batch})
-		}
-		router, err := route.New(a.cfg, sinkIndex, a.ctxPrefix)
+		r, err := a.buildRunner(ctx, a.cfg, a.rev, srcName)
 		if err != nil {
 			return err
 		}
-		snap, err := a.newSnapshots(ctx, js, srcName, log)
-		if err != nil {
-			return err
-		}
-		pgsrc, polled := pgslot.SourceOf(srcName, a.cfg.Sources[srcName])
-		var gauge *pgslot.Gauge
-		if polled {
-			gauge = &pgslot.Gauge{}
-		}
-		var tracer trace.Tracer
-		if a.tp != nil {
-			tracer = a.tp.Tracer(telemetry.Instrumentation, trace.WithInstrumentationVersion(buildinfo.String()))
-		}
-		pt := a.metrics.NewPipe(srcName, sinkNames, tracer, a.ctxPrefix, gauge, log)
-		name := srcName
-		p := pipeline.New(pipeline.Config{
-			Bridge: a.cfg.Name, Source: srcName,
-			NewSource: func() (sources.Source, error) { return a.newSource(name) },
-			Sinks:     ps, Router: router, Store: store,
-			Interval: a.cfg.Checkpoint.Interval, ConfirmDelay: a.cfg.Checkpoint.ConfirmDelay, Shutdown: a.cfg.Shutdown.Timeout,
-			Run: a.run, Snapshots: snap, Slot: gauge, Observer: pt, Log: log,
-		})
-		a.pipelines = append(a.pipelines, p)
-		a.metrics.Add(pt, p)
-		if polled && only == "" {
-			every := a.cfg.Telemetry.Metrics.SlotPollInterval
-			if every <= 0 {
-				every = defaultSlotPoll
-			}
-			a.bg.Add(1)
-			go func() {
-				defer a.bg.Done()
-				pgslot.Poll(bg, gauge, name, pgsrc, every, log, func() { a.metrics.SlotPollFailed(name) })
-			}()
-		}
+		r.show(a)
+		a.mu.Lock()
+		a.runners[srcName] = r
+		a.mu.Unlock()
 	}
 	return nil
 }
@@ -353,11 +372,14 @@ func (a *App) openCheckpoints(ctx context.Context, ne sinks.NATSEnv) (*checkpoin
 // tryCheckpoints is one attempt of openCheckpoints.
 func (a *App) tryCheckpoints(ctx context.Context, ne sinks.NATSEnv) (*checkpoint.Store, jetstream.JetStream, error) {
 	if a.nc == nil {
-		opts := []nats.Option{nats.Name("bridge " + a.cfg.Name + " checkpoints"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
-		opts = append(opts, natsconn.AuthOptions(ne)...)
-		conn, err := nats.Connect(ne.URL, opts...)
+		c := a.conn
+		c.URL = ne.URL
+		conn, err := natsconn.Connect(c, "bridge "+a.cfg.Name+" checkpoints", nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+				a.log.Warn("NATS async error (checkpoints)", "error", err) // a refused permission, reported apart from its request
+			}))
 		if err != nil {
-			return nil, nil, fmt.Errorf("connecting to NATS at %s: %w", config.Redact(ne.URL), err)
+			return nil, nil, fmt.Errorf("NATS for the checkpoints: %w", err)
 		}
 		a.nc = conn
 	}
@@ -400,32 +422,47 @@ func (a *App) startTracing(ctx context.Context) error {
 }
 
 // Run runs every pipeline until ctx ends (nil) or one stops with a fatal
-// error, which stops the others and is returned. Then it closes the sinks,
-// the checkpoint connection and the embedded server, each bounded by the
-// shutdown timeout.
+// error, which stops the others and is returned. Meanwhile it serves the
+// control plane on NATS (control.go) and reloads the configuration on
+// request, on SIGHUP and when it changes (reload.go). Then it closes the
+// sinks, the checkpoint connection and the embedded server, each bounded
+// by the shutdown timeout.
 func (a *App) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var wg sync.WaitGroup
-	errc := make(chan error, len(a.pipelines))
-	for _, p := range a.pipelines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := p.Run(ctx); err != nil {
-				errc <- err
-				cancel()
-			}
-		}()
-	}
-	wg.Wait()
-	close(errc)
+	var errMu sync.Mutex
 	var errs []error
-	for err := range errc {
+	a.fatal = func(err error) {
+		errMu.Lock()
 		errs = append(errs, err)
+		errMu.Unlock()
+		cancel()
 	}
+	a.runCtx = ctx
+	for _, r := range a.runnerList() {
+		r.start(a, ctx, a.cfg, a.runnerEnded)
+	}
+	a.startControl(ctx) // control.go
+	a.watchConfig(ctx)  // reload.go
+	<-ctx.Done()
+	a.reloading.Lock() // no reload starts runners from here on
+	a.stopControl()
+	for _, r := range a.runnerList() {
+		<-r.done
+	}
+	a.reloading.Unlock()
 	a.Close()
+	errMu.Lock()
+	defer errMu.Unlock()
 	return errors.Join(errs...)
+}
+
+// runnerEnded is told that r's pipeline returned: a fatal error of a
+// runner still in use stops the App.
+func (a *App) runnerEnded(r *runner) {
+	if r.err != nil && !r.removed.Load() {
+		a.fatal(r.err)
+	}
 }
 
 // Close releases everything Start opened, each goodbye bounded.
@@ -436,12 +473,10 @@ func (a *App) Close() {
 		a.bg.Wait()
 		a.bgCancel = nil
 	}
-	for _, s := range a.sinkConns {
-		ctx, cancel := context.WithTimeout(context.Background(), d)
-		_ = s.Close(ctx)
-		cancel()
+	a.stopControl()
+	for _, r := range a.runnerList() {
+		r.closeSinks(a)
 	}
-	a.sinkConns = nil
 	if a.nc != nil {
 		done := make(chan struct{})
 		go func() { _ = a.nc.Drain(); close(done) }()
@@ -490,10 +525,10 @@ func sortedKeys[V any](m map[string]V) []string {
 	return out
 }
 
-// newSnapshots returns the snapshot runtime of source name, or nil when the
-// source cannot snapshot.
-func (a *App) newSnapshots(ctx context.Context, js jetstream.JetStream, name string, log *slog.Logger) (*snapshot.Manager, error) {
-	src, err := a.newSource(name)
+// newSnapshots returns the snapshot runtime of source name in cfg, or nil
+// when the source cannot snapshot.
+func (a *App) newSnapshots(ctx context.Context, cfg *config.Config, name string, log *slog.Logger) (*snapshot.Manager, error) {
+	src, err := a.newSourceFrom(cfg, name)
 	if err != nil {
 		return nil, err
 	}
@@ -501,15 +536,14 @@ func (a *App) newSnapshots(ctx context.Context, js jetstream.JetStream, name str
 	if !ok {
 		return nil, nil
 	}
-	kv, err := js.KeyValue(ctx, a.cfg.Checkpoint.Bucket)
+	kv, err := a.js.KeyValue(ctx, cfg.Checkpoint.Bucket)
 	if err != nil {
-		return nil, fmt.Errorf("opening checkpoint bucket %q for snapshots: %w", a.cfg.Checkpoint.Bucket, err)
+		return nil, fmt.Errorf("opening checkpoint bucket %q for snapshots: %w", cfg.Checkpoint.Bucket, err)
 	}
-	m := snapshot.New(a.cfg.Name, name, kv, sn.SnapshotOptions(), log)
+	m := snapshot.New(cfg.Name, name, kv, sn.SnapshotOptions(), log)
 	if a.snapCol == nil {
 		a.snapCol = &snapshot.Collector{}
 		a.metrics.Registry().MustRegister(a.snapCol)
 	}
-	a.snapCol.Add(m)
 	return m, nil
 }

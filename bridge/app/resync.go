@@ -39,7 +39,7 @@ func (a *App) Resync(ctx context.Context, source, reason string) (string, error)
 			return "", fmt.Errorf("slot %q of source %q is in use (walsender PID %d): stop the bridge first, then run bridge resync again", src.Slot, source, row.ActivePID)
 		}
 	}
-	if a.cfg.NATS.URL == "" {
+	if a.cfg.NATS.URL == "" && a.cfg.NATS.Context == "" {
 		e := a.cfg.NATS.Embedded
 		fallback := "nats://" + net.JoinHostPort(e.Host, strconv.Itoa(e.Port))
 		if url, err := natsembed.Running(a.cfg.DataDir, fallback); err == nil {
@@ -60,5 +60,5 @@ func (a *App) Resync(ctx context.Context, source, reason string) (string, error)
 	if err := a.buildPipelines(ctx, js, store, ne, source); err != nil {
 		return "", err
 	}
-	return a.pipelines[0].Resync(ctx, reason)
+	return a.runners[source].p.Resync(ctx, reason)
 }

@@ -19,10 +19,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/internal/kvkey"
+	"github.com/bridgecdc/bridge/internal/natsconn"
 )
 
 // ErrFenced is returned (wrapped) by Save when the key holds a revision
@@ -47,6 +49,14 @@ type State struct {
 	Run string
 	// SystemID is the Postgres system_identifier of the source.
 	SystemID string
+	// ConfigRev is the revision of the configuration (config.Revision) in
+	// effect when the state was saved: the routes that published what
+	// the checkpoint covers last. Empty in checkpoints of older versions.
+	ConfigRev string
+	// Paused is true when the run that saved the state stopped at a
+	// transaction boundary because the operator paused the source
+	// (ControlKey); the next run that opens the slot saves it false.
+	Paused bool
 }
 
 // stateJSON is State's stored form; the LSN is kept in Postgres' "X/Y" form
@@ -58,6 +68,8 @@ type stateJSON struct {
 	UpdatedAt time.Time         `json:"updated_at"`
 	Run       string            `json:"run,omitempty"`
 	SystemID  string            `json:"system_id,omitempty"`
+	ConfigRev string            `json:"config_rev,omitempty"`
+	Paused    bool              `json:"paused,omitempty"`
 }
 
 // MarshalJSON encodes s with the LSN in Postgres form, e.g. "0/16B37A0".
@@ -65,6 +77,7 @@ func (s State) MarshalJSON() ([]byte, error) {
 	return json.Marshal(stateJSON{
 		Epoch: s.Epoch, LSN: s.LSN.String(), Cursors: s.Cursors,
 		UpdatedAt: s.UpdatedAt, Run: s.Run, SystemID: s.SystemID,
+		ConfigRev: s.ConfigRev, Paused: s.Paused,
 	})
 }
 
@@ -81,7 +94,8 @@ func (s *State) UnmarshalJSON(b []byte) error {
 			return err
 		}
 	}
-	*s = State{Epoch: j.Epoch, LSN: lsn, Cursors: j.Cursors, UpdatedAt: j.UpdatedAt, Run: j.Run, SystemID: j.SystemID}
+	*s = State{Epoch: j.Epoch, LSN: lsn, Cursors: j.Cursors, UpdatedAt: j.UpdatedAt, Run: j.Run, SystemID: j.SystemID,
+		ConfigRev: j.ConfigRev, Paused: j.Paused}
 	return nil
 }
 
@@ -90,7 +104,18 @@ func (s *State) UnmarshalJSON(b []byte) error {
 // compare-and-set enforces.
 type Store struct {
 	kv     jetstream.KeyValue
+	nc     *nats.Conn
 	bucket string
+}
+
+// denied returns, for err, the failure of a round trip on nc that got no
+// answer because the server refused a permission, the error naming the
+// subject and the permission to grant (natsconn.PermissionDenied); else err.
+func denied(nc *nats.Conn, err error) error {
+	if d := natsconn.PermissionDenied(nc, err); d != nil {
+		return d
+	}
+	return err
 }
 
 // Open returns the store for bucket, creating the bucket (file storage,
@@ -114,9 +139,9 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, replicas i
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("opening checkpoint bucket %q: %w", bucket, err)
+		return nil, fmt.Errorf("opening checkpoint bucket %q: %w", bucket, denied(js.Conn(), err))
 	}
-	return &Store{kv: kv, bucket: bucket}, nil
+	return &Store{kv: kv, nc: js.Conn(), bucket: bucket}, nil
 }
 
 // Load returns the state under key and its revision; a missing (or
@@ -128,7 +153,7 @@ func (s *Store) Load(ctx context.Context, key string) (State, uint64, error) {
 		return State{}, 0, nil
 	}
 	if err != nil {
-		return State{}, 0, fmt.Errorf("loading checkpoint %q from bucket %q: %w", key, s.bucket, err)
+		return State{}, 0, fmt.Errorf("loading checkpoint %q from bucket %q: %w", key, s.bucket, denied(s.nc, err))
 	}
 	var st State
 	if err := json.Unmarshal(e.Value(), &st); err != nil {
@@ -167,7 +192,7 @@ func (s *Store) Save(ctx context.Context, key string, st State, rev uint64) (uin
 		return next, nil
 	}
 	if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		return 0, fmt.Errorf("saving checkpoint %q to bucket %q at revision %d: %w", key, s.bucket, rev, err)
+		return 0, fmt.Errorf("saving checkpoint %q to bucket %q at revision %d: %w", key, s.bucket, rev, denied(s.nc, err))
 	}
 	cur, curRev, lerr := s.Load(ctx, key)
 	if lerr == nil && curRev > rev && sameWrite(cur, st) {
@@ -207,7 +232,8 @@ func ownEarlierWrite(cur, st State) bool {
 // sameWrite reports whether cur is st as written by this very run.
 func sameWrite(cur, st State) bool {
 	return st.Run != "" && cur.Run == st.Run && cur.Epoch == st.Epoch && cur.LSN == st.LSN &&
-		cur.SystemID == st.SystemID && maps.Equal(cur.Cursors, st.Cursors)
+		cur.SystemID == st.SystemID && maps.Equal(cur.Cursors, st.Cursors) &&
+		cur.ConfigRev == st.ConfigRev && cur.Paused == st.Paused
 }
 
 // NewEpoch returns a fresh producer epoch: 8 lowercase base32 characters

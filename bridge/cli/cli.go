@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel"
 
 	"github.com/bridgecdc/bridge/bridge/app"
+	"github.com/bridgecdc/bridge/bridge/control"
 	"github.com/bridgecdc/bridge/bridge/format"
 	"github.com/bridgecdc/bridge/bridge/status"
 	"github.com/bridgecdc/bridge/config"
@@ -83,12 +84,16 @@ func NewCommand(stdout, stderr io.Writer, opts ...app.Option) *cobra.Command {
 	// loadWith reads bridge.yaml with co layered over it and builds the App;
 	// on failure the error lists every problem found, framework, plugin and
 	// route alike. load is loadWith without extra config options.
-	loadWith := func(co []config.Option, extra ...app.Option) (*config.Config, *app.App, error) {
+	loadOpts := func(co []config.Option) []config.Option {
 		lo := app.ConfigOptions(opts...)
 		if logLevel != "" {
 			lo = append(lo, config.WithOverrides(map[string]any{"log.level": logLevel}))
 		}
-		cfg, err := config.Load(cfgPath, append(lo, co...)...)
+		return append(lo, co...)
+	}
+	loadWith := func(co []config.Option, extra ...app.Option) (*config.Config, *app.App, error) {
+		// With config.kv, the shared entry is layered over the file.
+		cfg, _, _, err := app.LoadConfig(context.Background(), cfgPath, loadOpts(co)...)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil, missingConfig{path: cfgPath, err: err}
 		}
@@ -127,7 +132,9 @@ func NewCommand(stdout, stderr io.Writer, opts ...app.Option) *cobra.Command {
 			if ignored := cfg.IgnoredEnv(); len(ignored) > 0 {
 				log.Debug("ignored environment variables that name no key of bridge.yaml", "variables", ignored)
 			}
-			_, a, err := load(app.WithLogger(log))
+			// WithConfigFile: the reload endpoint, SIGHUP and config.watch
+			// read it again.
+			_, a, err := load(app.WithLogger(log), app.WithConfigFile(cfgPath, loadOpts(nil)...))
 			if err != nil {
 				return printErrs(err)
 			}
@@ -193,16 +200,19 @@ func NewCommand(stdout, stderr io.Writer, opts ...app.Option) *cobra.Command {
 		},
 	}
 	var output string
+	var statusTimeout time.Duration
 	statusCmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show each source's slot, checkpoint, streams and lag; works while the bridge is down",
+		Short: "Show each source's state, slot, checkpoint, streams and lag; works while the bridge is down",
 		Long: `Show, for each source: its replication slot (exists, active, confirmed flush,
 retained WAL, wal_status), its checkpoint (LSN, epoch, age) from the KV bucket,
 the JetStream streams its routes reach (messages, last sequence), and the lag in
-bytes between the server's WAL end and the checkpoint. Exits 1 when a query
-failed. With nats.url empty it connects to the embedded server's port, or, when
-nothing listens there (the bridge is down), starts the embedded server on its
-store for the time of the query.`,
+bytes between the server's WAL end and the checkpoint. The running instances of
+the bridge answer on its control endpoint (bridge.<name>.status) with each
+source's state (streaming, paused, standby, retrying...), last error and
+configuration revision; when none answers, the state is unknown and the output
+says so ("via"). Exits 1 when a query failed. With nats.url empty it connects
+to the embedded server of the running bridge.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "text" && output != "json" {
@@ -213,6 +223,8 @@ store for the time of the query.`,
 				return printErrs(err)
 			}
 			rep := status.Query(cmd.Context(), cfg)
+			replies, cerr := askStatus(cmd.Context(), cfg, statusTimeout) // control.go
+			rep.Merge(control.Subject(cfg.Name, control.ActionStatus), replies, cerr)
 			if output == "json" {
 				enc := json.NewEncoder(stdout)
 				enc.SetIndent("", "  ")
@@ -229,28 +241,31 @@ store for the time of the query.`,
 		},
 	}
 	statusCmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json (stable field names)")
+	statusCmd.Flags().DurationVar(&statusTimeout, "timeout", 5*time.Second, "how long to wait for the bridge's instances to answer")
 	var resyncSource, resyncReason string
+	var resyncWait time.Duration
+	var resyncDirect bool
 	resync := &cobra.Command{
 		Use:   "resync",
-		Short: "With the bridge stopped: start a new epoch and publish a resync message, so consumers re-read",
+		Short: "Start a new epoch and publish a resync message, so consumers re-read",
 		Long: `Publish a resync control message for a source under a new epoch and
-checkpoint that epoch at the same position; the next "bridge run" streams on
-from there under the new producer id. Consumers that follow control messages
-re-read their state. Refuses while a bridge streams from the source's slot, or
-while the embedded NATS server of a running bridge answers. Starts no listener;
-with nats.url empty it starts the embedded server on its store for the time of
-the command, since no bridge runs it.`,
+checkpoint that epoch at the same position; the bridge streams on from there
+under the new producer id. Consumers that follow control messages re-read their
+state.
+
+When a running bridge holds the source, it does this itself through its control
+endpoint (bridge.<name>.resync.<source>): its run ends at a transaction
+boundary, and the resync happens while it still holds the slot. Otherwise the
+command does it directly, which it refuses while a bridge streams from the
+source's slot, or while the embedded NATS server of a running bridge answers;
+with nats.url empty it then starts the embedded server on its store for the time
+of the command. --direct skips the control endpoint.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, _, err := load()
 			if err != nil {
 				return printErrs(err)
 			}
-			_, a, err := load(app.WithLogger(NewLogger(cfg.Log, stderr)))
-			if err != nil {
-				return printErrs(err)
-			}
-			defer a.Close()
 			src := resyncSource
 			if src == "" && len(cfg.Sources) == 1 {
 				src = slices.Sorted(maps.Keys(cfg.Sources))[0]
@@ -261,17 +276,46 @@ the command, since no bridge runs it.`,
 			if _, ok := cfg.Sources[src]; !ok {
 				return usageError{fmt.Errorf("--source %q is not in the configuration (sources: %s)", src, strings.Join(slices.Sorted(maps.Keys(cfg.Sources)), ", "))}
 			}
+			// Through the bridge holding the source, when one does.
+			if !resyncDirect {
+				handled, err := resyncVia(cmd.Context(), cfg, src, resyncReason, resyncWait, stdout) // control.go
+				if handled || err != nil {
+					return err
+				}
+			}
+			_, a, err := load(app.WithLogger(NewLogger(cfg.Log, stderr)))
+			if err != nil {
+				return printErrs(err)
+			}
+			defer a.Close()
 			producer, err := a.Resync(cmd.Context(), src, resyncReason)
 			if err != nil {
 				return fmt.Errorf("resync of source %s: %w", src, err)
 			}
-			fmt.Fprintf(stdout, "source %s: resync published; new producer %s\n", src, producer)
+			fmt.Fprintf(stdout, "source %s: resync published; new producer %s (path: direct)\n", src, producer)
 			return nil
 		},
 	}
 	resync.Flags().StringVar(&resyncSource, "source", "", "the source to resync (default: the only one)")
 	resync.Flags().StringVar(&resyncReason, "reason", "", "text added to the message's reason")
+	resync.Flags().DurationVar(&resyncWait, "wait", 30*time.Second, "how long a running bridge may take to reach a transaction boundary")
+	resync.Flags().BoolVar(&resyncDirect, "direct", false, "do not ask a running bridge: resync directly (refused while a bridge streams the source)")
 	root.AddCommand(run, validate, statusCmd, plugins, ver, resync)
+	root.AddCommand(newPauseCommand(load, printErrs, stdout, true), newPauseCommand(load, printErrs, stdout, false)) // control.go
+	// reload needs only the bridge's name and NATS settings: the running
+	// bridges judge the rest, and report its problems.
+	loadLoose := func() (*config.Config, error) {
+		cfg, _, _, err := app.LoadConfig(context.Background(), cfgPath, loadOpts(nil)...)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, missingConfig{path: cfgPath, err: err}
+		}
+		var ferrs config.Errors
+		if err != nil && (cfg == nil || cfg.Name == "" || !errors.As(err, &ferrs)) {
+			return nil, printErrs(err)
+		}
+		return cfg, nil
+	}
+	root.AddCommand(newReloadCommand(loadLoose, stdout))
 	root.AddCommand(newSnapshotCommand(load, printErrs, stdout)) // snapshot.go
 	root.AddCommand(serveCommand(loadWith, printErrs, stderr))   // feeds over HTTP: serve.go
 	usageArgs(root)

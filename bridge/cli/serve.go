@@ -117,11 +117,11 @@ section. See docs/feeds.md.`,
 			if err != nil {
 				return err
 			}
-			ne := sinks.NATSEnv{URL: url, Creds: cfg.NATS.Creds, User: cfg.NATS.User, Password: cfg.NATS.Password, Token: cfg.NATS.Token}
-			opts := append([]nats.Option{nats.Name("bridge " + cfg.Name + " serve"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}, natsconn.AuthOptions(ne)...)
-			nc, err := nats.Connect(url, opts...)
+			conn := natsconn.Env(sinks.NATSEnv{URL: url, NATSClient: cfg.NATS.NATSClient})
+			conn.Warn(log)
+			nc, err := natsconn.Connect(conn, "bridge "+cfg.Name+" serve", nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
 			if err != nil {
-				return fmt.Errorf("connecting to NATS at %s: %w", config.Redact(url), err)
+				return err
 			}
 			defer nc.Close()
 			js, err := jetstream.New(nc)

@@ -5,7 +5,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,16 +22,18 @@ import (
 
 	"github.com/bridgecdc/bridge/bridge/app"
 	"github.com/bridgecdc/bridge/bridge/checkpoint"
+	"github.com/bridgecdc/bridge/bridge/control"
 	"github.com/bridgecdc/bridge/bridge/pgslot"
 	"github.com/bridgecdc/bridge/bridge/snapshot"
 	"github.com/bridgecdc/bridge/bridge/status"
 	"github.com/bridgecdc/bridge/config"
 	"github.com/bridgecdc/bridge/internal/natsconn"
 	"github.com/bridgecdc/bridge/sinks"
+	"github.com/bridgecdc/bridge/sources"
 )
 
 func newSnapshotCommand(load func(...app.Option) (*config.Config, *app.App, error), printErrs func(error) error, stdout io.Writer) *cobra.Command {
-	var source, tables, progress string
+	var source, tables, progress, where string
 	var wait, follow bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
@@ -42,9 +43,14 @@ func newSnapshotCommand(load func(...app.Option) (*config.Config, *app.App, erro
 changes, in chunks between watermarks, so that rows changed meanwhile are never
 published older than their latest change (docs/snapshots.md). The request goes
 to the checkpoint bucket; a running bridge takes it within snapshot.request_poll,
-a stopped one at its next start. With --wait (the default) the command follows
-the progress: a bar per table on a terminal, plain lines otherwise. --follow
-only follows the snapshot running now, such as the initial one.`,
+a stopped one at its next start. --where reads only the rows matching its
+conditions (column op literal, joined with AND; never SQL: docs/snapshots.md).
+The instance holding the source takes the request on its control endpoint
+(bridge.<name>.snapshot.<source>) and checks it against its running
+configuration; when none holds it, the command checks it and queues it in the
+bucket itself. With --wait (the default) the command follows the progress: a
+bar per table on a terminal, plain lines otherwise. --follow only follows the
+snapshot running now, such as the initial one.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch progress {
@@ -59,8 +65,11 @@ only follows the snapshot running now, such as the initial one.`,
 				}
 				list = append(list, t)
 			}
-			if follow && len(list) > 0 {
-				return usageError{errors.New("--follow watches the running snapshot; it takes no --tables")}
+			if follow && (len(list) > 0 || where != "") {
+				return usageError{errors.New("--follow watches the running snapshot; it takes no --tables nor --where")}
+			}
+			if _, err := sources.ParseWhere(where); err != nil {
+				return usageError{fmt.Errorf("--where: %w", err)}
 			}
 			cfg, a, err := load()
 			if err != nil {
@@ -85,26 +94,10 @@ only follows the snapshot running now, such as the initial one.`,
 			if err != nil {
 				return fmt.Errorf("the snapshot request goes through NATS: %w", err)
 			}
-			if !follow {
-				// Refused here rather than queued: the bridge would refuse
-				// it when it takes it, maybe much later.
-				cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-				resolved, err := a.CheckSnapshot(cctx, source, list)
-				cancel()
-				if err != nil {
-					return fmt.Errorf("snapshot of source %s refused: %w", source, err)
-				}
-				if len(resolved) == 0 {
-					return fmt.Errorf("snapshot of source %s refused: the source streams no table yet", source)
-				}
-				if len(list) > 0 {
-					list = resolved // as checked: a bare name is public's
-				}
-			}
-			ne := sinks.NATSEnv{URL: url, Creds: cfg.NATS.Creds, User: cfg.NATS.User, Password: cfg.NATS.Password, Token: cfg.NATS.Token}
-			nc, err := nats.Connect(url, append([]nats.Option{nats.Name("bridge " + cfg.Name + " snapshot"), nats.Timeout(5 * time.Second)}, natsconn.AuthOptions(ne)...)...)
+			conn := natsconn.Env(sinks.NATSEnv{URL: url, NATSClient: cfg.NATS.NATSClient})
+			nc, err := natsconn.Connect(conn, "bridge "+cfg.Name+" snapshot", nats.Timeout(5*time.Second))
 			if err != nil {
-				return fmt.Errorf("connecting to NATS at %s: %w", config.Redact(url), err)
+				return err
 			}
 			defer nc.Close()
 			js, err := jetstream.New(nc)
@@ -134,16 +127,33 @@ only follows the snapshot running now, such as the initial one.`,
 				fmt.Fprintf(stdout, "following snapshot %s (%s) of source %s\n", st.Current.ID, st.Current.Reason, source)
 				return followSnapshot(ctx, kv, cfg.Name, source, st.Current.ID, stdout, progress)
 			}
-			req := snapshot.Request{ID: "r" + checkpoint.NewEpoch(), Tables: list, Reason: "request", At: time.Now().UTC()}
-			b, _ := json.Marshal(req)
-			if _, err := kv.Create(ctx, snapshot.RequestKey(cfg.Name, source, req.ID), b); err != nil {
-				return fmt.Errorf("writing the snapshot request to bucket %q: %w", cfg.Checkpoint.Bucket, err)
+			// Through the instance holding the source, which checks the
+			// request against its running configuration; else directly.
+			path := "control endpoint " + control.SourceSubject(cfg.Name, control.ActionSnapshot, source)
+			cctx, cancel := context.WithTimeout(ctx, 45*time.Second)
+			r, err := control.NewClient(nc, cfg.Name).Snapshot(cctx, source, control.SnapshotRequest{Tables: list, Where: where})
+			cancel()
+			id, covered := r.ID, r.Tables
+			switch {
+			case err == nil:
+			case fallsBack(err):
+				path = fmt.Sprintf("direct: %v", err)
+				// Refused here rather than queued: the bridge would refuse
+				// it when it takes it, maybe much later.
+				if id, covered, err = a.RequestSnapshot(ctx, js, source, list, where); err != nil {
+					return fmt.Errorf("snapshot of source %s refused: %w", source, err)
+				}
+			default:
+				return fmt.Errorf("snapshot of source %s: %w", source, err)
 			}
-			what := "every table of the source"
+			what := "every table of the source (" + strings.Join(covered, ", ") + ")"
 			if len(list) > 0 {
-				what = strings.Join(list, ", ")
+				what = strings.Join(covered, ", ")
 			}
-			fmt.Fprintf(stdout, "snapshot %s requested for %s (source %s)\n", req.ID, what, source)
+			if where != "" {
+				what += " where " + where
+			}
+			fmt.Fprintf(stdout, "snapshot %s requested for %s (source %s; path: %s)\n", id, what, source, path)
 			if running, slot := streaming(ctx, cfg, source); !running {
 				fmt.Fprintf(stdout, "no bridge is streaming source %s now (slot %s is inactive): the snapshot starts when `bridge run` does\n", source, slot)
 				if wait {
@@ -153,11 +163,12 @@ only follows the snapshot running now, such as the initial one.`,
 			if !wait {
 				return nil
 			}
-			return followSnapshot(ctx, kv, cfg.Name, source, req.ID, stdout, progress)
+			return followSnapshot(ctx, kv, cfg.Name, source, id, stdout, progress)
 		},
 	}
 	cmd.Flags().StringVar(&source, "source", "", "source to snapshot (needed when the config has several)")
 	cmd.Flags().StringVar(&tables, "tables", "", "comma-separated schema.table list (a bare name is public's); empty: every table the source streams")
+	cmd.Flags().StringVar(&where, "where", "", "read only the rows matching these conditions: column op literal, joined with AND (e.g. \"tenant_id = 42 AND created_at >= '2024-01-01'\")")
 	cmd.Flags().BoolVar(&follow, "follow", false, "request nothing: follow the running snapshot (e.g. the initial one) until it is checkpointed")
 	cmd.Flags().BoolVar(&wait, "wait", true, "follow the progress until the snapshot is checkpointed")
 	cmd.Flags().StringVar(&progress, "progress", "auto", "progress display: auto (bars on a terminal, else lines), bar, plain or none")

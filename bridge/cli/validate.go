@@ -192,9 +192,13 @@ func usesBridgeNATS(sc config.Sink) bool {
 // is nothing to check.
 func bridgeNATS(cfg *config.Config) (sinks.NATSEnv, section) {
 	n := cfg.NATS
-	ne := sinks.NATSEnv{URL: n.URL, Creds: n.Creds, User: n.User, Password: n.Password, Token: n.Token}
+	ne := sinks.NATSEnv{URL: n.URL, NATSClient: n.NATSClient}
 	sec := section{title: "NATS (nats.url) and checkpoint bucket " + cfg.Checkpoint.Bucket}
-	if n.URL != "" {
+	if n.URL == "" && n.Context != "" {
+		sec.title = "NATS (nats.context) and checkpoint bucket " + cfg.Checkpoint.Bucket
+		ne.URL = natsconn.Env(ne).URL
+	}
+	if ne.URL != "" {
 		return ne, sec
 	}
 	sec.title = "embedded NATS (nats.url is empty) and checkpoint bucket " + cfg.Checkpoint.Bucket
@@ -215,23 +219,26 @@ func bridgeNATS(cfg *config.Config) (sinks.NATSEnv, section) {
 // checkpointChecks checks the bridge's NATS server and the checkpoint
 // bucket, and records each source's checkpoint in froms.
 func checkpointChecks(ctx context.Context, cfg *config.Config, ne sinks.NATSEnv, froms map[string]cdc.LSN) []config.Check {
-	p, err := natsconn.DialProbe(ctx, ne.URL, ne)
+	p, err := natsconn.DialProbe(ctx, natsconn.Env(ne))
 	if err != nil {
 		fix := "check nats.url and the credentials (nats.creds, user, password, token)"
+		var explained *natsconn.Error
 		switch msg := strings.ToLower(err.Error()); {
+		case errors.As(err, &explained):
+			fix = "" // the error says it
 		case strings.Contains(msg, "authorization"), strings.Contains(msg, "authentication"):
 			fix = "check the credentials: nats.creds, user, password or token"
 		case strings.Contains(msg, "no servers available"), strings.Contains(msg, "connection refused"):
 			fix = fmt.Sprintf("is nats-server running at %s? (nats.url)", config.Redact(ne.URL))
 		}
-		if cfg.NATS.URL == "" {
+		if cfg.NATS.URL == "" && cfg.NATS.Context == "" {
 			fix = fmt.Sprintf("something that is not a NATS server listens at %s, so `bridge run` cannot start its embedded server there: stop it, or set nats.embedded.port", strings.TrimPrefix(ne.URL, "nats://"))
 		}
 		return []config.Check{{Status: config.CheckFail, What: config.Redact(err.Error()), Fix: fix}}
 	}
 	defer p.Close()
 	out := []config.Check{{Status: config.CheckOK, What: fmt.Sprintf("connected to NATS at %s (server %s, nats-server %s)", config.Redact(ne.URL), p.NC.ConnectedServerName(), p.NC.ConnectedServerVersion())}}
-	if cfg.NATS.URL == "" {
+	if cfg.NATS.URL == "" && cfg.NATS.Context == "" {
 		out[0].What += "; the bridge (or another server) is running there"
 	}
 	js, err := jetstream.New(p.NC)

@@ -38,11 +38,16 @@ func loggedApp(t *testing.T, path string, logs *syncBuf) *app.App {
 	t.Helper()
 	cfg, err := config.Load(path, app.ConfigOptions()...)
 	require.NoError(t, err)
-	tw := &testWriter{t: t}
-	t.Cleanup(func() { tw.mu.Lock(); tw.done = true; tw.mu.Unlock() })
-	a, err := app.New(cfg, app.WithLogger(slog.New(slog.NewTextHandler(io.MultiWriter(logs, tw), nil))))
+	a, err := app.New(cfg, app.WithLogger(appLogger(t, logs)))
 	require.NoError(t, err)
 	return a
+}
+
+// appLogger logs to logs and the test's log.
+func appLogger(t *testing.T, logs *syncBuf) *slog.Logger {
+	tw := &testWriter{t: t}
+	t.Cleanup(func() { tw.mu.Lock(); tw.done = true; tw.mu.Unlock() })
+	return slog.New(slog.NewTextHandler(io.MultiWriter(logs, tw), nil))
 }
 
 // TestPermanentErrorsStopAtOnce: errors that retrying cannot cure stop the

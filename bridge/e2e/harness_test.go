@@ -34,6 +34,9 @@ type env struct {
 	ns     *natsembed.Server
 	nsOpts natsembed.Options
 	dir    string
+	// natsOpts are the options of the test's own NATS clients (messages,
+	// waitStored): credentials and TLS when the test's server needs them.
+	natsOpts []nats.Option
 }
 
 func newEnv(t testing.TB) *env {
@@ -169,7 +172,7 @@ type msg struct {
 // messages reads every message of stream.
 func (e *env) messages(stream string) []msg {
 	e.t.Helper()
-	nc, err := nats.Connect(e.natsURL())
+	nc, err := nats.Connect(e.natsURL(), e.natsOpts...)
 	require.NoError(e.t, err)
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -221,7 +224,7 @@ func (e *env) waitCount(stream string, n int, within time.Duration) []msg {
 // waitStored waits until stream holds at least n messages.
 func (e *env) waitStored(stream string, n int, within time.Duration) {
 	e.t.Helper()
-	nc, err := nats.Connect(e.natsURL())
+	nc, err := nats.Connect(e.natsURL(), e.natsOpts...)
 	require.NoError(e.t, err)
 	defer nc.Close()
 	js, err := jetstream.New(nc)

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,7 +21,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bridgecdc/bridge/bridge/cli"
+	"github.com/bridgecdc/bridge/internal/natsembed"
 	"github.com/bridgecdc/bridge/internal/pgtest"
+	"github.com/bridgecdc/bridge/internal/testpki"
 )
 
 // lockedBuffer is a bytes.Buffer safe for concurrent writers.
@@ -50,7 +53,10 @@ func (l *lockedBuffer) String() string {
 // through connection failures, a webhook that fails before it accepts, a
 // normal run, `bridge validate` of good and broken configs and `bridge
 // status`, and checks that no secret reaches the log, the output or an
-// error.
+// error. With the NATS keys that hold or name secrets too: a run over
+// mutual TLS as an nkey user (nats.nkey_seed_file, nats.tls.key_file), a
+// creds file the server refuses (nats.creds), a nats CLI context holding a
+// password (nats.context), a key file that does not fit its certificate.
 func TestSecretsNeverLogged(t *testing.T) {
 	const (
 		pgPassword = "pgPw5ecretQ91x"
@@ -253,6 +259,41 @@ routes:
 	require.Equal(t, "Bearer "+hookToken, hookAuth.Load(), "the webhook's header comes from the file, its newline trimmed")
 	require.Contains(t, logs.String(), "503", "the webhook's failures are logged")
 
+	// NATS with TLS and client certificates, as an nkey user; a creds file
+	// the server refuses; a nats CLI context holding a password. What the
+	// key, seed, creds and context files hold never shows.
+	pki := testpki.WriteCerts(t, t.TempDir(), "bridge")
+	upub, useed := natsembed.UserT(t)
+	nkeySeed := string(useed)
+	tlsNS := natsembed.StartT(t, natsembed.Options{TLS: pki.Mutual(serverCert(t, pki, time.Time{})), Nkeys: []*server.NkeyUser{{Nkey: upub}}})
+	keyPEM, err := os.ReadFile(pki.ClientKey)
+	require.NoError(t, err)
+	keyLine := strings.Split(string(keyPEM), "\n")[1] // of the key's base64 body
+	credsBytes := natsembed.CredsT(t)
+	credsSeed := regexp.MustCompile(`SU[A-Z2-7]{50,}`).FindString(string(credsBytes))
+	require.NotEmpty(t, credsSeed)
+	const ctxPassword = "ctxPw5ecretH3w"
+	ctxFile := secretFile("nats-context.json", fmt.Sprintf(`{"url": "nats://%s", "user": "sinkuser", "password": %q}`, coreAddr, ctxPassword))
+	secrets = append(secrets, nkeySeed, keyLine, credsSeed, ctxPassword)
+
+	keys := fmt.Sprintf("  url: %s\n  nkey_seed_file: %s\n  tls: {ca_file: %s, cert_file: %s, key_file: %s}",
+		tlsNS.URL(), secretFile("bridge.nk", nkeySeed), pki.CA, pki.ClientCert, pki.ClientKey)
+	require.NoError(t, run(write("keys", dsn, keys), func() {
+		logged("streaming")()
+		pg.ExecT(t, `INSERT INTO items SELECT generate_series(11, 12)`)
+		nkeyOpt, err := nats.NkeyOptionFromSeed(filepath.Join(dir, "bridge.nk"))
+		require.NoError(t, err)
+		waitMsgs(t, tlsNS.URL(), "CDC_secrets", 1, []nats.Option{nkeyOpt, nats.RootCAs(pki.CA), nats.ClientCert(pki.ClientCert, pki.ClientKey)},
+			"the bridge streams over mutual TLS as an nkey user")
+	}))
+	badCreds := fmt.Sprintf("  url: nats://%s\n  creds: %s", natsAddr, secretFile("bridge.creds", string(credsBytes)))
+	err = run(write("badcreds", dsn, badCreds), nil)
+	require.ErrorContains(t, err, "refused the credentials in nats.creds")
+	errs += "\n" + err.Error()
+	write("ctx", dsn, "  context: "+ctxFile)
+	// A key that is not the certificate's: the error names the files.
+	write("badkey", dsn, fmt.Sprintf("  url: %s\n  tls: {ca_file: %s, cert_file: %s, key_file: %s}", tlsNS.URL(), pki.CA, pki.ClientCert, pki.ExpiredClientKey))
+
 	// Configs whose secrets cannot be read, or are not valid values.
 	write("missing", fileDSN, fmt.Sprintf("  url: nats://%s\n  token: ${file:%s}", natsAddr, filepath.Join(dir, "missing")))
 	write("broken", fmt.Sprintf("host=127.0.0.1 port=notaport user=fileuser password=${file:%s} dbname=x", brokenPwFile),
@@ -260,7 +301,7 @@ routes:
 		strings.Replace(coreSink, "@", "@:notaport", 1), strings.Replace(hookSink, "Bearer", "Bearer\\n", 1))
 
 	// validate and status, against good and bad settings.
-	for _, cfg := range []string{"good", "files", "badpg", "badkv", "badnats", "missing", "broken"} {
+	for _, cfg := range []string{"good", "files", "badpg", "badkv", "badnats", "missing", "broken", "keys", "badcreds", "ctx", "badkey"} {
 		for _, args := range [][]string{{"validate"}, {"status"}, {"status", "-o", "json"}} {
 			cmd := cli.NewCommand(&out, &logs)
 			cmd.SetArgs(append(args, "-c", filepath.Join(dir, cfg+".yaml")))
@@ -271,6 +312,8 @@ routes:
 	}
 	require.Contains(t, out.String(), "CDC_secrets (sink js): 10 messages")
 	require.Contains(t, out.String(), "files.yaml: ok")
+	require.Contains(t, out.String(), "keys.yaml: ok")
+	require.Contains(t, logs.String()+errs, "does not hold the private key of "+pki.ClientCert, "the mismatched key is reported")
 	require.Contains(t, logs.String()+errs, "missing (${file:...}) does not exist", "the missing file is reported")
 	require.Contains(t, logs.String()+errs, "sinks.hook.config.headers.Authorization: the value must not contain line breaks", "the broken config is reported")
 

@@ -193,7 +193,8 @@ func TestOperatorResync(t *testing.T) {
 	e.waitCount("CDC_opres", 1, 30*time.Second)
 	waitSlotActive(t, e, "slot_opres")
 
-	code, out, errOut := execCLI(t, "resync", "-c", cfg)
+	// Directly (a running bridge does it online: TestControlResync).
+	code, out, errOut := execCLI(t, "resync", "-c", cfg, "--direct")
 	require.NotEqual(t, 0, code, "resync must refuse while the bridge streams: %s", out)
 	require.Contains(t, errOut, "stop the bridge first")
 
@@ -229,7 +230,7 @@ func TestOperatorResyncEmbeddedNATS(t *testing.T) {
 	require.Eventually(t, func() bool { return r.app.Pipelines()[0].Checkpointed() > 0 }, 30*time.Second, 20*time.Millisecond)
 	waitSlotActive(t, e, "slot_opemb")
 
-	code, out, errOut := execCLI(t, "resync", "-c", cfg)
+	code, out, errOut := execCLI(t, "resync", "-c", cfg, "--direct")
 	require.Equal(t, 1, code, "resync must refuse while the bridge streams: %s", out)
 	require.Contains(t, errOut, "stop the bridge first")
 	require.NotContains(t, errOut, "http.listen")

@@ -57,7 +57,8 @@ func (p *Pipeline) newEpoch(ctx context.Context, st checkpoint.State, rev uint64
 			cursors[s.name] = s.resumer.Cursor()
 		}
 	}
-	ns := checkpoint.State{Epoch: epoch, LSN: lsn, Cursors: cursors, UpdatedAt: time.Now().UTC(), Run: p.run, SystemID: st.SystemID}
+	ns := checkpoint.State{Epoch: epoch, LSN: lsn, Cursors: cursors, UpdatedAt: time.Now().UTC(), Run: p.run, SystemID: st.SystemID,
+		ConfigRev: p.cur.Load().rev, Paused: st.Paused}
 	if _, err := p.store.Save(ctx, p.key, ns, rev); err != nil {
 		return ctl, fmt.Errorf("saving the new epoch %s: %w", epoch, err)
 	}
@@ -67,7 +68,7 @@ func (p *Pipeline) newEpoch(ctx context.Context, st checkpoint.State, rev uint64
 // publishControl writes ctl to every sink controlDests names. At-most-once
 // sinks get it too, but their failures are only logged.
 func (p *Pipeline) publishControl(ctx context.Context, ctl cdc.Control, database string) error {
-	dests, err := p.router.ControlDests(p.source, ctl.Kind)
+	dests, err := p.cur.Load().r.ControlDests(p.source, ctl.Kind)
 	if err != nil {
 		return fatal{err}
 	}
@@ -191,11 +192,7 @@ func (p *Pipeline) Resync(ctx context.Context, reason string) (string, error) {
 			return "", fmt.Errorf("connecting sink %q: %w", s.name, err)
 		}
 	}
-	why := "operator"
-	if reason != "" {
-		why = "operator: " + reason
-	}
-	ctl, err := p.newEpoch(ctx, st, rev, why, st.LSN, st.LSN, "")
+	ctl, err := p.newEpoch(ctx, st, rev, operatorReason(reason), st.LSN, st.LSN, "")
 	if err != nil {
 		return "", err
 	}

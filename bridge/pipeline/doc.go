@@ -25,6 +25,17 @@
 // with the error. control.go handles the breaks of continuity (a lost slot,
 // an operator's resync) with a resync control message under a new epoch.
 //
+// ops.go holds the operator's controls, each taking effect at a
+// transaction boundary (the reader stops between two transactions, the
+// writer writes what it was handed, the last checkpoint covers it): Pause
+// and Resume (the order kept in the checkpoint bucket, which every
+// instance follows), Drain (Run returns: a reload rebuilds the pipeline,
+// or another process takes the source over from the checkpoint left),
+// ResyncOnline, and SetRouter, which the reader takes before the next
+// transaction. Status reports the state (streaming, paused, standby...),
+// the last error and the configuration revision, which each checkpoint
+// records.
+//
 // The pipeline knows nothing of OpenTelemetry or Prometheus: an Observer
 // (bridge/telemetry's Pipe) is told what it routes, delivers and writes.
 package pipeline

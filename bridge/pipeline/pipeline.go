@@ -38,6 +38,9 @@ type Config struct {
 	// Sinks are the sinks the Router's indexes refer to.
 	Sinks  []Sink
 	Router *route.Router
+	// ConfigRev is the configuration revision Router comes from, recorded
+	// with each checkpoint (SetRouter replaces both).
+	ConfigRev string
 	// Store keeps the checkpoint under checkpoint.Key(Bridge, Source).
 	Store *checkpoint.Store
 	// Interval is how often the checkpoint is saved; ConfirmDelay how long
@@ -96,9 +99,9 @@ type Pipeline struct {
 	bridge, source string
 	newSource      func() (sources.Source, error)
 	sinks          []*sinkSlot
-	router         *route.Router
 	store          *checkpoint.Store
 	key            string
+	ctlKey         string // the operator's order: checkpoint.ControlKey
 	interval       time.Duration
 	shutdown       time.Duration
 	confirmDelay   time.Duration // see confirm.go
@@ -113,13 +116,18 @@ type Pipeline struct {
 	ready     atomic.Bool
 
 	snap *snapshot.Manager // nil when the source cannot snapshot
+
+	// The router in effect and the one to take at the next transaction
+	// boundary (SetRouter); see ops.go for the operator's controls.
+	cur, pending atomic.Pointer[routerRev]
+	ops          ops
 }
 
 // New builds the pipeline of cfg; it does no I/O.
 func New(cfg Config) *Pipeline {
 	p := &Pipeline{
-		bridge: cfg.Bridge, source: cfg.Source, newSource: cfg.NewSource, router: cfg.Router,
-		store: cfg.Store, key: checkpoint.Key(cfg.Bridge, cfg.Source), interval: cfg.Interval,
+		bridge: cfg.Bridge, source: cfg.Source, newSource: cfg.NewSource,
+		store: cfg.Store, key: checkpoint.Key(cfg.Bridge, cfg.Source), ctlKey: checkpoint.ControlKey(cfg.Bridge, cfg.Source), interval: cfg.Interval,
 		shutdown: cfg.Shutdown, confirmDelay: cfg.ConfirmDelay, log: cfg.Log, run: cfg.Run,
 		obs: cfg.Observer, slot: cfg.Slot, snap: cfg.Snapshots,
 	}
@@ -129,6 +137,8 @@ func New(cfg Config) *Pipeline {
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
+	p.cur.Store(&routerRev{r: cfg.Router, rev: cfg.ConfigRev})
+	p.ops.init()
 	for _, s := range cfg.Sinks {
 		slot := &sinkSlot{name: s.Name, sink: s.Sink, batch: s.Batch}
 		if r, ok := s.Sink.(sinks.Resumer); ok {
@@ -179,29 +189,58 @@ func isFatal(err error) bool {
 	return permanent
 }
 
-// Run streams until ctx ends or a fatal error. Transient failures end the
-// current run and start a new one after a backoff; each run resumes from the
-// checkpoint and skips what the sinks already hold.
+// Run streams until ctx ends, a fatal error, or a Drain. Transient
+// failures end the current run and start a new one after a backoff; each
+// run resumes from the checkpoint and skips what the sinks already hold.
+// Before each run it reads the operator's order (checkpoint.ControlKey)
+// and waits while the source is paused; it follows the order while it runs.
+// Run is called once.
 func (p *Pipeline) Run(ctx context.Context) error {
+	defer p.ops.doneOnce.Do(func() { close(p.ops.runDone) })
+	wctx, wcancel := context.WithCancel(ctx)
+	var watching sync.WaitGroup
+	watching.Add(1)
+	go func() { defer watching.Done(); p.watchControl(wctx) }()
+	defer func() { wcancel(); watching.Wait() }()
+
 	var bo retry.Backoff
 	var refused refusals // refused.go
 	for {
-		progressed, err := p.runOnce(ctx)
+		// The order as recorded now is authoritative at each run's start;
+		// the watch follows it while the run streams.
+		c, err := p.store.LoadControl(ctx, p.ctlKey)
+		if err == nil {
+			p.setWant(c)
+			err = p.waitUnpaused(ctx) // ops.go
+		} else {
+			err = p.bucketGone(fmt.Errorf("reading the operator's order for source %q: %w", p.source, err))
+		}
+		if errors.Is(err, errStop) || ctx.Err() != nil {
+			p.runEnded(nil, StateStopped)
+			return nil
+		}
+		var progressed bool
+		if err == nil {
+			progressed, err = p.runOnce(ctx)
+		}
 		p.ready.Store(false)
 		p.obs.RunEnded(ctx, err, isFatal(err))
 		if ctx.Err() != nil {
+			p.runEnded(nil, StateStopped)
 			return nil
 		}
 		if errors.Is(err, snapshot.ErrDone) {
 			p.log.Info(err.Error())
+			p.runEnded(nil, StateDone)
 			return nil
 		}
 		if err == nil {
-			continue
+			continue // ended at a transaction boundary: a pause, a drain, a resync
 		}
 		if isFatal(err) {
 			err = retry.Explain(err)
 			p.log.Error("pipeline stopped: retrying cannot help", "err", err)
+			p.runEnded(err, stopState(err))
 			return fmt.Errorf("source %q: %w", p.source, err)
 		}
 		if progressed {
@@ -211,11 +250,14 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			err = refusedAgain(id, times, err)
 		}
 		d := bo.Next(err)
+		p.runEnded(err, retryState(err))
 		p.log.Warn("run ended; restarting", "err", err, "attempt", bo.Attempt(), "in", d.String())
 		select {
 		case <-ctx.Done():
+			p.runEnded(nil, StateStopped)
 			return nil
 		case <-time.After(d):
+		case <-p.ops.wake: // a pause, a resync or a drain does not wait for the backoff
 		}
 	}
 }
@@ -226,9 +268,11 @@ func (p *Pipeline) Run(ctx context.Context) error {
 type mark struct {
 	lsn     cdc.LSN
 	cursors map[string]string
+	rev     string // the configuration revision of the router that routed it
 }
 
 func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
+	p.setHolder(false) // until this run opens the slot
 	st, rev, err := p.store.Load(ctx, p.key)
 	if err != nil {
 		return false, p.bucketGone(fmt.Errorf("loading checkpoint %q: %w", p.key, err))
@@ -290,8 +334,37 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 		}
 		return false, fmt.Errorf("checkpoint %q moved from revision %d to %d while this run opened the slot (the slot's previous owner saved it last); starting again from it", p.key, rev, now)
 	}
+	if st.Paused {
+		// The source was paused; this run resumes it.
+		st.Paused, st.Run, st.UpdatedAt = false, p.run, time.Now().UTC()
+		if rev, err = p.store.Save(ctx, p.key, st, rev); err != nil {
+			_ = src.Close(context.Background())
+			return false, fmt.Errorf("saving checkpoint %q as resumed: %w", p.key, err)
+		}
+	}
 	p.ready.Store(true)
+	p.ops.mu.Lock()
+	p.ops.holder, p.ops.epoch = true, st.Epoch
+	p.ops.mu.Unlock()
+	p.setState(StateStreaming)
 	opened := time.Now()
+	// A clean end at a transaction boundary (a pause, a drain, a resync)
+	// cancels readCtx: the reader stops between two transactions and the
+	// writer writes what it has.
+	readCtx, endRead := context.WithCancel(ctx)
+	defer endRead()
+	p.ops.mu.Lock()
+	p.ops.endRead = endRead
+	if p.ops.stop || p.ops.want.Paused || len(p.ops.resyncs) > 0 {
+		endRead() // asked before the run could hear it
+	}
+	p.ops.mu.Unlock()
+	defer func() {
+		p.ops.mu.Lock()
+		p.ops.endRead = nil
+		p.ops.mu.Unlock()
+	}()
+	var atBoundary atomic.Bool // the reader stopped at a boundary on request
 
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -342,9 +415,25 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 			return nil
 		}
 		for {
-			t, err := src.Read(rctx)
+			if readCtx.Err() != nil && rctx.Err() == nil {
+				// Asked to end (ops.go): here, between two transactions.
+				if err := handOver(); err != nil {
+					if rctx.Err() == nil {
+						readErr = err
+						cancel()
+					}
+					return
+				}
+				atBoundary.Store(true)
+				return
+			}
+			t, err := src.Read(readCtx)
+			if err != nil && readCtx.Err() != nil && rctx.Err() == nil {
+				continue // interrupted while waiting for a transaction: end above
+			}
 			if err == nil {
-				err = p.route(rctx, t, producer, emit)
+				rr := p.takeRouter() // a new router applies from this transaction on
+				err = p.route(rctx, rr, t, producer, emit)
 				if err == nil && (buf == nil || buf.Buffered() == 0) {
 					err = handOver()
 				}
@@ -361,12 +450,15 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 
 	// Checkpointer.
 	var markMu sync.Mutex
-	latest := mark{lsn: st.LSN, cursors: st.Cursors}
+	latest := mark{lsn: st.LSN, cursors: st.Cursors, rev: p.cur.Load().rev}
 	ckptDone := make(chan struct{})
 	var ckptErr error
 	var lastSaved = st.LSN
+	saved := st // the state last saved
 	cf := &confirmer{delay: p.confirmDelay}
-	save := func(ctx context.Context) error {
+	// save checkpoints the latest mark; paused (the run's last save before
+	// a pause) records the pause, and is written even without progress.
+	save := func(ctx context.Context, paused bool) error {
 		markMu.Lock()
 		m := latest
 		markMu.Unlock()
@@ -376,15 +468,19 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 				target = safe
 			}
 		}
-		if target <= lastSaved {
+		if target <= lastSaved && !paused {
 			return cf.ack(ctx, src, time.Now()) // a delayed confirmation may be due
 		}
-		ns := checkpoint.State{Epoch: st.Epoch, LSN: target, Cursors: m.cursors, UpdatedAt: time.Now().UTC(), Run: p.run, SystemID: st.SystemID}
+		if target < lastSaved {
+			target = lastSaved
+		}
+		ns := checkpoint.State{Epoch: st.Epoch, LSN: target, Cursors: m.cursors, UpdatedAt: time.Now().UTC(), Run: p.run, SystemID: st.SystemID,
+			ConfigRev: m.rev, Paused: paused}
 		nrev, err := p.store.Save(ctx, p.key, ns, rev) // a lost reply is no fence: see Save
 		if err != nil {
 			return fmt.Errorf("saving checkpoint %s: %w", target, err)
 		}
-		rev, lastSaved = nrev, target
+		rev, lastSaved, saved = nrev, target, ns
 		p.ckptLSN.Store(uint64(target))
 		// Only now may Postgres forget what comes before it (or, with
 		// confirm_delay, once the checkpoint is that old).
@@ -402,7 +498,7 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 			case <-t.C:
 				err := p.slotLostWhileRunning(opened) // control.go
 				if err == nil {
-					err = save(rctx)
+					err = save(rctx, false)
 				}
 				if err != nil {
 					if rctx.Err() == nil {
@@ -428,14 +524,36 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 	<-ckptDone
 
 	// Goodbye: final checkpoint and status, each bounded.
+	clean := atBoundary.Load() && readErr == nil && writeErr == nil && ckptErr == nil
+	p.ops.mu.Lock()
+	pausing := clean && p.ops.want.Paused
+	p.ops.mu.Unlock()
 	fctx, fcancel := context.WithTimeout(context.Background(), p.shutdown)
-	if err := save(fctx); err != nil && ckptErr == nil && !errors.Is(err, context.Canceled) {
+	if err := save(fctx, pausing); err != nil && ckptErr == nil && !errors.Is(err, context.Canceled) {
 		ckptErr = err
 	}
 	fcancel()
+	if clean && ckptErr == nil {
+		// Still holding the slot, so that no standby streams meanwhile.
+		// One per run: another one needs the new revision, and the next
+		// run, ending at once, serves it.
+		if r := p.takeResync(); r != nil {
+			rctx, rcancel := context.WithTimeout(ctx, p.shutdown+10*time.Second)
+			ctl, err := p.newEpoch(rctx, saved, rev, operatorReason(r.reason), saved.LSN, saved.LSN, "")
+			rcancel()
+			if err != nil {
+				ckptErr = fmt.Errorf("operator resync: %w", err)
+			} else {
+				p.log.Warn("operator resync: published a resync message; streaming on under a new epoch",
+					"old_producer", ctl.OldProducer, "producer", ctl.Producer, "lsn", saved.LSN.String())
+			}
+			r.done <- resyncResult{producer: ctl.Producer, err: err}
+		}
+	}
 	cctx, ccancel := context.WithTimeout(context.Background(), p.shutdown)
 	_ = src.Close(cctx)
 	ccancel()
+	p.setHolder(pausing && ckptErr == nil) // a pause drained here leaves this pipeline the holder
 
 	switch {
 	case ckptErr != nil:

@@ -19,6 +19,7 @@ type txnItem struct {
 	changes []cdc.Change
 	dests   [][]int // per change: sink indexes
 	last    bool    // the transaction's last part
+	rev     string  // the configuration revision of the router that routed it
 }
 
 // chunk bounds the changes of a large transaction held at once, and the
@@ -45,7 +46,7 @@ func runWeight(run []*txnItem, limit int64) int64 {
 
 // route routes and encodes t's changes and hands them to emit; a
 // transaction read back from disk goes in parts of chunk changes.
-func (p *Pipeline) route(ctx context.Context, t *cdc.Txn, producer string, emit func(*txnItem) error) error {
+func (p *Pipeline) route(ctx context.Context, rr *routerRev, t *cdc.Txn, producer string, emit func(*txnItem) error) error {
 	if t.Rest != nil {
 		defer t.Rest.Close()
 	}
@@ -53,7 +54,7 @@ func (p *Pipeline) route(ctx context.Context, t *cdc.Txn, producer string, emit 
 		p.obs.Routed(t, it.commit, it.changes, it.last) // spans, traceparent headers, counters
 		return emit(it)
 	}
-	newItem := func() *txnItem { return &txnItem{commit: t.CommitLSN} }
+	newItem := func() *txnItem { return &txnItem{commit: t.CommitLSN, rev: rr.rev} }
 	it := newItem()
 	// add routes cs, changes read back from disk into a reused buffer, and
 	// appends copies of the routed ones to it.
@@ -64,7 +65,7 @@ func (p *Pipeline) route(ctx context.Context, t *cdc.Txn, producer string, emit 
 		for i := range cs {
 			c := &cs[i]
 			c.Producer = producer
-			dests, ok, err := p.router.Route(c)
+			dests, ok, err := rr.r.Route(c)
 			if err != nil {
 				return fatal{err}
 			}
@@ -86,7 +87,7 @@ func (p *Pipeline) route(ctx context.Context, t *cdc.Txn, producer string, emit 
 		for i := range cs {
 			c := &cs[i]
 			c.Producer = producer
-			dests, ok, err := p.router.Route(c)
+			dests, ok, err := rr.r.Route(c)
 			if err != nil {
 				return false, fatal{err}
 			}

@@ -82,7 +82,7 @@ func TestRouteHandsOverParts(t *testing.T) {
 			}
 			held := txn.Changes
 			var parts []*txnItem
-			require.NoError(t, p.route(t.Context(), txn, "prod", func(it *txnItem) error {
+			require.NoError(t, p.route(t.Context(), p.cur.Load(), txn, "prod", func(it *txnItem) error {
 				parts = append(parts, it)
 				return nil
 			}))

@@ -33,6 +33,7 @@ func (p *Pipeline) write(rctx, parent context.Context, items <-chan []*txnItem, 
 	n := 0                // changes buffered
 	var firstAt time.Time // when the buffer took its first change
 	var done cdc.LSN      // last transaction fully buffered
+	doneRev := start.rev  // the configuration revision it was routed by
 	boundary := true      // the buffer ends at a transaction boundary
 
 	flush := func() error {
@@ -76,7 +77,7 @@ func (p *Pipeline) write(rctx, parent context.Context, items <-chan []*txnItem, 
 		}
 		cursors = after
 		if done != 0 {
-			m := mark{lsn: done, cursors: after}
+			m := mark{lsn: done, cursors: after, rev: doneRev}
 			if !boundary {
 				m.cursors = before
 			}
@@ -107,7 +108,7 @@ func (p *Pipeline) write(rctx, parent context.Context, items <-chan []*txnItem, 
 			n++
 			if it.last && j == len(it.changes)-1 {
 				// The buffer now holds the whole transaction.
-				done, boundary = it.commit, true
+				done, boundary, doneRev = it.commit, true, it.rev
 			} else {
 				boundary = false
 			}
@@ -119,7 +120,7 @@ func (p *Pipeline) write(rctx, parent context.Context, items <-chan []*txnItem, 
 			}
 		}
 		if it.last && len(it.changes) == 0 {
-			done, boundary = it.commit, true
+			done, boundary, doneRev = it.commit, true, it.rev
 		}
 		return nil
 	}

@@ -1,6 +1,7 @@
 package retry
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bridgecdc/bridge/bridge/checkpoint"
+	"github.com/bridgecdc/bridge/internal/natsconn"
 	"github.com/bridgecdc/bridge/sinks"
 	"github.com/bridgecdc/bridge/sources"
 )
@@ -33,7 +35,10 @@ import (
 //     exist (3D000, 42P01, 42704), a server that cannot do logical decoding
 //     (55000 wal_level, 0A000), an invalid name (42602);
 //   - NATS refusing the credentials or a permission (authorization
-//     violation, expired or revoked credentials, permissions violation);
+//     violation, expired or revoked credentials, permissions violation),
+//     and TLS failures (a server certificate that does not verify, a
+//     client certificate refused): internal/natsconn explains them as a
+//     *natsconn.Error with the key, the file and the fix;
 //   - JetStream refusing the configuration: replicas on a server that is
 //     not clustered, JetStream not enabled, a stream name or subjects
 //     already used with another configuration, an invalid stream
@@ -67,13 +72,26 @@ func Permanent(err error) (fix string, ok bool) {
 		}
 		return "", false
 	}
+	var nce *natsconn.Error
+	if errors.As(err, &nce) {
+		return "", true // a NATS TLS, credentials or permission problem; it says the fix
+	}
+	var (
+		unknownCA x509.UnknownAuthorityError
+		badHost   x509.HostnameError
+		invalid   x509.CertificateInvalidError
+	)
 	switch {
 	case errors.Is(err, nats.ErrAuthorization):
-		return "check the NATS credentials (nats.creds, nats.user/password, nats.token, or the sink's own)", true
+		return "check the NATS credentials (nats.creds, nats.nkey_seed_file, nats.user/password, nats.token, nats.context, or the sink's own)", true
 	case errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked):
 		return "renew the NATS credentials (nats.creds)", true
 	case errors.Is(err, nats.ErrPermissionViolation) || strings.Contains(strings.ToLower(err.Error()), "permissions violation"):
-		return "grant the bridge's NATS user the permission named above (publish on the route subjects, $JS.API.> and $KV.<bucket>.>)", true
+		return "grant the bridge's NATS user the permission named above (docs/security.md lists them: publish on the stream's subjects, its $JS.API subjects and $KV.<bucket>.>, subscribe to _INBOX.>)", true
+	case errors.As(err, &unknownCA), errors.As(err, &badHost), errors.As(err, &invalid):
+		// TLS problems the connection code did not explain: a certificate
+		// that stays wrong until a file or a setting changes.
+		return "the server's certificate cannot be verified: check the CA and server name the connection uses (nats.tls.ca_file and server_name, or the sink's own tls keys) and the certificate's validity", true
 	}
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {

@@ -85,24 +85,6 @@ type Router struct {
 	contextPrefix string
 }
 
-// SinksOf returns the names of the sinks that cfg's routes can send
-// source's changes to, sorted.
-func SinksOf(cfg *config.Config, source string) []string {
-	var out []string
-	for _, rc := range cfg.Routes {
-		if len(rc.Match.Sources) > 0 && !slices.Contains(rc.Match.Sources, source) {
-			continue
-		}
-		for _, s := range rc.Sinks {
-			if !slices.Contains(out, s) {
-				out = append(out, s)
-			}
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
 // New compiles cfg's routes. sinkIndex maps sink names to the indexes
 // Route returns. contextPrefix is the prefix of the logical messages that
 // carry a writer's trace context (telemetry.tracing.context_prefix; "" when
@@ -114,7 +96,7 @@ func New(cfg *config.Config, sinkIndex map[string]int, contextPrefix string) (*R
 
 // NewFor is New for the pipeline of one source: it compiles only the routes
 // whose match can take source's changes, so sinkIndex needs only the sinks
-// those routes name (SinksOf). source "" compiles every route.
+// those routes name (config.Config.RouteSinks). source "" compiles every route.
 func NewFor(cfg *config.Config, source string, sinkIndex map[string]int, contextPrefix string) (*Router, error) {
 	r := &Router{unrouted: cfg.Unrouted, contextPrefix: contextPrefix}
 	var errs []error

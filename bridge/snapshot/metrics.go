@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,9 +15,17 @@ type Collector struct {
 	mgrs []*Manager
 }
 
+// Add reports m's snapshots.
 func (c *Collector) Add(m *Manager) {
 	c.mu.Lock()
 	c.mgrs = append(c.mgrs, m)
+	c.mu.Unlock()
+}
+
+// Remove stops reporting m's snapshots (its source was removed or rebuilt).
+func (c *Collector) Remove(m *Manager) {
+	c.mu.Lock()
+	c.mgrs = slices.DeleteFunc(c.mgrs, func(x *Manager) bool { return x == m })
 	c.mu.Unlock()
 }
 

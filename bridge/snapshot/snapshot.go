@@ -42,8 +42,11 @@ type State struct {
 // every table the source streams). `bridge snapshot` writes it under
 // RequestKey.
 type Request struct {
-	ID     string    `json:"id"`
-	Tables []string  `json:"tables,omitempty"`
+	ID     string   `json:"id"`
+	Tables []string `json:"tables,omitempty"`
+	// Where limits the rows read (sources.ParseWhere's syntax); "" reads
+	// every row.
+	Where  string    `json:"where,omitempty"`
 	Reason string    `json:"reason"` // "initial" or "request"
 	At     time.Time `json:"at"`
 }
@@ -54,6 +57,7 @@ type Run struct {
 	Reason   string     `json:"reason"`
 	Epoch    string     `json:"epoch"`
 	Request  []string   `json:"request,omitempty"` // the tables asked for
+	Where    string     `json:"where,omitempty"`   // the rows asked for (sources.ParseWhere)
 	Resolved bool       `json:"resolved"`          // Tables holds the resolved tables
 	Tables   []Table    `json:"tables"`
 	Started  time.Time  `json:"started"`

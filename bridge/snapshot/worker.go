@@ -92,6 +92,7 @@ func (r *snapRun) next(ctx context.Context) (int, sources.SnapshotTable, []strin
 		q := r.st.Queue[0]
 		r.st.Queue = r.st.Queue[1:]
 		r.st.Current = newRun(q.ID, q.Reason, r.epoch, q.Tables)
+		r.st.Current.Where = q.Where
 		rev, err := r.m.save(ctx, &r.st, r.rev)
 		if err != nil {
 			return 0, sources.SnapshotTable{}, nil, false, err
@@ -107,6 +108,9 @@ func (r *snapRun) next(ctx context.Context) (int, sources.SnapshotTable, []strin
 		// Resolving may count rows: not under the lock Ack needs.
 		r.mu.Unlock()
 		tables, err := r.sn.SnapshotTables(ctx, cur.Request)
+		if err == nil && cur.Where != "" {
+			err = checkWhere(ctx, r.sn, tables, cur.Where)
+		}
 		r.mu.Lock()
 		if r.st.Current != cur {
 			return 0, sources.SnapshotTable{}, nil, false, nil // replaced meanwhile; look again
@@ -169,10 +173,37 @@ func (r *snapRun) next(ctx context.Context) (int, sources.SnapshotTable, []strin
 	}
 	for i := range cur.Tables {
 		if !r.memDone[i] {
-			return i, cur.Tables[i].source(), *r.cursor[i], true, nil
+			t := cur.Tables[i].source()
+			if cur.Where != "" {
+				var err error
+				if t.Where, err = sources.ParseWhere(cur.Where); err != nil {
+					return 0, sources.SnapshotTable{}, nil, false, err // checked when resolved: not here
+				}
+			}
+			return i, t, *r.cursor[i], true, nil
 		}
 	}
 	return 0, sources.SnapshotTable{}, nil, false, nil
+}
+
+// checkWhere checks a snapshot's where against each of its tables. Its
+// problems are setup errors: the request is refused.
+func checkWhere(ctx context.Context, sn sources.Snapshotter, tables []sources.SnapshotTable, where string) error {
+	conds, err := sources.ParseWhere(where)
+	if err != nil {
+		return &sources.SetupError{What: err.Error(), Fix: "write the where as conditions joined with AND: column = 'text', column > 10, column IN (1, 2), column IS NULL (docs/snapshots.md)"}
+	}
+	wc, ok := sn.(sources.WhereChecker)
+	if !ok {
+		return &sources.SetupError{What: "this source cannot read a snapshot with a where", Fix: "snapshot without --where"}
+	}
+	for _, t := range tables {
+		t.Where = conds
+		if err := wc.CheckWhere(ctx, t); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // readChunk reads one chunk and waits until the reader put it into the

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -18,8 +17,8 @@ import (
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/bridge/checkpoint"
+	"github.com/bridgecdc/bridge/bridge/control"
 	"github.com/bridgecdc/bridge/bridge/pgslot"
-	"github.com/bridgecdc/bridge/bridge/route"
 	"github.com/bridgecdc/bridge/bridge/snapshot"
 	"github.com/bridgecdc/bridge/config"
 	"github.com/bridgecdc/bridge/internal/natsconn"
@@ -40,6 +39,50 @@ type Report struct {
 	OK bool `json:"ok"`
 	// Sources are sorted by name.
 	Sources []Source `json:"sources"`
+	// Via says where the running state came from: "control" (the bridge's
+	// instances answered on Subject) or "direct" (none did: slot,
+	// checkpoint and streams were read directly, the state is unknown).
+	Via string `json:"via"`
+	// Subject is the control subject asked.
+	Subject string `json:"subject"`
+	// ControlError is why no instance answered, when Via is "direct".
+	ControlError string `json:"control_error,omitempty"`
+	// Instances are the running instances that answered, by id.
+	Instances []Instance `json:"instances"`
+}
+
+// Instance is a running process of the bridge, as it answered.
+type Instance struct {
+	ID      string `json:"id"`
+	Version string `json:"version"`
+	// ConfigRev is the revision of its configuration; ConfigFrom where it
+	// read it.
+	ConfigRev  string    `json:"config_rev"`
+	ConfigFrom string    `json:"config_from"`
+	Started    time.Time `json:"started"`
+}
+
+// Running is a source's state as the instance running it reported it.
+type Running struct {
+	// State: starting, streaming, draining, paused, retrying, standby,
+	// fenced, stopped, done.
+	State string    `json:"state"`
+	Since time.Time `json:"since"`
+	// Instance is the instance reporting it: the holder when one holds
+	// the source.
+	Instance string `json:"instance"`
+	Holder   bool   `json:"holder"`
+	// LastError is the error that ended its last run, with its fix.
+	LastError string `json:"last_error,omitempty"`
+	// ConfigRev is the configuration revision the source routes by.
+	ConfigRev string `json:"config_rev"`
+	// Paused, with its reason, who and when: the operator's pause.
+	Paused      bool       `json:"paused"`
+	PauseReason string     `json:"pause_reason,omitempty"`
+	PausedBy    string     `json:"paused_by,omitempty"`
+	PausedAt    *time.Time `json:"paused_at,omitempty"`
+	// Others are the other instances running the source: "id: state".
+	Others []string `json:"others,omitempty"`
 }
 
 // Source is one source's state.
@@ -61,6 +104,9 @@ type Source struct {
 	// Snapshot is the snapshot progress; null when the
 	// source never snapshotted or NATS could not be queried.
 	Snapshot *snapshot.Status `json:"snapshot"`
+	// Running is the state the bridge's instances reported; null when
+	// none answered or none runs the source.
+	Running *Running `json:"running"`
 }
 
 // Slot is the source's replication slot (pg_replication_slots).
@@ -110,26 +156,31 @@ type Stream struct {
 // read.
 func Query(ctx context.Context, cfg *config.Config) *Report {
 	rep := &Report{Bridge: cfg.Name, OK: true}
-	conns := map[string]*nats.Conn{}
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
 	url, natsErr := FindNATS(cfg)
 	rep.NATS = config.Redact(url)
-	base := sinks.NATSEnv{URL: url, Creds: cfg.NATS.Creds, User: cfg.NATS.User, Password: cfg.NATS.Password, Token: cfg.NATS.Token}
-	connect := func(ne sinks.NATSEnv) (jetstream.JetStream, error) {
-		key := strings.Join([]string{ne.URL, ne.Creds, ne.User, ne.Password, ne.Token}, "\x00")
-		nc, ok := conns[key]
-		if !ok {
-			opts := append([]nats.Option{nats.Name("bridge " + cfg.Name + " status"), nats.Timeout(5 * time.Second), nats.MaxReconnects(0)}, natsconn.AuthOptions(ne)...)
-			var err error
-			if nc, err = nats.Connect(ne.URL, opts...); err != nil {
-				return nil, fmt.Errorf("connecting to NATS at %s: %w", config.Redact(ne.URL), err)
-			}
-			conns[key] = nc
+	env := sinks.NATSEnv{URL: url, NATSClient: cfg.NATS.NATSClient}
+	base := natsconn.Env(env)
+	type conn struct {
+		c  natsconn.Conn
+		nc *nats.Conn
+	}
+	var conns []conn
+	defer func() {
+		for _, c := range conns {
+			c.nc.Close()
 		}
+	}()
+	connect := func(c natsconn.Conn) (jetstream.JetStream, error) {
+		for _, o := range conns {
+			if o.c.Same(c) {
+				return jetstream.New(o.nc)
+			}
+		}
+		nc, err := natsconn.Connect(c, "bridge "+cfg.Name+" status", nats.Timeout(5*time.Second), nats.MaxReconnects(0))
+		if err != nil {
+			return nil, err
+		}
+		conns = append(conns, conn{c, nc})
 		return jetstream.New(nc)
 	}
 
@@ -178,22 +229,21 @@ func Query(ctx context.Context, cfg *config.Config) *Report {
 			}
 		}
 
-		for _, sn := range route.SinksOf(cfg, name) {
+		for _, sn := range cfg.RouteSinks(name) {
 			sk := cfg.Sinks[sn]
 			if sk.Type != "nats_jetstream" {
 				continue
 			}
 			stream, _ := sk.Config["stream"].(string)
 			ss := Stream{Sink: sn, Stream: stream}
-			ne := base
-			if u, _ := sk.Config["url"].(string); u != "" {
-				ne = sinks.NATSEnv{URL: u}
-				ne.Creds, _ = sk.Config["creds"].(string)
-				ne.User, _ = sk.Config["user"].(string)
-				ne.Password, _ = sk.Config["password"].(string)
-				ne.Token, _ = sk.Config["token"].(string)
-			} else if natsErr != nil {
-				ss.Error = natsErr.Error()
+			ne, err := natsconn.SinkOf(cfg, sn, env)
+			u, _ := sk.Config["url"].(string)
+			x, _ := sk.Config["context"].(string)
+			if err == nil && natsErr != nil && u == "" && x == "" {
+				err = natsErr // the bridge's NATS, which is not there
+			}
+			if err != nil {
+				ss.Error = err.Error()
 				st.Streams = append(st.Streams, ss)
 				continue
 			}
@@ -242,7 +292,7 @@ func statusCheckpoint(ctx context.Context, js jetstream.JetStream, bucket, key s
 	return cs, nil
 }
 
-func statusStream(ctx context.Context, connect func(sinks.NATSEnv) (jetstream.JetStream, error), ne sinks.NATSEnv, ss *Stream) error {
+func statusStream(ctx context.Context, connect func(natsconn.Conn) (jetstream.JetStream, error), ne natsconn.Conn, ss *Stream) error {
 	if ss.Stream == "" {
 		return errors.New("the sink has no stream")
 	}
@@ -272,6 +322,70 @@ func statusStream(ctx context.Context, connect func(sinks.NATSEnv) (jetstream.Je
 	return nil
 }
 
+// statePriority orders states for the instance a source's Running is
+// taken from when no instance holds it: the most telling first.
+var statePriority = []string{"streaming", "draining", "paused", "retrying", "fenced", "stopped", "done", "starting", "standby"}
+
+// Merge adds what the bridge's instances answered on the status endpoint
+// (replies; subject the subject asked; err why none answered) to rep,
+// and records which path was used.
+func (rep *Report) Merge(subject string, replies []control.StatusReply, err error) {
+	rep.Subject, rep.Instances = subject, []Instance{}
+	if len(replies) == 0 {
+		rep.Via = "direct"
+		if err != nil {
+			rep.ControlError = err.Error()
+		}
+		return
+	}
+	rep.Via = "control"
+	for _, r := range replies {
+		rep.Instances = append(rep.Instances, Instance{ID: r.Instance, Version: r.Version, ConfigRev: r.ConfigRev, ConfigFrom: r.ConfigFrom, Started: r.Started})
+	}
+	for i := range rep.Sources {
+		src := &rep.Sources[i]
+		type seen struct {
+			inst string
+			s    control.SourceStatus
+		}
+		var all []seen
+		for _, r := range replies {
+			for _, s := range r.Sources {
+				if s.Name == src.Name {
+					all = append(all, seen{r.Instance, s})
+				}
+			}
+		}
+		if len(all) == 0 {
+			continue
+		}
+		best := 0
+		rank := func(x seen) int {
+			if x.s.Holder {
+				return -1
+			}
+			if i := slices.Index(statePriority, x.s.State); i >= 0 {
+				return i
+			}
+			return len(statePriority)
+		}
+		for j := range all {
+			if rank(all[j]) < rank(all[best]) {
+				best = j
+			}
+		}
+		b := all[best]
+		run := &Running{State: b.s.State, Since: b.s.Since, Instance: b.inst, Holder: b.s.Holder, LastError: b.s.LastError,
+			ConfigRev: b.s.ConfigRev, Paused: b.s.Paused, PauseReason: b.s.PauseReason, PausedBy: b.s.PausedBy, PausedAt: b.s.PausedAt}
+		for j, x := range all {
+			if j != best {
+				run.Others = append(run.Others, x.inst+": "+x.s.State)
+			}
+		}
+		src.Running = run
+	}
+}
+
 // FindNATS returns the URL of cfg's NATS server for a helper command
 // (status, serve, snapshot): nats.url, or, when it is empty, the embedded
 // server of a running `bridge run`, found through the address it records
@@ -281,6 +395,13 @@ func statusStream(ctx context.Context, connect func(sinks.NATSEnv) (jetstream.Je
 func FindNATS(cfg *config.Config) (string, error) {
 	if cfg.NATS.URL != "" {
 		return cfg.NATS.URL, nil
+	}
+	if cfg.NATS.Context != "" {
+		c, err := natsconn.Resolve("nats", "", cfg.NATS.NATSClient)
+		if err != nil {
+			return "", err
+		}
+		return c.URL, nil
 	}
 	e := cfg.NATS.Embedded
 	host := e.Host
@@ -307,8 +428,38 @@ func FindNATS(cfg *config.Config) (string, error) {
 // Print writes rep for people.
 func Print(w io.Writer, rep *Report) {
 	fmt.Fprintf(w, "bridge %s (NATS %s)\n", rep.Bridge, orDash(rep.NATS))
+	switch rep.Via {
+	case "control":
+		fmt.Fprintf(w, "via         the control endpoint %s: %d instance(s) answered\n", rep.Subject, len(rep.Instances))
+		for _, in := range rep.Instances {
+			fmt.Fprintf(w, "  instance  %s, version %s, config %s (%s), up %s\n", in.ID, orDash(in.Version), orDash(in.ConfigRev),
+				orDash(in.ConfigFrom), time.Since(in.Started).Round(time.Second))
+		}
+	case "direct":
+		why := "no bridge answered"
+		if rep.ControlError != "" {
+			why = rep.ControlError
+		}
+		fmt.Fprintf(w, "via         direct reads of Postgres and the bucket (%s): the running state is unknown\n", why)
+	}
 	for _, s := range rep.Sources {
 		fmt.Fprintf(w, "\nsource %s (%s)\n", s.Name, s.Type)
+		if r := s.Running; r != nil {
+			state := r.State
+			if r.Paused {
+				state += " by " + orDash(r.PausedBy)
+				if r.PauseReason != "" {
+					state += " (" + r.PauseReason + ")"
+				}
+			}
+			fmt.Fprintf(w, "  state       %s on instance %s for %s, config %s\n", state, r.Instance, time.Since(r.Since).Round(time.Second), orDash(r.ConfigRev))
+			for _, o := range r.Others {
+				fmt.Fprintf(w, "  also        %s\n", o)
+			}
+			if r.LastError != "" {
+				fmt.Fprintf(w, "  last error  %s\n", r.LastError)
+			}
+		}
 		if sl := s.Slot; sl != nil {
 			if !sl.Exists {
 				fmt.Fprintf(w, "  slot        %s: does not exist (WAL end %s)\n", sl.Name, sl.CurrentWALLSN)

@@ -110,6 +110,14 @@ func (m *Metrics) Add(pt *Pipe, st PipelineState) {
 	m.mu.Unlock()
 }
 
+// Remove hides pt from /metrics and /readyz: its source was removed or
+// rebuilt by a reload.
+func (m *Metrics) Remove(pt *Pipe) {
+	m.mu.Lock()
+	m.pipes = slices.DeleteFunc(m.pipes, func(x *Pipe) bool { return x == pt })
+	m.mu.Unlock()
+}
+
 // SlotPollFailed counts a failed slot poll of source.
 func (m *Metrics) SlotPollFailed(source string) {
 	m.errors.WithLabelValues(source, "slot_poll").Inc()

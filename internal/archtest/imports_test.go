@@ -33,8 +33,10 @@ var rules = []rule{
 	{from: []string{"bridge/..."}, to: []string{"sources/...", "sinks/...", "plugins/..."}, allow: []string{"sources", "sinks"},
 		why: "the runtime knows plugins by their contracts and registries, never by their packages"},
 	{from: []string{"bridge/pipeline", "bridge/route", "bridge/snapshot"},
-		to:  []string{"bridge/telemetry", "bridge/app", "bridge/cli", "bridge/serve", "bridge/status", "bridge"},
-		why: "the data path knows nothing of telemetry, wiring or commands (telemetry observes it through pipeline.Observer)"},
+		to:  []string{"bridge/telemetry", "bridge/app", "bridge/cli", "bridge/serve", "bridge/status", "bridge/control", "bridge"},
+		why: "the data path knows nothing of telemetry, wiring, the control plane or commands (telemetry observes it through pipeline.Observer)"},
+	{from: []string{"bridge/control"}, to: []string{"bridge/...", "sources/...", "sinks/...", "plugins/...", "config"},
+		why: "the control plane speaks NATS and its own types; it knows the bridge only through control.Bridge, which the App implements"},
 	{from: []string{"bridge/telemetry", "bridge/serve", "bridge/status", "bridge/feeds", "bridge/format", "bridge/checkpoint", "bridge/retry", "bridge/pgslot"},
 		to:  []string{"bridge/pipeline", "bridge/app", "bridge/cli", "bridge"},
 		why: "services and helpers sit below the wiring and the data path"},
@@ -124,6 +126,10 @@ func TestImportRulesCatch(t *testing.T) {
 		{"bridge/app", "plugins"},
 		{"bridge/telemetry", "bridge/pipeline"},
 		{"bridge/app", "bridge/cli"},
+		{"bridge/control", "bridge/app"},
+		{"bridge/control", "bridge/cli"},
+		{"bridge/control", "bridge/pipeline"},
+		{"bridge/pipeline", "bridge/control"},
 	} {
 		got := violations(map[string][]string{c.pkg: {c.imp}})
 		require.NotEmpty(t, got, "%s importing %s must break a rule", c.pkg, c.imp)
@@ -134,6 +140,8 @@ func TestImportRulesCatch(t *testing.T) {
 		{"bridge/pipeline", "bridge/route"},
 		{"cmd/bridge", "bridge"},
 		{"bridge", "bridge/cli"},
+		{"bridge/app", "bridge/control"},
+		{"bridge/cli", "bridge/control"},
 	} {
 		require.Empty(t, violations(map[string][]string{c.pkg: {c.imp}}), "%s may import %s", c.pkg, c.imp)
 	}

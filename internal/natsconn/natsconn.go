@@ -1,11 +1,14 @@
-// Package natsconn holds the bridge's NATS connection settings: the
-// options a NATS setting's credentials give (AuthOptions, for the runtime
-// and the helper commands), and Dial, which dials NATS the way the NATS
-// sinks need it: no
-// reconnect buffer (a publish during an outage fails instead of being sent
-// later behind a gap), unbounded reconnects on DESIGN.md §5's curve, a
-// flusher timeout so a server that stopped reading cannot hang a write, and
-// connection events logged without credentials.
+// Package natsconn holds the bridge's NATS connections: a section of
+// bridge.yaml (nats, or a NATS sink's block) resolved with the nats CLI
+// context it names (Resolve, Conn), its files checked at start (Check),
+// its nats.go options (credentials, TLS), connection failures turned into
+// one line with the fix (Explain, PermissionDenied), Connect for the
+// runtime and the helper commands, and Dial, which dials NATS the way the
+// NATS sinks need it: no reconnect buffer (a publish during an outage
+// fails instead of being sent later behind a gap), unbounded reconnects on
+// DESIGN.md §5's curve, a flusher timeout so a server that stopped
+// reading cannot hang a write, and connection events logged without
+// credentials.
 package natsconn
 
 import (
@@ -19,12 +22,29 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/sinks"
 )
+
+// Connect connects to c.URL as name, with c's credentials and TLS and the
+// extra options (timeouts, reconnects, handlers). An error names the URL
+// (redacted) and, for what retrying cannot cure, is a permanent *Error
+// with the fix (Explain).
+func Connect(c Conn, name string, extra ...nats.Option) (*nats.Conn, error) {
+	o, err := c.Options()
+	if err != nil {
+		return nil, sinks.Permanent(&Error{What: err.Error(), Fix: "correct the file, or the key that names it", Err: err})
+	}
+	opts := append(append([]nats.Option{nats.Name(name)}, extra...), o...)
+	nc, err := nats.Connect(c.URL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to %s: %w", config.Redact(c.URL), c.Explain(err))
+	}
+	return nc, nil
+}
 
 // Settings is one sink's connection.
 type Settings struct {
-	URL                          string
-	Creds, User, Password, Token string
+	Conn
 	// Sink names the connection ("bridge sink <name>").
 	Sink string
 	// FlusherTimeout bounds a write to the socket.
@@ -32,6 +52,7 @@ type Settings struct {
 }
 
 // Dial connects; ctx's deadline (at most 5s) bounds the first connection.
+// It logs a warning when st turns TLS verification off.
 func Dial(ctx context.Context, st Settings, log *slog.Logger) (*nats.Conn, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("connecting to %s: %w", config.Redact(st.URL), err)
@@ -44,8 +65,8 @@ func Dial(ctx context.Context, st Settings, log *slog.Logger) (*nats.Conn, error
 	if st.Sink != "" {
 		name += " sink " + st.Sink
 	}
-	opts := []nats.Option{
-		nats.Name(name),
+	st.Warn(log)
+	return Connect(st.Conn, name,
 		nats.Timeout(timeout),
 		nats.MaxReconnects(-1),
 		// No reconnect buffer: a publish while disconnected fails at once
@@ -65,21 +86,7 @@ func Dial(ctx context.Context, st Settings, log *slog.Logger) (*nats.Conn, error
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			log.Warn("NATS async error", "error", err)
 		}),
-	}
-	switch {
-	case st.Creds != "":
-		opts = append(opts, nats.UserCredentials(st.Creds))
-	case st.User != "":
-		opts = append(opts, nats.UserInfo(st.User, st.Password))
-	}
-	if st.Token != "" {
-		opts = append(opts, nats.Token(st.Token))
-	}
-	nc, err := nats.Connect(st.URL, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("connecting to %s: %w", config.Redact(st.URL), err)
-	}
-	return nc, nil
+	)
 }
 
 // ReconnectDelay is DESIGN.md §5's curve for a lost connection: the client

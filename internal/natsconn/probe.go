@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,9 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-
-	"github.com/bridgecdc/bridge/config"
-	"github.com/bridgecdc/bridge/sinks"
 )
 
 // Probe is a NATS connection for checks that change nothing (`bridge
@@ -27,27 +23,25 @@ type Probe struct {
 	violations []string
 }
 
-// DialProbe connects to url with ne's credentials, once (no reconnects);
-// ctx's deadline (at most 5s) bounds it.
-func DialProbe(ctx context.Context, url string, ne sinks.NATSEnv) (*Probe, error) {
+// DialProbe connects to c.URL with c's credentials and TLS, once (no
+// reconnects); ctx's deadline (at most 5s) bounds it. An error is
+// Connect's.
+func DialProbe(ctx context.Context, c Conn) (*Probe, error) {
 	timeout := 5 * time.Second
 	if d, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, max(time.Until(d), time.Millisecond))
 	}
 	p := &Probe{}
-	opts := append([]nats.Option{
-		nats.Name("bridge validate"),
+	nc, err := Connect(c, "bridge validate",
 		nats.Timeout(timeout),
 		nats.NoReconnect(),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			p.mu.Lock()
 			p.violations = append(p.violations, err.Error())
 			p.mu.Unlock()
-		}),
-	}, AuthOptions(ne)...)
-	nc, err := nats.Connect(url, opts...)
+		}))
 	if err != nil {
-		return nil, fmt.Errorf("connecting to %s: %w", config.Redact(url), err)
+		return nil, err
 	}
 	p.NC = nc
 	return p, nil
@@ -55,8 +49,6 @@ func DialProbe(ctx context.Context, url string, ne sinks.NATSEnv) (*Probe, error
 
 // Close closes the connection.
 func (p *Probe) Close() { p.NC.Close() }
-
-var violationRE = regexp.MustCompile(`(?i)permissions violation for (publish|subscription) to "([^"]+)"`)
 
 // Denied returns the subjects the server refused since the connection
 // opened: publishing to (publish true) or subscribing to.

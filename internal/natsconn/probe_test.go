@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bridgecdc/bridge/internal/natsconn"
-	"github.com/bridgecdc/bridge/sinks"
 )
 
 // TestTryPublish: against a real server, a probe tells a subject no stream
@@ -28,7 +27,7 @@ func TestTryPublish(t *testing.T) {
 	t.Cleanup(ns.Shutdown)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p, err := natsconn.DialProbe(ctx, ns.ClientURL(), sinks.NATSEnv{User: "u", Password: "p"})
+	p, err := natsconn.DialProbe(ctx, natsconn.Conn{URL: ns.ClientURL(), User: "u", Password: "p"})
 	require.NoError(t, err)
 	defer p.Close()
 	js, err := jetstream.New(p.NC)
@@ -51,7 +50,7 @@ func TestTryPublish(t *testing.T) {
 		require.Zero(t, st.CachedInfo().State.Msgs, "a probe was stored in %s", name)
 	}
 
-	_, err = natsconn.DialProbe(ctx, ns.ClientURL(), sinks.NATSEnv{User: "u", Password: "wrong"})
+	_, err = natsconn.DialProbe(ctx, natsconn.Conn{URL: ns.ClientURL(), User: "u", Password: "wrong"})
 	require.Error(t, err)
 	require.True(t, strings.Contains(strings.ToLower(err.Error()), "authorization"), err.Error())
 }

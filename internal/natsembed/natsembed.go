@@ -5,6 +5,7 @@ package natsembed
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -40,6 +41,26 @@ type Options struct {
 	MaxFileStore int64
 	// Logf receives the server's log lines; nil keeps the server silent.
 	Logf func(format string, args ...any)
+
+	// User and Password, or Token, when set, are required of every client
+	// (the bridge's embedded server beyond loopback: nats.user and
+	// nats.password, or nats.token).
+	User, Password, Token string
+
+	// Nkeys are users authenticating with nkeys, with their permissions.
+	// For tests.
+	Nkeys []*server.NkeyUser
+
+	// TLS, when set, makes the server require TLS with this configuration:
+	// its certificate, and, with ClientAuth tls.RequireAndVerifyClientCert
+	// and ClientCAs, client certificates (verify: true). For tests.
+	TLS *tls.Config
+	// TLSHandshakeFirst makes the server expect the TLS handshake before
+	// its INFO (handshake_first: true). For tests, with TLS.
+	TLSHandshakeFirst bool
+	// Operator runs the server in operator mode, trusting the operator and
+	// resolving its accounts' JWTs from memory. For tests; see NewOperator.
+	Operator *Operator
 }
 
 // Server is a running embedded nats-server.
@@ -74,6 +95,25 @@ func Start(o Options) (*Server, error) {
 	if o.SyncAlways {
 		so.SyncAlways = true
 		so.SyncInterval = 2 * time.Minute // ignored with SyncAlways, but must be set
+	}
+	switch {
+	case o.User != "":
+		so.Username, so.Password = o.User, o.Password
+	case o.Token != "":
+		so.Authorization = o.Token
+	}
+	if len(o.Nkeys) > 0 {
+		so.Nkeys = o.Nkeys
+	}
+	if o.TLS != nil {
+		so.TLS, so.TLSConfig, so.TLSTimeout = true, o.TLS, 5
+		so.TLSVerify = o.TLS.ClientAuth == tls.RequireAndVerifyClientCert
+		so.TLSHandshakeFirst = o.TLSHandshakeFirst
+	}
+	if o.Operator != nil {
+		if err := o.Operator.configure(so); err != nil {
+			return nil, fmt.Errorf("starting embedded nats-server: %w", err)
+		}
 	}
 	hp := net.JoinHostPort(o.Host, strconv.Itoa(o.Port))
 	ns, err := server.NewServer(so)

@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nkeys"
+
 	"github.com/bridgecdc/bridge/internal/testport"
 )
 
@@ -53,4 +56,41 @@ func Ports(t testing.TB, n int) []int {
 		}
 	}
 	return out
+}
+
+// UserT makes a user nkey for a test: its public key, for the server's
+// Options.Nkeys, and its seed, for the client.
+func UserT(t testing.TB) (pub string, seed []byte) {
+	t.Helper()
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pub, err = kp.PublicKey(); err != nil {
+		t.Fatal(err)
+	}
+	if seed, err = kp.Seed(); err != nil {
+		t.Fatal(err)
+	}
+	return pub, seed
+}
+
+// CredsT returns the content of a .creds file of a user with every
+// permission in a new operator's account, for tests that need credentials
+// that parse.
+func CredsT(t testing.TB) []byte {
+	t.Helper()
+	op, err := NewOperator("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	acct, err := op.NewAccount("A", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := acct.Creds("bridge", jwt.Permissions{}, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

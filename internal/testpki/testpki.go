@@ -246,6 +246,9 @@ type Certs struct {
 	// certificate for the same role that a server trusting CA refuses; as a
 	// client's root it is a wrong CA.
 	OtherCA, OtherClientCert, OtherClientKey string
+	// ExpiredClientCert and ExpiredClientKey are a client certificate of CA
+	// for the role that expired yesterday.
+	ExpiredClientCert, ExpiredClientKey string
 	// Signer is the CA of the file CA, to issue more certificates.
 	Signer *CA
 }
@@ -258,5 +261,25 @@ func WriteCerts(t testing.TB, dir, role string) *Certs {
 	c.ServerCert, c.ServerKey = ca.WriteFiles(t, dir, "server", Localhost("localhost"))
 	c.ClientCert, c.ClientKey = ca.WriteFiles(t, dir, "client", Leaf{CommonName: role, Client: true})
 	c.OtherClientCert, c.OtherClientKey = other.WriteFiles(t, dir, "other-client", Leaf{CommonName: role, Client: true})
+	c.ExpiredClientCert, c.ExpiredClientKey = ca.WriteFiles(t, dir, "expired-client", Leaf{CommonName: role, Client: true,
+		NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-24 * time.Hour)})
 	return c
+}
+
+// Server issues a server certificate of CA for l, for a server built in
+// the test (tls.Config.Certificates).
+func (c *Certs) Server(t testing.TB, l Leaf) tls.Certificate {
+	t.Helper()
+	certPEM, keyPEM := c.Signer.Issue(t, l)
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert
+}
+
+// Mutual returns a server TLS configuration presenting cert and requiring
+// client certificates of CA (nats-server's verify: true).
+func (c *Certs) Mutual(cert tls.Certificate) *tls.Config {
+	return &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: c.Signer.Pool(), MinVersion: tls.VersionTLS12}
 }

@@ -5,22 +5,20 @@ import (
 	"time"
 
 	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/internal/natsconn"
 )
 
 // Config is the sink's `config:` block.
 type Config struct {
 	// URL is a comma-separated list of NATS server URLs. Default: the
-	// bridge's nats.url (or the embedded server). When URL is empty, the
-	// bridge's nats credentials are used too; when it is set, only the
-	// credentials given here are sent to it.
+	// bridge's nats.url (or the embedded server, or nats.context's). With
+	// url and context empty, the bridge's credentials and tls apply too,
+	// each unless this block sets its own; with url or context set, only
+	// the keys given here are used.
 	URL string `koanf:"url"`
-	// Creds is the path of a .creds file. Optional.
-	Creds string `koanf:"creds"`
-	// User and Password for user/password authentication. Optional; never logged.
-	User     string `koanf:"user"`
-	Password string `koanf:"password"`
-	// Token for token authentication. Optional; never logged.
-	Token string `koanf:"token"`
+	// NATSClient holds context, creds, nkey_seed_file, user, password,
+	// token and tls, as in the nats section.
+	config.NATSClient `koanf:",squash"`
 	// FlushTimeout bounds the flush that ends every Write (and a write to a
 	// server that stopped reading), a duration. Default 5s.
 	FlushTimeout time.Duration `koanf:"flush_timeout"`
@@ -41,5 +39,7 @@ func (c *Config) Validate() error {
 	if c.Password != "" && c.User == "" {
 		errs = append(errs, config.Field("user", "must be set when password is"))
 	}
+	errs = append(errs, config.CheckNATSClient(c.NATSClient)...)
+	errs = append(errs, natsconn.Check("", c.URL, c.NATSClient, time.Now())...)
 	return errors.Join(errs...)
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,6 +42,7 @@ var (
 // may be called at any time, more than once.
 type Sink struct {
 	cfg  Config
+	conn natsconn.Conn // cfg's connection, resolved
 	name string
 	log  *slog.Logger
 	run  string // random per instance, the Bridge-Run header
@@ -51,29 +53,26 @@ type Sink struct {
 }
 
 // New builds a sink from its config block: it fills the defaults, decodes
-// (the decoder validates), takes url and credentials from env.NATS when url
-// is empty, and does no network I/O.
+// (the decoder validates), takes url, credentials and TLS from env.NATS
+// when url and context are empty (natsconn.ForSink), and does no network
+// I/O.
 func New(decode config.Decoder, env sinks.Env) (sinks.Sink, error) {
 	cfg := DefaultConfig()
 	if err := decode(&cfg); err != nil {
 		return nil, err
 	}
-	if cfg.URL == "" {
-		cfg.URL = env.NATS.URL
-		if cfg.Creds == "" && cfg.User == "" && cfg.Token == "" {
-			cfg.Creds, cfg.User, cfg.Password, cfg.Token = env.NATS.Creds, env.NATS.User, env.NATS.Password, env.NATS.Token
-		}
+	conn, err := natsconn.ForSink("sinks."+env.Name+".config", cfg.URL, cfg.NATSClient, env.NATS)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.URL == "" {
-		cfg.URL = nats.DefaultURL
-	}
+	cfg.URL = conn.URL
 	log := env.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	return &Sink{cfg: cfg, name: env.Name, log: log, run: hex.EncodeToString(b[:])}, nil
+	return &Sink{cfg: cfg, conn: conn, name: env.Name, log: log, run: hex.EncodeToString(b[:])}, nil
 }
 
 // AtMostOnce returns true: the pipeline does not hold back the checkpoint
@@ -116,8 +115,7 @@ func (s *Sink) Connect(ctx context.Context) error {
 }
 
 func (s *Sink) dial(ctx context.Context) (*nats.Conn, error) {
-	return natsconn.Dial(ctx, natsconn.Settings{URL: s.cfg.URL, Creds: s.cfg.Creds, User: s.cfg.User, Password: s.cfg.Password,
-		Token: s.cfg.Token, Sink: s.name, FlusherTimeout: s.cfg.FlushTimeout}, s.log)
+	return natsconn.Dial(ctx, natsconn.Settings{Conn: s.conn, Sink: s.name, FlusherTimeout: s.cfg.FlushTimeout}, s.log)
 }
 
 // Write publishes the batch in order, then flushes once, bounded by ctx and
@@ -178,6 +176,11 @@ func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
 				return fmt.Errorf("%s: flushing: %w: %w", doing, sinks.ErrNotConnected, err)
 			}
 			return fmt.Errorf("%s: flushing: %w", doing, err)
+		}
+		// The server refuses a publish apart from it, before the flush's
+		// answer: a subject of this batch it refused was not delivered.
+		if subject, denied := natsconn.LastRefusal(nc); denied != nil && slices.ContainsFunc(batch[:stop], func(c cdc.Change) bool { return c.Subject == subject }) {
+			return fmt.Errorf("%s: %w", doing, denied)
 		}
 	}
 	return berr.Err()

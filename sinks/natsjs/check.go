@@ -36,7 +36,7 @@ func (s *Sink) Check(ctx context.Context, req sinks.CheckRequest) []config.Check
 	var out []config.Check
 	add := func(c ...config.Check) { out = append(out, c...) }
 	name, url := s.cfg.Stream, redact(s.cfg.URL)
-	p, err := natsconn.DialProbe(ctx, s.cfg.URL, sinks.NATSEnv{URL: s.cfg.URL, Creds: s.cfg.Creds, User: s.cfg.User, Password: s.cfg.Password, Token: s.cfg.Token})
+	p, err := natsconn.DialProbe(ctx, s.nconn)
 	if err != nil {
 		return append(out, config.Check{Status: config.CheckFail, What: config.Redact(err.Error()), Fix: s.connectFix(err)})
 	}
@@ -256,7 +256,10 @@ func (s *Sink) apiFail(p *natsconn.Probe, doing, subject string, err error) conf
 func (s *Sink) connectFix(err error) string {
 	msg := strings.ToLower(err.Error())
 	keys := fmt.Sprintf("sinks.%s.config.creds, user, password or token (or the nats section, when url is empty)", s.name)
+	var explained *natsconn.Error
 	switch {
+	case errors.As(err, &explained):
+		return "" // the error says its fix
 	case strings.Contains(msg, "authorization"), strings.Contains(msg, "authentication"):
 		return "check the credentials: " + keys
 	case strings.Contains(msg, "no servers available"), strings.Contains(msg, "connection refused"):

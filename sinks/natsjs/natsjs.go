@@ -61,10 +61,11 @@ var (
 // sinks.Sink contract: Write is never called concurrently with itself;
 // Close may be called at any time, more than once.
 type Sink struct {
-	cfg  Config
-	name string
-	log  *slog.Logger
-	run  string // random per instance, the Bridge-Run header
+	cfg   Config
+	nconn natsconn.Conn // cfg's connection, resolved
+	name  string
+	log   *slog.Logger
+	run   string // random per instance, the Bridge-Run header
 	// expStream is the Nats-Expected-Stream header's value, shared by
 	// every message (capacity 1: an append copies it).
 	expStream []string
@@ -85,8 +86,9 @@ type Sink struct {
 }
 
 // New builds a sink from its config block: it fills the defaults, decodes
-// (the decoder validates), takes url and credentials from env.NATS when url
-// is empty, and does no network I/O.
+// (the decoder validates), takes url, credentials and TLS from env.NATS
+// when url and context are empty (natsconn.ForSink), and does no network
+// I/O.
 func New(decode config.Decoder, env sinks.Env) (sinks.Sink, error) {
 	cfg := DefaultConfig()
 	cfg.Subjects = nil // a decoded list must not merge with the default one
@@ -99,22 +101,18 @@ func New(decode config.Decoder, env sinks.Env) (sinks.Sink, error) {
 	if d := cfg.DeadLetterSubject; d != "" && cfg.CreateStream && !covered(cfg.Subjects, d) {
 		cfg.Subjects = append(cfg.Subjects, d) // the stream binds its dead letters too
 	}
-	if cfg.URL == "" {
-		cfg.URL = env.NATS.URL
-		if cfg.Creds == "" && cfg.User == "" && cfg.Token == "" {
-			cfg.Creds, cfg.User, cfg.Password, cfg.Token = env.NATS.Creds, env.NATS.User, env.NATS.Password, env.NATS.Token
-		}
+	conn, err := natsconn.ForSink("sinks."+env.Name+".config", cfg.URL, cfg.NATSClient, env.NATS)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.URL == "" {
-		cfg.URL = nats.DefaultURL
-	}
+	cfg.URL = conn.URL
 	log := env.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	return &Sink{cfg: cfg, name: env.Name, log: log, run: hex.EncodeToString(b[:]), expStream: []string{cfg.Stream}[:1:1]}, nil
+	return &Sink{cfg: cfg, nconn: conn, name: env.Name, log: log, run: hex.EncodeToString(b[:]), expStream: []string{cfg.Stream}[:1:1]}, nil
 }
 
 // Run returns the instance's random run id, sent as the Bridge-Run header.
@@ -167,8 +165,7 @@ func (s *Sink) Connect(ctx context.Context) error {
 }
 
 func (s *Sink) dial(ctx context.Context) (*nats.Conn, jetstream.JetStream, *acker, error) {
-	nc, err := natsconn.Dial(ctx, natsconn.Settings{URL: s.cfg.URL, Creds: s.cfg.Creds, User: s.cfg.User, Password: s.cfg.Password,
-		Token: s.cfg.Token, Sink: s.name, FlusherTimeout: s.cfg.AckTimeout}, s.log)
+	nc, err := natsconn.Dial(ctx, natsconn.Settings{Conn: s.nconn, Sink: s.name, FlusherTimeout: s.cfg.AckTimeout}, s.log)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -273,7 +270,9 @@ func (s *Sink) ensureStream(ctx context.Context, nc *nats.Conn, js jetstream.Jet
 }
 
 func (s *Sink) streamErr(nc *nats.Conn, doing string, err error) error {
-	switch {
+	switch denied := natsconn.PermissionDenied(nc, err); {
+	case denied != nil: // the JetStream API's answer never came
+		return fmt.Errorf("%s: %w", doing, denied)
 	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
 		return fmt.Errorf("%s: JetStream is not enabled on %s (start nats-server with -js, or enable it for the account): %w",
 			doing, redact(s.cfg.URL), err)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"go/parser"
 	"go/token"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -32,23 +34,27 @@ func TestRegistered(t *testing.T) {
 }
 
 func TestConfig(t *testing.T) {
-	env := sinks.Env{Name: "main", NATS: sinks.NATSEnv{URL: "nats://env:4222", User: "u", Password: "p"}}
+	env := sinks.Env{Name: "main", NATS: sinks.NATSEnv{URL: "nats://env:4222", NATSClient: config.NATSClient{User: "u", Password: "p"}}}
 
 	t.Run("defaults", func(t *testing.T) {
 		sk, err := New(decoderFor(map[string]any{"stream": "CDC"}), env)
 		require.NoError(t, err)
 		cfg := sk.(*Sink).cfg
 		want := DefaultConfig()
-		want.Stream, want.URL, want.User, want.Password = "CDC", "nats://env:4222", "u", "p"
+		want.Stream, want.URL = "CDC", "nats://env:4222"
 		require.Equal(t, want, cfg)
+		conn := sk.(*Sink).nconn
+		require.Equal(t, "nats://env:4222", conn.URL)
+		require.Equal(t, "u", conn.User)
+		require.Equal(t, "p", conn.Password)
 	})
 	t.Run("own url gets no env credentials", func(t *testing.T) {
 		sk, err := New(decoderFor(map[string]any{"stream": "CDC", "url": "nats://other:4222"}), env)
 		require.NoError(t, err)
 		cfg := sk.(*Sink).cfg
 		require.Equal(t, "nats://other:4222", cfg.URL)
-		require.Empty(t, cfg.User)
-		require.Empty(t, cfg.Password)
+		require.Empty(t, sk.(*Sink).nconn.User)
+		require.Empty(t, sk.(*Sink).nconn.Password)
 	})
 	t.Run("subjects replace the default", func(t *testing.T) {
 		sk, err := New(decoderFor(map[string]any{"stream": "CDC", "subjects": []any{"a.>", "b.*"}}), env)
@@ -71,6 +77,9 @@ func TestConfig(t *testing.T) {
 		{"max pending", map[string]any{"stream": "S", "max_pending": 0}, "max_pending", "must be > 0"},
 		{"ack timeout", map[string]any{"stream": "S", "ack_timeout": "-1s"}, "ack_timeout", "must be > 0"},
 		{"password without user", map[string]any{"stream": "S", "password": "secret"}, "user", "must be set"},
+		{"client certificate without its key", map[string]any{"stream": "S", "tls": map[string]any{"cert_file": "/c.crt"}}, "tls.key_file", "must be set with cert_file"},
+		{"CA file that does not exist", map[string]any{"stream": "S", "tls": map[string]any{"ca_file": "/nonexistent/ca.crt"}}, "tls.ca_file", "open /nonexistent/ca.crt: no such file or directory"},
+		{"creds and nkey seed", map[string]any{"stream": "S", "creds": "/a.creds", "nkey_seed_file": "/a.nk"}, "nkey_seed_file", "not both"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := New(decoderFor(tc.raw), env)
@@ -85,6 +94,16 @@ func TestConfig(t *testing.T) {
 		_, err := New(decoderFor(map[string]any{"stream": "S", "subjcet": "x"}), env)
 		require.ErrorContains(t, err, "subjcet")
 	})
+}
+
+// exampleCreds writes a .creds file that parses, for a doc example whose
+// creds key names a file that exists only in production (Validate reads
+// it), and returns its path.
+func exampleCreds(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "bridge.creds")
+	require.NoError(t, os.WriteFile(p, natsembed.CredsT(t), 0o600))
+	return p
 }
 
 // TestDocExample decodes the YAML example of doc.go.
@@ -107,6 +126,8 @@ func TestDocExample(t *testing.T) {
 	require.NoError(t, yaml.Unmarshal([]byte(strings.Join(lines, "\n")), &doc))
 	main := doc.Sinks["main"]
 	require.Equal(t, "nats_jetstream", main.Type)
+	require.Equal(t, "/etc/bridge/bridge.creds", main.Config["creds"])
+	main.Config["creds"] = exampleCreds(t)
 	sk, err := New(decoderFor(main.Config), sinks.Env{})
 	require.NoError(t, err)
 	cfg := sk.(*Sink).cfg

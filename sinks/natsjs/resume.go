@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/internal/natsconn"
 	"github.com/bridgecdc/bridge/sinks"
 )
 
@@ -59,10 +60,15 @@ func (s *Sink) Cursor() string {
 // beyond its last one: a recreated stream) up to the stream's last sequence
 // at the time of the call, and keeps messages whose Nats-Msg-Id belongs to
 // producer. Call it after Connect; ctx bounds the whole read.
-func (s *Sink) Delivered(ctx context.Context, producer, cursor string) (map[cdc.Pos]struct{}, error) {
+func (s *Sink) Delivered(ctx context.Context, producer, cursor string) (_ map[cdc.Pos]struct{}, err error) {
 	s.mu.Lock()
-	js := s.js
+	js, nc := s.js, s.nc
 	s.mu.Unlock()
+	defer func() {
+		if denied := natsconn.PermissionDenied(nc, err); denied != nil {
+			err = fmt.Errorf("reading stream %q: %w", s.cfg.Stream, denied)
+		}
+	}()
 	if js == nil {
 		return nil, fmt.Errorf("reading stream %q: %w", s.cfg.Stream, sinks.ErrNotConnected)
 	}

@@ -418,7 +418,9 @@ func (s *Sink) publishErr(nc *nats.Conn, c *cdc.Change, size int, err error) err
 	doing := fmt.Sprintf("publishing %s to %q", c.ID(), c.Subject)
 	var apiErr *jetstream.APIError
 	errors.As(err, &apiErr)
-	switch {
+	switch denied := natsconn.PermissionDenied(nc, err); {
+	case denied != nil: // the ack never came: the server refused a permission
+		return fmt.Errorf("%s: %w", doing, denied)
 	case errors.Is(err, nats.ErrMaxPayload):
 		return sinks.Permanent(fmt.Errorf("%s: the message is %d bytes, over the server's max_payload of %d: %w",
 			doing, size, nc.MaxPayload(), err))

@@ -56,6 +56,7 @@ var errClosed = errors.New("natskv: sink closed")
 // any time, more than once.
 type Sink struct {
 	cfg  Config
+	conn natsconn.Conn // cfg's connection, resolved
 	name string
 	log  *slog.Logger
 
@@ -74,27 +75,24 @@ type Sink struct {
 }
 
 // New builds a sink from its config block: it fills the defaults, decodes
-// (the decoder validates), takes url and credentials from env.NATS when url
-// is empty, and does no network I/O.
+// (the decoder validates), takes url, credentials and TLS from env.NATS
+// when url and context are empty (natsconn.ForSink), and does no network
+// I/O.
 func New(decode config.Decoder, env sinks.Env) (sinks.Sink, error) {
 	cfg := DefaultConfig()
 	if err := decode(&cfg); err != nil {
 		return nil, err
 	}
-	if cfg.URL == "" {
-		cfg.URL = env.NATS.URL
-		if cfg.Creds == "" && cfg.User == "" && cfg.Token == "" {
-			cfg.Creds, cfg.User, cfg.Password, cfg.Token = env.NATS.Creds, env.NATS.User, env.NATS.Password, env.NATS.Token
-		}
+	conn, err := natsconn.ForSink("sinks."+env.Name+".config", cfg.URL, cfg.NATSClient, env.NATS)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.URL == "" {
-		cfg.URL = nats.DefaultURL
-	}
+	cfg.URL = conn.URL
 	log := env.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Sink{cfg: cfg, name: env.Name, log: log, toastWarned: map[string]bool{}}, nil
+	return &Sink{cfg: cfg, conn: conn, name: env.Name, log: log, toastWarned: map[string]bool{}}, nil
 }
 
 // Connect dials the servers (unless already connected) and makes sure the
@@ -114,8 +112,7 @@ func (s *Sink) Connect(ctx context.Context) error {
 
 	if nc == nil || nc.IsClosed() {
 		var err error
-		nc, err = natsconn.Dial(ctx, natsconn.Settings{URL: s.cfg.URL, Creds: s.cfg.Creds, User: s.cfg.User, Password: s.cfg.Password,
-			Token: s.cfg.Token, Sink: s.name, FlusherTimeout: s.cfg.AckTimeout}, s.log)
+		nc, err = natsconn.Dial(ctx, natsconn.Settings{Conn: s.conn, Sink: s.name, FlusherTimeout: s.cfg.AckTimeout}, s.log)
 		if err != nil {
 			return err
 		}

@@ -81,11 +81,14 @@ type snapState struct {
 
 // snapMeta is what a chunk read needs of a table.
 type snapMeta struct {
-	rel   *cdc.Relation
-	types []*pgtypes.Type
-	key   []int // indexes of the key columns in rel.Columns
-	first string
-	next  string
+	rel     *cdc.Relation
+	types   []*pgtypes.Type
+	formats []string // format_type of each column, for casts of parameters
+	key     []int    // indexes of the key columns in rel.Columns
+	first   string
+	next    string
+	from    string // SELECT <columns> FROM <table>
+	order   string // ORDER BY <key>
 }
 
 // SnapshotOptions implements sources.Snapshotter.
@@ -279,6 +282,7 @@ func (st *snapState) meta(ctx context.Context, t sources.SnapshotTable) (*snapMe
 		isKey := slices.Contains(t.Key, c.name)
 		m.rel.Columns = append(m.rel.Columns, cdc.Column{Name: c.name, Type: typ.Name, OID: c.oid, Key: isKey})
 		m.types = append(m.types, typ)
+		m.formats = append(m.formats, c.format)
 		sel = append(sel, pgx.Identifier{c.name}.Sanitize())
 	}
 	for i, k := range t.Key {
@@ -294,6 +298,7 @@ func (st *snapState) meta(ctx context.Context, t sources.SnapshotTable) (*snapMe
 	}
 	from := "SELECT " + strings.Join(sel, ", ") + " FROM " + pgx.Identifier{t.Schema, t.Table}.Sanitize()
 	tail := " ORDER BY " + strings.Join(order, ", ") + " LIMIT $%d"
+	m.from, m.order = from, " ORDER BY "+strings.Join(order, ", ")
 	m.first = from + fmt.Sprintf(tail, 1)
 	m.next = from + " WHERE (" + strings.Join(keyTuple, ", ") + ") > (" + strings.Join(params, ", ") + ")" + fmt.Sprintf(tail, len(t.Key)+1)
 	st.tables[name] = m
@@ -333,7 +338,11 @@ func (s *Source) ReadChunk(ctx context.Context, t sources.SnapshotTable, after [
 		return nil, err
 	}
 	sql, args := m.first, [][]byte{fmt.Appendf(nil, "%d", limit)}
-	if after != nil {
+	if len(t.Where) > 0 {
+		if sql, args, err = m.filtered(t, after, limit); err != nil {
+			return nil, err
+		}
+	} else if after != nil {
 		if len(after) != len(m.key) {
 			return nil, fmt.Errorf("snapshot of %s: resume key has %d values, the table's key %d", t.Name(), len(after), len(m.key))
 		}
@@ -383,4 +392,95 @@ func (s *Source) ReadChunk(ctx context.Context, t sources.SnapshotTable, after [
 	return ch, nil
 }
 
-var _ sources.Snapshotter = (*Source)(nil)
+var (
+	_ sources.Snapshotter  = (*Source)(nil)
+	_ sources.WhereChecker = (*Source)(nil)
+)
+
+// whereOps are the comparison operators a where may use (sources.Cond).
+var whereOps = map[string]bool{"=": true, "<>": true, "<": true, "<=": true, ">": true, ">=": true}
+
+// filtered returns the query of a chunk of t restricted by t.Where, and
+// its parameters: each column of the where is checked to be one of the
+// table's and quoted as an identifier, each value is a parameter cast to
+// the column's type, so a where never adds SQL of its own.
+func (m *snapMeta) filtered(t sources.SnapshotTable, after []string, limit int) (string, [][]byte, error) {
+	var conds []string
+	var args [][]byte
+	param := func(v string, col int) string {
+		args = append(args, []byte(v))
+		return fmt.Sprintf("$%d::%s", len(args), m.formats[col])
+	}
+	if after != nil {
+		if len(after) != len(m.key) {
+			return "", nil, fmt.Errorf("snapshot of %s: resume key has %d values, the table's key %d", t.Name(), len(after), len(m.key))
+		}
+		var keys, ps []string
+		for i, j := range m.key {
+			keys = append(keys, pgx.Identifier{m.rel.Columns[j].Name}.Sanitize())
+			ps = append(ps, param(after[i], j))
+		}
+		conds = append(conds, "("+strings.Join(keys, ", ")+") > ("+strings.Join(ps, ", ")+")")
+	}
+	for _, c := range t.Where {
+		j := slices.IndexFunc(m.rel.Columns, func(col cdc.Column) bool { return col.Name == c.Column })
+		if j < 0 {
+			names := make([]string, len(m.rel.Columns))
+			for i, col := range m.rel.Columns {
+				names[i] = col.Name
+			}
+			return "", nil, &SetupError{What: fmt.Sprintf("the snapshot's where names column %q, which table %s does not have", c.Column, t.Name()),
+				Fix: "use one of its columns: " + strings.Join(names, ", ")}
+		}
+		id := pgx.Identifier{c.Column}.Sanitize()
+		switch {
+		case c.Op == "is null" && len(c.Values) == 0:
+			conds = append(conds, id+" IS NULL")
+		case c.Op == "is not null" && len(c.Values) == 0:
+			conds = append(conds, id+" IS NOT NULL")
+		case c.Op == "in" && len(c.Values) > 0:
+			ps := make([]string, len(c.Values))
+			for i, v := range c.Values {
+				ps[i] = param(v, j)
+			}
+			conds = append(conds, id+" IN ("+strings.Join(ps, ", ")+")")
+		case whereOps[c.Op] && len(c.Values) == 1:
+			conds = append(conds, id+" "+c.Op+" "+param(c.Values[0], j))
+		default:
+			return "", nil, fmt.Errorf("snapshot of %s: condition on %s has operator %q and %d values", t.Name(), c.Column, c.Op, len(c.Values))
+		}
+	}
+	args = append(args, fmt.Appendf(nil, "%d", limit))
+	sql := m.from + " WHERE " + strings.Join(conds, " AND ") + m.order + fmt.Sprintf(" LIMIT $%d", len(args))
+	return sql, args, nil
+}
+
+// CheckWhere implements sources.WhereChecker: it runs t's filtered query
+// with LIMIT 0, so Postgres checks every column and converts every value.
+func (s *Source) CheckWhere(ctx context.Context, t sources.SnapshotTable) error {
+	st, err := s.snapConn(ctx)
+	if err != nil {
+		return err
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.conn == nil {
+		return errSnapClosed
+	}
+	m, err := st.meta(ctx, t)
+	if err != nil {
+		return err
+	}
+	sql, args, err := m.filtered(t, nil, 0)
+	if err != nil {
+		return err
+	}
+	rr := st.conn.PgConn().ExecParams(ctx, sql, args, nil, nil, nil)
+	for rr.NextRow() {
+	}
+	if _, err := rr.Close(); err != nil {
+		return &SetupError{What: fmt.Sprintf("the snapshot's where %s does not apply to table %s: %v", sources.FormatWhere(t.Where), t.Name(), err),
+			Fix: "give each column a literal of its type (text in quotes: 'x'; numbers bare; timestamps as '2024-01-31 12:00:00+00')"}
+	}
+	return nil
+}
