@@ -163,7 +163,7 @@ func (f *Feed) next(ctx context.Context, wait bool) (Batch, error) {
 			// Far behind: share a pass over history with the others.
 			ok, lone := fs.ride(ctx, f, pos)
 			switch {
-			case ok:
+			case ok: // served below, even when ctx has ended meanwhile
 			case ctx.Err() != nil:
 				return Batch{Token: f.token(pos)}, ctx.Err()
 			case lone:

@@ -77,11 +77,23 @@ const (
 	laneStream
 )
 
-// ride waits until a replay has run for f from pos (or ctx ends). It
-// reports whether the replay left f a skip to continue from and, when it
-// did not, whether f must read on its own (no replay can serve it; else
-// the next one will).
-func (fs *Feeds) ride(ctx context.Context, f *Feed, pos uint64) (ok, lone bool) {
+// ride waits until a replay has run for f from pos. It reports whether
+// the replay left f a skip to continue from and, when it did not, whether
+// f must read on its own (no replay can serve it; else the next one will).
+//
+// As a catch-up, the wait is bound by ctx's cancellation and by
+// catchUpBudget, not by ctx's deadline: a client polling with a short
+// timeout, or reconnecting after each answer, would otherwise leave every
+// pass before it ends and never make progress.
+func (fs *Feeds) ride(parent context.Context, f *Feed, pos uint64) (ok, lone bool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), catchUpBudget)
+	defer cancel()
+	stopOnCancel := context.AfterFunc(parent, func() {
+		if errors.Is(parent.Err(), context.Canceled) {
+			cancel()
+		}
+	})
+	defer stopOnCancel()
 	fs.mu.Lock()
 	if fs.closed || f.closed {
 		fs.mu.Unlock()
