@@ -348,24 +348,11 @@ func (f *Feed) catchUp(parent context.Context, pos uint64) ([]Change, error) {
 		return nil, &RefetchError{Reason: ReasonGone, Seq: pos + 1,
 			Detail: fmt.Sprintf("stream %q starts at sequence %d, the token needs %d", fs.cfg.Stream, first, pos+1)}
 	}
-	start, seed := pos+1, false
-	if pos >= 1 && pos >= first {
-		start, seed = pos, true // read the message at pos to learn its producer
-	}
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	cons, err := fs.js.OrderedConsumer(cctx, fs.cfg.Stream, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start,
-	})
+	start, seed := readStart(pos, first)
+	it, stop, err := fs.history(ctx, start, 512)
 	if err != nil {
-		return nil, fmt.Errorf("feeds: creating a consumer on %q at sequence %d: %w", fs.cfg.Stream, start, err)
+		return nil, fmt.Errorf("feeds: %w", err)
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(512))
-	if err != nil {
-		return nil, fmt.Errorf("feeds: reading %q from sequence %d: %w", fs.cfg.Stream, start, err)
-	}
-	defer it.Stop()
-	stop := context.AfterFunc(cctx, it.Stop)
 	defer stop()
 
 	asm := newAssembler()
@@ -431,4 +418,34 @@ func (f *Feed) catchUp(parent context.Context, pos uint64) ([]Change, error) {
 			return out, nil
 		}
 	}
+}
+
+// readStart is where a read from the stream after pos starts, given the
+// stream's first sequence: at pos itself when it is still held (seed), to
+// learn the producer of the transaction it ends, else after it.
+func readStart(pos, first uint64) (start uint64, seed bool) {
+	if pos >= 1 && pos >= first {
+		return pos, true
+	}
+	return pos + 1, false
+}
+
+// history reads the stream from start with a temporary ordered consumer,
+// pulling up to pull messages ahead, until ctx ends or stop is called.
+func (fs *Feeds) history(ctx context.Context, start uint64, pull int) (it jetstream.MessagesContext, stop func(), err error) {
+	cctx, cancel := context.WithCancel(ctx)
+	cons, err := fs.js.OrderedConsumer(cctx, fs.cfg.Stream, jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start,
+	})
+	if err != nil {
+		cancel()
+		return nil, nil, fmt.Errorf("creating a consumer on %q at sequence %d: %w", fs.cfg.Stream, start, err)
+	}
+	it, err = cons.Messages(jetstream.PullMaxMessages(pull))
+	if err != nil {
+		cancel()
+		return nil, nil, fmt.Errorf("reading %q from sequence %d: %w", fs.cfg.Stream, start, err)
+	}
+	undo := context.AfterFunc(cctx, it.Stop)
+	return it, func() { undo(); it.Stop(); cancel() }, nil
 }

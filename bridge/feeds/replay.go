@@ -26,8 +26,6 @@ import (
 	"fmt"
 	"sort"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // skip is what a replay found for one feed: every transaction after from
@@ -408,24 +406,11 @@ func (rp *replayer) fromStream(ctx context.Context, low uint64) (uint64, error) 
 			return 0, nil
 		}
 	}
-	start, seed := low+1, false
-	if low >= 1 && low >= first {
-		start, seed = low, true // read the message at low to learn its producer
-	}
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	cons, err := fs.js.OrderedConsumer(cctx, fs.cfg.Stream, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start,
-	})
+	start, seed := readStart(low, first)
+	it, stop, err := fs.history(ctx, start, 1024)
 	if err != nil {
-		return low, fmt.Errorf("creating a consumer on %q at sequence %d: %w", fs.cfg.Stream, start, err)
+		return low, err
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
-	if err != nil {
-		return low, fmt.Errorf("reading %q from sequence %d: %w", fs.cfg.Stream, start, err)
-	}
-	defer it.Stop()
-	stop := context.AfterFunc(cctx, it.Stop)
 	defer stop()
 
 	asm := newAssembler()
