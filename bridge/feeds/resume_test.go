@@ -165,3 +165,56 @@ func TestResumeFromWaitTokensAgainstOracle(t *testing.T) {
 	require.Greater(t, opens, 10*nFeeds, "clients reopened their feeds often")
 	require.Positive(t, st.Replays, "reopened feeds rode replays")
 }
+
+// TestStormReadsHistoryOnce: many feeds reopened at once from the same old
+// position, behind a new process's window, each with a selective filter
+// (a reconnect storm after a restart): every feed gets its changes, and
+// the stream is read a few times for all of them, not once per feed.
+func TestStormReadsHistoryOnce(t *testing.T) {
+	e := newEnv(t, nil)
+	e.write(e.gen.tx(ins(order{ID: 0, Tenant: -1})))
+	a := e.feeds(Config{})
+	require.Eventually(t, func() bool { return a.Position().Seq >= 1 }, 20*time.Second, 10*time.Millisecond)
+	from := a.Position()
+	a.Close()
+
+	const nFeeds, perFeed = 200, 2
+	const history = nFeeds * perFeed
+	want := make([][]uint64, nFeeds)
+	var batch [][]cdc.Change
+	for i := range history {
+		tenant := int64(i % nFeeds)
+		batch = append(batch, e.gen.tx(ins(order{ID: int64(i + 1), Tenant: tenant})))
+		want[tenant] = append(want[tenant], uint64(i+2))
+		if len(batch) == 100 {
+			e.write(batch...)
+			batch = nil
+		}
+	}
+	e.write(batch...)
+
+	b := e.feeds(Config{WindowTxns: 20, Prewarm: 10})
+	require.Eventually(t, func() bool { return b.Position().Seq >= history+1 }, 20*time.Second, 10*time.Millisecond)
+	require.Greater(t, b.Stats().WindowFrom, from.Seq+1, "the old position is behind the new window")
+	got := make([][]uint64, nFeeds)
+	var wg sync.WaitGroup
+	for i := range nFeeds {
+		f, err := b.Register(Filter{Where: Eq("tenant", int64(i)).Ptr()}, from)
+		require.NoError(t, err)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cs, _ := collect(t, f, perFeed, 60*time.Second)
+			got[i] = seqs(cs)
+		}()
+	}
+	wg.Wait()
+	for i := range nFeeds {
+		require.Equal(t, want[i], got[i], "feed %d", i)
+	}
+	st := b.Stats()
+	t.Logf("%d feeds reopened %d messages back: %+v", nFeeds, history, st)
+	require.Positive(t, st.Replays)
+	// One read per feed would be nFeeds × history (80,000) messages.
+	require.LessOrEqual(t, st.CatchUpMessages, int64(5*(history+1)), "reads of the stream shared by the feeds")
+}
