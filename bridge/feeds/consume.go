@@ -124,7 +124,7 @@ func (fs *Feeds) ingest(c *change, gen uint64) {
 		// at a boundary; feeds behind it find the history gone.
 		fs.log.Warn("feeds: stream sequence jumped (messages deleted by the stream's limits?)", "stream", fs.cfg.Stream, "from", fs.lastSeq+1, "to", c.seq)
 		fs.gaps.Add(1)
-		fs.txs, fs.bytes, fs.pending = nil, 0, nil
+		fs.txs, fs.bytes, fs.pending, fs.evicted = nil, 0, nil, 0
 		fs.asm = newAssembler()
 		fs.haveHead = false
 		fs.wakeAllLocked()
@@ -244,7 +244,15 @@ func (fs *Feeds) evictLocked() {
 	if n == 0 {
 		return
 	}
-	// Copy rather than reslice: readers may hold the old slice, and the
-	// evicted transactions must become garbage.
-	fs.txs = append(make([]*txn, 0, len(fs.txs)-n+len(fs.txs)/4), fs.txs[n:]...)
+	// Reslice, and copy once the evicted part is as long as the rest, so
+	// that evicted transactions become garbage at an amortised cost of one
+	// copy per transaction (copying at every eviction, as a full window
+	// evicts one transaction per message, cost the whole window each
+	// time). Readers hold their own slices; nothing they can see is
+	// overwritten, as appends go past the end of every slice handed out.
+	fs.txs = fs.txs[n:]
+	if fs.evicted += n; fs.evicted >= len(fs.txs) {
+		fs.txs = append(make([]*txn, 0, len(fs.txs)+len(fs.txs)/4), fs.txs...)
+		fs.evicted = 0
+	}
 }

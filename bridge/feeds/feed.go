@@ -62,6 +62,9 @@ type Feed struct {
 	wake    chan struct{}
 	closed  bool
 	failed  error // a must-refetch, returned again by every Next
+	skip    *skip // what a replay found for it, under fs.mu
+	riding  *pass // the replay it waits for, under fs.mu
+	lone    bool  // the last replay could not serve it, under fs.mu
 }
 
 // Token returns the feed's position: everything up to it has been
@@ -94,8 +97,23 @@ func (f *Feed) Close() {
 // return up to a few seconds after ctx's deadline, with what it read from
 // the stream (cancelling ctx stops it at once). A *RefetchError
 // (ErrMustRefetch) ends the feed: every later Next returns it again.
-func (f *Feed) Next(ctx context.Context) (Batch, error) {
+//
+// A Next that returns at ctx's end without changes returns the token the
+// feed has reached: every transaction up to it was scanned and none
+// matched, so a client may keep it (an SSE keep-alive's id) and resume
+// from it anywhere without missing a change.
+func (f *Feed) Next(ctx context.Context) (Batch, error) { return f.next(ctx, true) }
+
+// Poll is Next without the wait for new transactions: when the feed has
+// read everything there is and nothing matched, it returns at once an
+// empty batch with the current token and UpToDate. It still reads what
+// exists (from the window or, behind it, from the stream) and waits for
+// the consumer when it is starting, bounded by ctx as Next is.
+func (f *Feed) Poll(ctx context.Context) (Batch, error) { return f.next(ctx, false) }
+
+func (f *Feed) next(ctx context.Context, wait bool) (Batch, error) {
 	fs := f.fs
+	alone := false
 	for {
 		fs.mu.RLock()
 		if f.closed || fs.closed {
@@ -112,8 +130,12 @@ func (f *Feed) Next(ctx context.Context) (Batch, error) {
 			return Batch{}, f.fail(&RefetchError{Reason: ReasonStream, Detail: fmt.Sprintf("stream %q was recreated", fs.cfg.Stream)})
 		}
 		pos, head, have, from := f.pos, fs.head, fs.haveHead, fs.windowFrom
-		txs, ch := fs.txs, fs.headCh
+		txs, ch, sk := fs.txs, fs.headCh, f.skip
 		fs.mu.RUnlock()
+		if sk != nil && (pos < sk.from || pos >= sk.upto) {
+			f.dropSkip(sk)
+			sk = nil
+		}
 
 		switch {
 		case !have || (pos > head && pos >= from):
@@ -124,6 +146,30 @@ func (f *Feed) Next(ctx context.Context) (Batch, error) {
 			case <-ctx.Done():
 				return Batch{Token: f.token(pos)}, ctx.Err()
 			}
+		case sk != nil:
+			// What a replay found: only the transactions that concern it.
+			out, next, err := f.serveSkip(sk, pos)
+			if len(out) > 0 || err == nil {
+				f.advance(pos, next)
+			}
+			if len(out) > 0 {
+				return Batch{Changes: out, Token: f.token(next), UpToDate: next == head}, nil
+			}
+			if err != nil {
+				return Batch{}, f.fail(err)
+			}
+			continue
+		case !alone && (pos < from || head-pos > fs.cfg.replayGap):
+			// Far behind: share a pass over history with the others.
+			ok, lone := fs.ride(ctx, f, pos)
+			switch {
+			case ok: // served below, even when ctx has ended meanwhile
+			case ctx.Err() != nil:
+				return Batch{Token: f.token(pos)}, ctx.Err()
+			case lone:
+				alone = true // no replay can serve it: read on its own
+			}
+			continue
 		case pos < from:
 			out, err := f.catchUp(ctx, pos)
 			if len(out) > 0 {
@@ -153,6 +199,9 @@ func (f *Feed) Next(ctx context.Context) (Batch, error) {
 		}
 		if next != head {
 			continue
+		}
+		if !wait {
+			return Batch{Token: f.token(next), UpToDate: true}, nil
 		}
 		// Nothing new: park until the consumer finds a match or ctx ends.
 		fs.mu.Lock()
@@ -194,6 +243,14 @@ func (f *Feed) fail(err error) error {
 		f.failed = err
 	}
 	return f.failed
+}
+
+func (f *Feed) dropSkip(sk *skip) {
+	f.fs.mu.Lock()
+	if f.skip == sk {
+		f.skip = nil
+	}
+	f.fs.mu.Unlock()
 }
 
 func (f *Feed) advance(from, to uint64) {
@@ -291,24 +348,11 @@ func (f *Feed) catchUp(parent context.Context, pos uint64) ([]Change, error) {
 		return nil, &RefetchError{Reason: ReasonGone, Seq: pos + 1,
 			Detail: fmt.Sprintf("stream %q starts at sequence %d, the token needs %d", fs.cfg.Stream, first, pos+1)}
 	}
-	start, seed := pos+1, false
-	if pos >= 1 && pos >= first {
-		start, seed = pos, true // read the message at pos to learn its producer
-	}
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	cons, err := fs.js.OrderedConsumer(cctx, fs.cfg.Stream, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start,
-	})
+	start, seed := readStart(pos, first)
+	it, stop, err := fs.history(ctx, start, 512)
 	if err != nil {
-		return nil, fmt.Errorf("feeds: creating a consumer on %q at sequence %d: %w", fs.cfg.Stream, start, err)
+		return nil, fmt.Errorf("feeds: %w", err)
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(512))
-	if err != nil {
-		return nil, fmt.Errorf("feeds: reading %q from sequence %d: %w", fs.cfg.Stream, start, err)
-	}
-	defer it.Stop()
-	stop := context.AfterFunc(cctx, it.Stop)
 	defer stop()
 
 	asm := newAssembler()
@@ -339,6 +383,7 @@ func (f *Feed) catchUp(parent context.Context, pos uint64) ([]Change, error) {
 				Detail: fmt.Sprintf("stream %q no longer holds sequence %d", fs.cfg.Stream, expect)}
 		}
 		expect++
+		fs.catchUpMsgs.Add(1)
 		c, derr := fs.decode(seq, msg.Headers(), msg.Data(), nil)
 		if derr != nil {
 			fs.log.Warn("feeds: message not understood; it matches no feed", "stream", fs.cfg.Stream, "seq", seq, "err", derr)
@@ -373,4 +418,34 @@ func (f *Feed) catchUp(parent context.Context, pos uint64) ([]Change, error) {
 			return out, nil
 		}
 	}
+}
+
+// readStart is where a read from the stream after pos starts, given the
+// stream's first sequence: at pos itself when it is still held (seed), to
+// learn the producer of the transaction it ends, else after it.
+func readStart(pos, first uint64) (start uint64, seed bool) {
+	if pos >= 1 && pos >= first {
+		return pos, true
+	}
+	return pos + 1, false
+}
+
+// history reads the stream from start with a temporary ordered consumer,
+// pulling up to pull messages ahead, until ctx ends or stop is called.
+func (fs *Feeds) history(ctx context.Context, start uint64, pull int) (it jetstream.MessagesContext, stop func(), err error) {
+	cctx, cancel := context.WithCancel(ctx)
+	cons, err := fs.js.OrderedConsumer(cctx, fs.cfg.Stream, jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start,
+	})
+	if err != nil {
+		cancel()
+		return nil, nil, fmt.Errorf("creating a consumer on %q at sequence %d: %w", fs.cfg.Stream, start, err)
+	}
+	it, err = cons.Messages(jetstream.PullMaxMessages(pull))
+	if err != nil {
+		cancel()
+		return nil, nil, fmt.Errorf("reading %q from sequence %d: %w", fs.cfg.Stream, start, err)
+	}
+	undo := context.AfterFunc(cctx, it.Stop)
+	return it, func() { undo(); it.Stop(); cancel() }, nil
 }

@@ -67,6 +67,11 @@ type Config struct {
 	CheckInterval time.Duration
 	// Logger receives warnings. Default slog.Default().
 	Logger *slog.Logger
+
+	// replayGap is how far behind the head (in messages) a feed in the
+	// window rides a replay rather than scanning the window on its own.
+	// Default 4096; tests lower it.
+	replayGap uint64
 }
 
 func (c *Config) defaults() {
@@ -96,6 +101,9 @@ func (c *Config) defaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.replayGap == 0 {
+		c.replayGap = 4096
 	}
 }
 
@@ -175,6 +183,9 @@ type Stats struct {
 	WindowTxns      int
 	Serialisations  int64 // change encodings made (one per change, projection and kind)
 	CatchUps        int64 // reads from the stream for feeds behind the window
+	CatchUpMessages int64 // messages those reads took from the stream
+	Replays         int64 // passes over history shared by feeds far behind (replay.go)
+	Backfills       int64 // replays whose reads from the stream joined the window
 	Gaps, Recreates int64
 }
 
@@ -194,6 +205,7 @@ type Feeds struct {
 	head       uint64
 	windowFrom uint64
 	txs        []*txn // complete transactions up to head, ordered by last sequence
+	evicted    int    // transactions evicted from txs' array since it was copied
 	bytes      int64
 	lastSeq    uint64
 	asm        *assembler
@@ -208,7 +220,11 @@ type Feeds struct {
 	closed     bool
 	restart    context.CancelFunc
 
-	serialisations, catchUps, gaps, recreates atomic.Int64
+	lanes     [2]lane         // replays, under mu
+	replayCtx context.Context // ends with Close
+	replayWG  sync.WaitGroup
+
+	serialisations, catchUps, catchUpMsgs, replays, backfills, gaps, recreates atomic.Int64
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -236,7 +252,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Feeds, error
 	fs.resetLocked(streamID(info), info.State.FirstSeq, info.State.LastSeq)
 	target := info.State.LastSeq
 	bg, cancel := context.WithCancel(context.Background())
-	fs.cancel = cancel
+	fs.cancel, fs.replayCtx = cancel, bg
 	go fs.run(bg)
 	for {
 		fs.mu.RLock()
@@ -264,7 +280,7 @@ func streamID(info *jetstream.StreamInfo) string {
 // near its end. Positions before the restart are served from the stream.
 func (fs *Feeds) resetLocked(id string, first, last uint64) {
 	fs.streamID = id
-	fs.txs, fs.bytes, fs.pending = nil, 0, nil
+	fs.txs, fs.bytes, fs.pending, fs.evicted = nil, 0, nil, 0
 	fs.asm = newAssembler()
 	start := first
 	if last >= first && last-first+1 > fs.cfg.Prewarm {
@@ -305,7 +321,7 @@ func (fs *Feeds) Stats() Stats {
 	defer fs.mu.RUnlock()
 	return Stats{
 		Feeds: len(fs.feeds), Waiting: len(fs.waiting), Head: fs.head, WindowFrom: fs.windowFrom, WindowTxns: len(fs.txs),
-		Serialisations: fs.serialisations.Load(), CatchUps: fs.catchUps.Load(), Gaps: fs.gaps.Load(), Recreates: fs.recreates.Load(),
+		Serialisations: fs.serialisations.Load(), CatchUps: fs.catchUps.Load(), CatchUpMessages: fs.catchUpMsgs.Load(), Replays: fs.replays.Load(), Backfills: fs.backfills.Load(), Gaps: fs.gaps.Load(), Recreates: fs.recreates.Load(),
 	}
 }
 
@@ -317,7 +333,10 @@ func (fs *Feeds) Ready() bool {
 	return fs.haveHead && !fs.closed
 }
 
-// Close stops the consumer; every feed's Next returns ErrClosed.
+// Close stops the consumer; every feed's Next returns ErrClosed. A feed
+// parked in Next first moves its token to Position (nothing up to it
+// matched), so that Token, read after Close, hands a client the most
+// recent position it can resume from, on another process.
 func (fs *Feeds) Close() {
 	fs.mu.Lock()
 	if fs.closed {
@@ -325,11 +344,18 @@ func (fs *Feeds) Close() {
 		return
 	}
 	fs.closed = true
+	for f := range fs.waiting {
+		// Parked and not woken: no transaction up to head concerns it.
+		if fs.haveHead && f.stream == fs.streamID && f.pos < fs.head {
+			f.pos = fs.head
+		}
+	}
 	fs.wakeAllLocked()
 	fs.signalLocked()
 	fs.mu.Unlock()
 	fs.cancel()
 	<-fs.done
+	fs.replayWG.Wait()
 }
 
 // Register opens a feed with filter f, reading after from (the zero Token

@@ -133,6 +133,11 @@ type Server struct {
 	mu        sync.Mutex
 	conns     int
 	perClient map[string]int
+
+	// draining ends when Drain is called: feed requests in progress
+	// return their position and end.
+	draining context.Context
+	drain    context.CancelFunc
 }
 
 // New returns the server of fs with cfg; zero values in cfg take their
@@ -143,8 +148,23 @@ func New(fs *feeds.Feeds, cfg Config, log *slog.Logger) *Server {
 		log = slog.Default()
 	}
 	s := &Server{fs: fs, cfg: cfg, log: log, perClient: map[string]int{}}
+	s.draining, s.drain = context.WithCancel(context.Background())
 	s.met = newFeedMetrics(s, fs)
 	return s
+}
+
+// Drain ends the feed requests in progress for a restart or a load
+// balancer's drain, each with the position its client resumes from on
+// any process: a long-poll answers at once with its token, an SSE stream
+// writes its last id (see sse) and ends. Requests arriving afterwards are
+// served as usual. HTTPServer's Shutdown calls it.
+func (s *Server) Drain() { s.drain() }
+
+// requestContext is r's context, also ended by Drain; stop releases it.
+func (s *Server) requestContext(r *http.Request) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(r.Context())
+	undo := context.AfterFunc(s.draining, cancel)
+	return ctx, func() { undo(); cancel() }
 }
 
 // inProgress returns the number of feed requests admitted and not finished.
@@ -234,6 +254,7 @@ func (s *Server) HTTPServer() *http.Server {
 	if s.cfg.TLS != nil {
 		srv.TLSConfig = s.cfg.TLS.Config()
 	}
+	srv.RegisterOnShutdown(s.Drain)
 	return srv
 }
 
@@ -278,7 +299,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // apiError is the body of every error response.
 type apiError struct {
-	Error    string `json:"error"` // bad-request, must-refetch, too-many-requests, overloaded
+	Error    string `json:"error"` // bad-request, must-refetch, too-many-requests, overloaded, unavailable, …
 	Reason   string `json:"reason,omitempty"`
 	Detail   string `json:"detail,omitempty"`
 	Position string `json:"position,omitempty"` // for must-refetch: where to start again after refetching
@@ -515,12 +536,14 @@ func (s *Server) feed(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer f.Close()
+	rctx, stop := s.requestContext(r)
+	defer stop()
 	if mode == modeSSE {
 		var until time.Time
 		if who != nil {
 			until = who.until
 		}
-		s.sse(w, r, f, until)
+		s.sse(rctx, w, r, f, until)
 		return
 	}
 	hold := s.cfg.Hold
@@ -533,14 +556,21 @@ func (s *Server) feed(w http.ResponseWriter, r *http.Request) {
 		}
 		hold = min(d, hold)
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), hold)
+	ctx, cancel := context.WithTimeout(rctx, hold)
 	defer cancel()
 	b, err := f.Next(ctx)
-	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		if r.Context().Err() != nil {
-			s.met.request(mode, outcomeClientGone)
-			return
-		}
+	switch {
+	case err == nil || errors.Is(err, context.DeadlineExceeded):
+	case r.Context().Err() != nil:
+		s.met.request(mode, outcomeClientGone)
+		return
+	case errors.Is(err, feeds.ErrClosed):
+		// The server is stopping: answer with the position reached, which
+		// the client's next poll resumes from wherever it lands.
+		b = feeds.Batch{Token: f.Token()}
+	case errors.Is(err, context.Canceled) && s.draining.Err() != nil:
+		// Drained: b holds the position reached, as at a timeout.
+	default:
 		s.fail(w, mode, err)
 		return
 	}
@@ -591,10 +621,19 @@ func refetchBody(re *feeds.RefetchError, pos feeds.Token) apiError {
 }
 
 // sse streams batches as server-sent events: "changes" events whose id is
-// the token after them, "up-to-date" when caught up, "must-refetch" and
-// "error" (reason "slow", or "expired" once until passes when it is set)
-// before closing, and keep-alive comments.
-func (s *Server) sse(w http.ResponseWriter, r *http.Request, f *feeds.Feed, until time.Time) {
+// the token after them, "up-to-date" once caught up (at once, without
+// waiting for a new transaction), "must-refetch" and "error" (reason
+// "slow", "expired" once until passes when it is set, or "shutdown")
+// before closing, and keep-alives.
+//
+// Every keep-alive carries an id, the feed's token: the transactions up
+// to it were scanned and none matched. An event stream block with an id
+// and no data dispatches no event but sets the EventSource's last event
+// ID, so a client that only waits still reconnects (after a restart, a
+// load balancer's drain) from a recent position instead of its last match.
+// When the server drains or closes, the stream ends with an error event
+// (reason "shutdown") carrying the position reached, for the same reason.
+func (s *Server) sse(ctx context.Context, w http.ResponseWriter, r *http.Request, f *feeds.Feed, until time.Time) {
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
@@ -616,6 +655,14 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request, f *feeds.Feed, unti
 			s.log.Info("feeds: SSE client disconnected: too slow to take an event", "remote", r.RemoteAddr, "timeout", s.cfg.WriteTimeout)
 		}
 	}
+	// shutdown ends the stream as the server stops, buf (maybe empty)
+	// first.
+	shutdown := func(buf []byte) {
+		s.met.disconnect(disconnectError)
+		body, _ := json.Marshal(apiError{Error: "unavailable", Reason: "shutdown", Detail: "the server is shutting down: reconnect with Last-Event-ID"})
+		buf = appendID(buf, f.Token())
+		_ = write(fmt.Appendf(buf, "event: error\ndata: %s\n\n", body))
+	}
 	if err := write([]byte(": feed\nretry: 1000\n\n")); err != nil {
 		lost(err)
 		return
@@ -634,8 +681,14 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request, f *feeds.Feed, unti
 			}
 			wait = min(wait, left)
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), wait)
-		b, err := f.Next(ctx)
+		nctx, cancel := context.WithTimeout(ctx, wait)
+		var b feeds.Batch
+		var err error
+		if upToDateSent {
+			b, err = f.Next(nctx)
+		} else {
+			b, err = f.Poll(nctx) // up-to-date as soon as caught up
+		}
 		cancel()
 		if r.Context().Err() != nil {
 			s.met.disconnect(disconnectClientGone)
@@ -649,6 +702,11 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request, f *feeds.Feed, unti
 			body, _ := json.Marshal(refetchBody(re, s.fs.Position()))
 			_ = write(fmt.Appendf(nil, "event: must-refetch\ndata: %s\n\n", body))
 			return
+		case errors.Is(err, feeds.ErrClosed):
+			shutdown(nil)
+			return
+		case errors.Is(err, context.Canceled) && s.draining.Err() != nil:
+			// Drained: b holds what was read, written below.
 		case err != nil && !errors.Is(err, context.DeadlineExceeded):
 			s.met.disconnect(disconnectError)
 			body, _ := json.Marshal(apiError{Error: "overloaded", Detail: err.Error()})
@@ -657,9 +715,8 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request, f *feeds.Feed, unti
 		}
 		buf = buf[:0]
 		if len(b.Changes) > 0 {
-			buf = append(buf, "id: "...)
-			buf = append(buf, b.Token.String()...)
-			buf = append(buf, "\nevent: changes\ndata: "...)
+			buf = appendID(buf, b.Token)
+			buf = append(buf, "event: changes\ndata: "...)
 			buf = appendBatch(buf, b) // ends with a newline
 			buf = append(buf, '\n')
 			upToDateSent = false
@@ -668,8 +725,17 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request, f *feeds.Feed, unti
 			buf = fmt.Appendf(buf, "id: %s\nevent: up-to-date\ndata: {\"token\":%q}\n\n", b.Token, b.Token)
 			upToDateSent = true
 		}
+		if s.draining.Err() != nil {
+			shutdown(buf)
+			s.met.deliver(modeSSE, b, time.Now())
+			return
+		}
 		if len(buf) == 0 {
-			buf = append(buf, ": keep-alive\n\n"...)
+			// A keep-alive: the comment keeps proxies from closing the
+			// stream, the id moves the client's position.
+			buf = append(buf, ": keep-alive\n"...)
+			buf = appendID(buf, b.Token)
+			buf = append(buf, '\n')
 		}
 		if err := write(buf); err != nil {
 			lost(err)
@@ -685,6 +751,16 @@ func (s *Server) sse(w http.ResponseWriter, r *http.Request, f *feeds.Feed, unti
 			return
 		}
 	}
+}
+
+// appendID appends the id line of t; nothing for the zero token.
+func appendID(dst []byte, t feeds.Token) []byte {
+	if t.IsZero() {
+		return dst
+	}
+	dst = append(dst, "id: "...)
+	dst = append(dst, t.String()...)
+	return append(dst, '\n')
 }
 
 // serveWherePath is the YAML path of the server's condition.
