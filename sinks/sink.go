@@ -102,6 +102,14 @@ type SubjectUse struct {
 // (core NATS): a failed write there is logged and counted, not retried forever.
 type AtMostOnce interface{ AtMostOnce() bool }
 
+// DeadLetterCounter is implemented by sinks that divert changes their
+// destination would refuse for good to a dead-letter subject instead of
+// stopping. DeadLetters returns how many changes this sink instance has
+// stored there, counted when the Write that diverted them returned with
+// them stored (a change diverted again by a retried Write counts again).
+// The runtime exports it as bridge_sink_dead_letters_total.
+type DeadLetterCounter interface{ DeadLetters() uint64 }
+
 // ErrNotConnected makes the pipeline call Connect before retrying.
 var ErrNotConnected = errors.New("sinks: not connected")
 

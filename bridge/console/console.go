@@ -167,8 +167,11 @@ type Sink struct {
 	Source string `json:"source"`
 	// Delivered counts the source's changes written to every sink.
 	Delivered uint64 `json:"delivered"`
-	// WriteErrors counts the source's failed batch writes.
+	// WriteErrors counts the failed batch writes to this sink.
 	WriteErrors float64 `json:"write_errors"`
+	// DeadLetters counts the changes the sink stored on its
+	// dead_letter_subject; nil for a sink that cannot divert changes.
+	DeadLetters *float64 `json:"dead_letters,omitempty"`
 	// Latency is the publish latency of successful batches; nil before
 	// the first.
 	Latency *Histogram `json:"latency,omitempty"`
@@ -196,9 +199,10 @@ func (c *Console) overview(ctx context.Context) Overview {
 		}
 		o.Sources = append(o.Sources, src)
 		for _, name := range s.Sinks {
-			sk := Sink{Name: name, Source: s.Name, Delivered: s.Delivered, Latency: f.sinks[[2]string{s.Name, name}]}
-			if sf != nil {
-				sk.WriteErrors = sf.errors["sink_write"]
+			key := [2]string{s.Name, name}
+			sk := Sink{Name: name, Source: s.Name, Delivered: s.Delivered, Latency: f.sinks[key], WriteErrors: f.writeErrs[key]}
+			if d, ok := f.dead[key]; ok {
+				sk.DeadLetters = &d
 			}
 			o.Sinks = append(o.Sinks, sk)
 		}

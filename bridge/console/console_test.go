@@ -181,7 +181,11 @@ func TestOverview(t *testing.T) {
 	pub := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "bridge_publish_duration_seconds", Help: "p", Buckets: []float64{0.001, 0.01}}, []string{"source", "sink"})
 	pub.WithLabelValues("app", "js").Observe(0.0005)
 	pub.WithLabelValues("app", "js").Observe(0.005)
-	reg.MustRegister(errs, pub)
+	sinkErrs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bridge_sink_write_errors_total", Help: "e"}, []string{"source", "sink"})
+	sinkErrs.WithLabelValues("app", "js").Add(3)
+	dead := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bridge_sink_dead_letters_total", Help: "d"}, []string{"source", "sink"})
+	dead.WithLabelValues("app", "js").Add(5)
+	reg.MustRegister(errs, pub, sinkErrs, dead)
 
 	c, err := New(Options{Status: status, Gatherer: reg, Interval: time.Second})
 	require.NoError(t, err)
@@ -210,7 +214,9 @@ func TestOverview(t *testing.T) {
 	k := o.Sinks[0]
 	assert.Equal(t, "js", k.Name)
 	assert.Equal(t, uint64(42), k.Delivered)
-	assert.InDelta(t, 2, k.WriteErrors, 1e-9)
+	assert.InDelta(t, 3, k.WriteErrors, 1e-9, "the sink's own failed writes")
+	require.NotNil(t, k.DeadLetters)
+	assert.InDelta(t, 5, *k.DeadLetters, 1e-9)
 	require.NotNil(t, k.Latency)
 	assert.Equal(t, uint64(2), k.Latency.Count)
 	assert.Equal(t, []Bucket{{LE: 0.001, Count: 1}, {LE: 0.01, Count: 2}}, k.Latency.Buckets)

@@ -19,8 +19,11 @@ import (
 // figures are the metrics of one gather, by source.
 type figures struct {
 	src   map[string]*srcFigures
-	sinks map[[2]string]*Histogram // by {source, sink}
-	snaps map[string]*Snapshot
+	sinks map[[2]string]*Histogram // publish latency by {source, sink}
+	// writeErrs and dead are bridge_sink_write_errors_total and
+	// bridge_sink_dead_letters_total by {source, sink}.
+	writeErrs, dead map[[2]string]float64
+	snaps           map[string]*Snapshot
 }
 
 type srcFigures struct {
@@ -87,7 +90,8 @@ func value(m *dto.Metric) float64 {
 
 // gather reads g; a failed gather returns what it could read.
 func gather(g prometheus.Gatherer) figures {
-	f := figures{src: map[string]*srcFigures{}, sinks: map[[2]string]*Histogram{}, snaps: map[string]*Snapshot{}}
+	f := figures{src: map[string]*srcFigures{}, sinks: map[[2]string]*Histogram{}, snaps: map[string]*Snapshot{},
+		writeErrs: map[[2]string]float64{}, dead: map[[2]string]float64{}}
 	if g == nil {
 		return f
 	}
@@ -135,6 +139,10 @@ func gather(g prometheus.Gatherer) figures {
 				src(source).safeWAL = &v
 			case "bridge_errors_total":
 				src(source).errors[label(m, "kind")] += v
+			case "bridge_sink_write_errors_total":
+				f.writeErrs[[2]string{source, label(m, "sink")}] = v
+			case "bridge_sink_dead_letters_total":
+				f.dead[[2]string{source, label(m, "sink")}] = v
 			case "bridge_publish_duration_seconds":
 				h := m.GetHistogram()
 				out := &Histogram{Count: h.GetSampleCount(), Sum: h.GetSampleSum()}

@@ -86,4 +86,8 @@ func TestPoisonChangeGoesToDeadLetter(t *testing.T) {
 	require.Equal(t, "cdc.dlq.public.big", ms[1].Header.Get("Bridge-Original-Subject"))
 	require.Equal(t, "public.big", ms[1].Header.Get("Bridge-Table"))
 	require.Equal(t, float64(3), ms[2].Body["after"].(map[string]any)["id"])
+	// Counted for the alert and the console, by source and sink.
+	v, ok := metricValue(scrape(t, "http://"+r.app.HTTPAddr()), "bridge_sink_dead_letters_total", map[string]string{"source": "app", "sink": "js"})
+	require.True(t, ok, "bridge_sink_dead_letters_total{source=app,sink=js} is exported")
+	require.Equal(t, 1.0, v)
 }

@@ -187,6 +187,19 @@ func (p *Pipeline) SinkWritten() map[string]cdc.LSN {
 	return out
 }
 
+// SinkDeadLetters returns, per name of a sink that diverts changes to a
+// dead-letter subject (sinks.DeadLetterCounter), how many it has stored
+// there since the pipeline was built.
+func (p *Pipeline) SinkDeadLetters() map[string]uint64 {
+	out := map[string]uint64{}
+	for _, s := range p.sinks {
+		if d, ok := s.sink.(sinks.DeadLetterCounter); ok {
+			out[s.name] = d.DeadLetters()
+		}
+	}
+	return out
+}
+
 // advance raises s's written LSN to lsn.
 func (s *sinkSlot) advance(lsn cdc.LSN) {
 	for {

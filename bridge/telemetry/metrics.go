@@ -100,6 +100,13 @@ type SinkPositions interface {
 	SinkWritten() map[string]cdc.LSN
 }
 
+// SinkDeadLetters is implemented by a PipelineState that knows, per name
+// of a sink with a dead-letter subject, the changes the sink stored there
+// (bridge_sink_dead_letters_total).
+type SinkDeadLetters interface {
+	SinkDeadLetters() map[string]uint64
+}
+
 // NewPipe returns the observer of source's pipeline, whose changes go to
 // sinks (their names). tracer is nil when tracing is off; prefix is the
 // trace context message prefix ("" when tracing is off); slot is the slot
@@ -172,6 +179,8 @@ var (
 		"Commit time (Unix seconds) of the last delivered transaction; time() minus it is how old the newest delivered data is.", []string{"source"}, nil)
 	descSinkLSN = prometheus.NewDesc("bridge_sink_written_lsn",
 		"Commit LSN (bytes into the WAL) up to which the sink holds what the routes give it, by source and sink. Postgres is acknowledged only what every sink holds: the lowest is the sink holding the slot back.", []string{"source", "sink"}, nil)
+	descSinkDead = prometheus.NewDesc("bridge_sink_dead_letters_total",
+		"Changes a sink stored on its dead_letter_subject instead of their subject because the server would refuse them for good (too large, subject not bound to the stream), by source and sink.", []string{"source", "sink"}, nil)
 	descSlotExists = prometheus.NewDesc("bridge_slot_exists",
 		"1 when the replication slot exists (last slot poll).", []string{"source", "slot"}, nil)
 	descSlotActive = prometheus.NewDesc("bridge_slot_active",
@@ -188,7 +197,7 @@ var walStatuses = []string{"reserved", "extended", "unreserved", "lost"}
 
 func (c *pipeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descDelivered, descReady, descCkptLSN, descCkptAge, descLagBytes, descLagSeconds,
-		descLastCommit, descSinkLSN, descSlotExists, descSlotActive, descSlotRetained, descSlotSafe, descSlotStatus} {
+		descLastCommit, descSinkLSN, descSinkDead, descSlotExists, descSlotActive, descSlotRetained, descSlotSafe, descSlotStatus} {
 		ch <- d
 	}
 }
@@ -218,6 +227,11 @@ func (c *pipeCollector) Collect(ch chan<- prometheus.Metric) {
 		if sp, ok := p.(SinkPositions); ok {
 			for sink, lsn := range sp.SinkWritten() {
 				ch <- prometheus.MustNewConstMetric(descSinkLSN, prometheus.GaugeValue, float64(lsn), src, sink)
+			}
+		}
+		if sd, ok := p.(SinkDeadLetters); ok {
+			for sink, n := range sd.SinkDeadLetters() {
+				ch <- prometheus.MustNewConstMetric(descSinkDead, prometheus.CounterValue, float64(n), src, sink)
 			}
 		}
 		if pt.slot == nil {

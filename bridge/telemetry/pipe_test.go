@@ -386,16 +386,19 @@ func newOTLPHTTPExporter(base string) (*otlptrace.Exporter, error) {
 type sinkState struct {
 	testState
 	written map[string]cdc.LSN
+	dead    map[string]uint64
 }
 
 func (s *sinkState) SinkWritten() map[string]cdc.LSN { return s.written }
+
+func (s *sinkState) SinkDeadLetters() map[string]uint64 { return s.dead }
 
 // TestTelemetrySinkPositions: each sink's written LSN and failed Writes are
 // exported by sink, so the one holding the slot back shows.
 func TestTelemetrySinkPositions(t *testing.T) {
 	m := NewMetrics()
 	pt := m.NewPipe("app", []string{"stream", "mirror"}, nil, "", nil, slog.New(slog.DiscardHandler))
-	m.Add(pt, &sinkState{written: map[string]cdc.LSN{"stream": 300, "mirror": 200}})
+	m.Add(pt, &sinkState{written: map[string]cdc.LSN{"stream": 300, "mirror": 200}, dead: map[string]uint64{"stream": 4}})
 	pt.Wrote("mirror", time.Millisecond, errors.New("down"))
 	pt.Wrote("mirror", time.Millisecond, errors.New("down"))
 	pt.Wrote("stream", time.Millisecond, nil)
@@ -403,4 +406,5 @@ func TestTelemetrySinkPositions(t *testing.T) {
 	assert.Equal(t, 200.0, counter(t, m, "bridge_sink_written_lsn", map[string]string{"source": "app", "sink": "mirror"}))
 	assert.Equal(t, 2.0, counter(t, m, "bridge_sink_write_errors_total", map[string]string{"source": "app", "sink": "mirror"}))
 	assert.Equal(t, 0.0, counter(t, m, "bridge_sink_write_errors_total", map[string]string{"source": "app", "sink": "stream"}))
+	assert.Equal(t, 4.0, counter(t, m, "bridge_sink_dead_letters_total", map[string]string{"source": "app", "sink": "stream"}))
 }

@@ -98,6 +98,7 @@ func (w *write) prepare(i int, ph pubHeaders) (*nats.Msg, bool) {
 			return nil, false
 		}
 		msg = s.deadLetter(c, msg, w.limit, refusal)
+		w.dead = append(w.dead, i)
 		s.log.Warn("change dead-lettered", "change", c.ID(), "table", c.Schema+"."+c.Table, "subject", s.cfg.DeadLetterSubject, "reason", refusal.Error())
 	}
 	return msg, true

@@ -74,6 +74,7 @@ type Sink struct {
 	closed      bool
 
 	cursor atomic.Uint64 // see Cursor; 0 = none yet
+	dead   atomic.Uint64 // changes stored on the dead-letter subject (DeadLetters)
 	fence  fence         // fence.go: Nats-Expected-Last-Sequence chain
 	hdrs   sync.Pool     // *nats.Msg of acknowledged messages, with their header maps (msg.go)
 

@@ -697,6 +697,7 @@ func TestDeadLetter(t *testing.T) {
 	require.Equal(t, "other.subject", msgs[3].Header.Get(HeaderOriginalSubject))
 	require.Contains(t, msgs[3].Header.Get(HeaderDeadLetterReason), "not bound to stream")
 	require.Equal(t, batch[3].Payload, msgs[3].Data)
+	require.Equal(t, uint64(2), s.DeadLetters(), "the two diverted changes are counted")
 	// Dead letters count as delivered on a replay: same ids.
 	got, err := s.Delivered(t.Context(), producer, "")
 	require.NoError(t, err)
@@ -713,6 +714,8 @@ func TestDeadLetter(t *testing.T) {
 	require.ErrorContains(t, berr.Failed[1], "dead_letter_subject")
 	require.Contains(t, berr.Failed, 0, "its transaction goes all or nothing")
 	require.Len(t, storedIDs(t, srv.URL(), "CDC"), 5, "nothing of the refused transaction is stored")
+	require.Zero(t, s2.DeadLetters(), "no dead letter without a dead-letter subject")
+	var _ sinks.DeadLetterCounter = s
 }
 
 // TestAtomicTransactions: whole transactions go as atomic batches; one

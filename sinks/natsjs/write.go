@@ -314,6 +314,7 @@ publish:
 	}
 	s.advanceCursor(w)
 	s.fence.done(w)
+	s.countDead(w)
 	return w.err.Err()
 }
 
@@ -377,6 +378,7 @@ type write struct {
 	// last waited for its acks, so an atomic batch must wait (write).
 	plainSince bool
 	err        sinks.BatchError
+	dead       []int // indexes of the changes diverted to the dead-letter subject
 
 	// For prepare (msg.go).
 	js        jetstream.JetStream
@@ -505,3 +507,21 @@ func isConnErr(err error) bool {
 	}
 	return false
 }
+
+// countDead adds to the sink's dead-letter count the changes w diverted
+// that were stored (not failed).
+func (s *Sink) countDead(w *write) {
+	if len(w.dead) == 0 {
+		return
+	}
+	n := uint64(0)
+	for _, i := range w.dead {
+		if _, failed := w.err.Failed[i]; !failed {
+			n++
+		}
+	}
+	s.dead.Add(n)
+}
+
+// DeadLetters implements sinks.DeadLetterCounter.
+func (s *Sink) DeadLetters() uint64 { return s.dead.Load() }

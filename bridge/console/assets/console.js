@@ -227,7 +227,8 @@ function renderSinks(sinks) {
     }
     tb.append(el("tr", { "data-sink": k.name, "data-source": k.source },
       el("td", {}, k.name), el("td", {}, k.source), el("td", { "data-field": "delivered" }, num(k.delivered)),
-      el("td", { "data-field": "write_errors" }, num(k.write_errors)), latCell));
+      el("td", { "data-field": "write_errors" }, num(k.write_errors)),
+      el("td", { "data-field": "dead_letters" }, k.dead_letters === undefined ? "–" : num(k.dead_letters)), latCell));
   }
 }
 
