@@ -389,10 +389,14 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 	p.ops.mu.Unlock()
 	p.setState(StateStreaming)
 	opened := time.Now()
+	// rctx ends the run: a failure of the writer or the checkpointer
+	// cancels it, and everything of the run stops, the reader too.
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	// A clean end at a transaction boundary (a pause, a drain, a resync)
 	// cancels readCtx: the reader stops between two transactions and the
 	// writer writes what it has.
-	readCtx, endRead := context.WithCancel(ctx)
+	readCtx, endRead := context.WithCancel(rctx)
 	defer endRead()
 	p.ops.mu.Lock()
 	p.ops.endRead = endRead
@@ -407,8 +411,6 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 	}()
 	var atBoundary atomic.Bool // the reader stopped at a boundary on request
 
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	// Snapshots: chunks between watermarks join the stream (snapshot.go).
 	wrapped, stopSnap, err := p.snap.Wrap(rctx, src, producer, st.Epoch, p.snapHeld(st.Cursors))
 	if err != nil {
