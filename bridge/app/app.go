@@ -108,6 +108,7 @@ type App struct {
 	kvRev     uint64          // the config.kv revision cfg comes from
 	runCtx    context.Context // Run's; reloads start runners under it
 	fatal     func(error)     // stops Run with a runner's fatal error
+	endRun    func()          // stops Run without an error
 	ctl       *controlService // control.go
 	fleet     *fleetState     // fleet.go: WithFleet
 	started   time.Time
@@ -451,6 +452,7 @@ func (a *App) Run(ctx context.Context) error {
 		errMu.Unlock()
 		cancel()
 	}
+	a.endRun = cancel
 	a.runCtx = ctx
 	for _, r := range a.runnerList() {
 		r.start(a, ctx, a.cfg, a.runnerEnded)
@@ -474,11 +476,28 @@ func (a *App) Run(ctx context.Context) error {
 }
 
 // runnerEnded is told that r's pipeline returned: a fatal error of a
-// runner still in use stops the App.
+// runner still in use stops the App, and so does the clean end of the
+// last one (snapshot.mode initial_only) outside a fleet.
 func (a *App) runnerEnded(r *runner) {
-	if r.err != nil && !r.removed.Load() {
-		a.fatal(r.err)
+	if r.removed.Load() {
+		return
 	}
+	if r.err != nil {
+		a.fatal(r.err)
+		return
+	}
+	if a.fleet != nil || a.runCtx.Err() != nil {
+		return
+	}
+	for _, o := range a.runnerList() {
+		select {
+		case <-o.done:
+		default:
+			return // another source still streams
+		}
+	}
+	a.log.Info("every source's pipeline has ended; stopping")
+	a.endRun()
 }
 
 // Close releases everything Start opened, each goodbye bounded.
