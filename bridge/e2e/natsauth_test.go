@@ -41,6 +41,13 @@ func bridgePublish(stream, subjects, bucket string) []string {
 	}
 }
 
+// bridgeSubscribe is what `bridge run` of the bridge named name subscribes
+// to: replies, and its control service (docs/control.md): its endpoints
+// and the services API's discovery subjects.
+func bridgeSubscribe(name string) []string {
+	return []string{"_INBOX.>", "bridge." + name + ".>", "$SRV.>"}
+}
+
 // except returns list without the items in drop.
 func except(list []string, drop ...string) []string {
 	return slices.DeleteFunc(slices.Clone(list), func(s string) bool { return slices.Contains(drop, s) })
@@ -92,11 +99,10 @@ func TestNATSOperatorPermissions(t *testing.T) {
 		edit(t, path, extra...)
 		return path
 	}
-	inbox := []string{"_INBOX.>"}
 
 	t.Run("least privilege, exactly once across kill -9", func(t *testing.T) {
 		bin := bridgeBinary(t)
-		path := credsConfig("nperm", bridgePublish("CDC_nperm", "cdc.nperm.>", "bridge_checkpoints"), inbox)
+		path := credsConfig("nperm", bridgePublish("CDC_nperm", "cdc.nperm.>", "bridge_checkpoints"), bridgeSubscribe("nperm"))
 		p := startProc(t, bin, path)
 		waitSlotActive(t, e, "slot_nperm")
 		w.start(3, 3*time.Millisecond)
@@ -116,27 +122,31 @@ func TestNATSOperatorPermissions(t *testing.T) {
 	for _, c := range []struct {
 		name     string
 		drop     []string
-		sub      []string
+		sub      []string // nil: bridgeSubscribe
 		want     []string
 		changing bool
 	}{
-		{"no publish on the stream's subjects", []string{"cdc.ndenysubj.>"}, inbox, []string{
+		{"no publish on the stream's subjects", []string{"cdc.ndenysubj.>"}, nil, []string{
 			`permission denied on cdc.ndenysubj.public.fw: the NATS server refuses the bridge's user to publish to it`,
 			"fix: allow the bridge's NATS user to publish to cdc.ndenysubj.public.fw"}, true},
-		{"no publish on the checkpoint bucket", []string{"$KV.bridge_checkpoints.>"}, inbox, []string{
+		{"no publish on the checkpoint bucket", []string{"$KV.bridge_checkpoints.>"}, nil, []string{
 			"permission denied on $KV.bridge_checkpoints.ndenykv.app: the NATS server refuses the bridge's user to publish to it",
 			"fix: allow the bridge's NATS user to publish to $KV.bridge_checkpoints.>"}, false},
-		{"no publish on the JetStream API", []string{"$JS.API.STREAM.INFO.CDC_ndenyapi"}, inbox, []string{
+		{"no publish on the JetStream API", []string{"$JS.API.STREAM.INFO.CDC_ndenyapi"}, nil, []string{
 			"permission denied on $JS.API.STREAM.INFO.CDC_ndenyapi: the NATS server refuses the bridge's user to publish to it",
 			"fix: allow the bridge's NATS user to publish to $JS.API.STREAM.INFO.CDC_ndenyapi"}, false},
-		{"no subscription to replies", nil, []string{"nothing.else"}, []string{
+		{"no subscription to replies", nil, []string{"bridge.ndenyinbox.>", "$SRV.>"}, []string{
 			"permission denied on _INBOX.", "the NATS server refuses the bridge's user to subscribe to it",
 			"fix: allow the bridge's NATS user to subscribe to _INBOX.>"}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			name := "ndeny" + map[string]string{"no publish on the stream's subjects": "subj", "no publish on the checkpoint bucket": "kv",
 				"no publish on the JetStream API": "api", "no subscription to replies": "inbox"}[c.name]
-			path := credsConfig(name, except(bridgePublish("CDC_"+name, "cdc."+name+".>", "bridge_checkpoints"), c.drop...), c.sub)
+			sub := c.sub
+			if sub == nil {
+				sub = bridgeSubscribe(name)
+			}
+			path := credsConfig(name, except(bridgePublish("CDC_"+name, "cdc."+name+".>", "bridge_checkpoints"), c.drop...), sub)
 			var during func()
 			if c.changing {
 				during = func() { waitSlotActive(t, e, "slot_"+name); insert() }
@@ -156,7 +166,7 @@ func TestNATSNKeyUser(t *testing.T) {
 	e.stopNATS()
 	e.nsOpts.Nkeys = []*server.NkeyUser{{Nkey: adminPub}, {Nkey: bridgePub, Permissions: &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: bridgePublish("CDC_nkey", "cdc.nkey.>", "bridge_checkpoints")},
-		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+		Subscribe: &server.SubjectPermission{Allow: bridgeSubscribe("nkey")},
 	}}}
 	e.startNATS()
 	adminOpt, err := nats.NkeyOptionFromSeed(writeFile(t, "admin.nk", adminSeed))
