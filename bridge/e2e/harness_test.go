@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -167,6 +168,18 @@ type msg struct {
 	Header  nats.Header
 	Body    map[string]any
 	Raw     []byte
+}
+
+// fencedAfter reports whether m was published fenced on prev, the message
+// before it in the stream: a Write's first publish expects the stream's
+// last sequence (Nats-Expected-Last-Sequence), each later one the message
+// id published before it (Nats-Expected-Last-Msg-Id).
+func fencedAfter(m, prev msg) bool {
+	if els := m.Header.Get("Nats-Expected-Last-Sequence"); els != "" {
+		return els == strconv.FormatUint(prev.Seq, 10)
+	}
+	lid := m.Header.Get("Nats-Expected-Last-Msg-Id")
+	return lid != "" && lid == prev.Header.Get("Nats-Msg-Id")
 }
 
 // messages reads every message of stream.

@@ -158,13 +158,15 @@ func TestPayloadBoundarySweep(t *testing.T) {
 		}
 		// The fence is on or off as configured: every publish (the first
 		// message of an atomic batch) expects the sequence before it.
-		for _, m := range ms {
-			els := m.Header.Get("Nats-Expected-Last-Sequence")
+		for i, m := range ms {
 			switch {
 			case !sk.fenced:
-				require.Empty(t, els, "%s seq %d", sk.stream, m.Seq)
+				require.Empty(t, m.Header.Get("Nats-Expected-Last-Sequence"), "%s seq %d", sk.stream, m.Seq)
+				require.Empty(t, m.Header.Get("Nats-Expected-Last-Msg-Id"), "%s seq %d", sk.stream, m.Seq)
+			case i == 0:
+				require.Equal(t, "0", m.Header.Get("Nats-Expected-Last-Sequence"), "%s seq %d", sk.stream, m.Seq)
 			case m.Header.Get("Nats-Batch-Sequence") == "" || m.Header.Get("Nats-Batch-Sequence") == "1":
-				require.Equal(t, strconv.FormatUint(m.Seq-1, 10), els, "%s seq %d", sk.stream, m.Seq)
+				require.True(t, fencedAfter(m, ms[i-1]), "%s seq %d: %v", sk.stream, m.Seq, m.Header)
 			}
 		}
 		inline, offloaded, dead := checkSweep(t, e, sk, ms, limit, pos)
