@@ -177,8 +177,10 @@ func TestServeMetrics(t *testing.T) {
 	require.Equal(t, float64(2), metric("bridge_feeds_window_transactions"), "window_txns")
 	require.Equal(t, float64(3), metric("bridge_feeds_window_start_sequence"), "sequences 1-3 left the window")
 
-	// Long-polls from the stream's start: the first is a catch-up read
-	// (sequences 1-3, no receipt time), the rest come from the window.
+	// A long-poll from the stream's start is far behind the window: it
+	// rides a replay, one shared pass over the stream, which serves what
+	// precedes the window (read from the stream: no receipt times) and the
+	// window after it.
 	q := func(kv ...string) url.Values {
 		v := url.Values{"where": {`{"eq":["tenant",1]}`}, "timeout": {"5s"}}
 		for i := 0; i < len(kv); i += 2 {
@@ -190,13 +192,21 @@ func TestServeMetrics(t *testing.T) {
 	resp, body := get(t, hs.URL, q("token", t0.String()), nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%+v", body)
 	okPolls++
-	require.Len(t, body.Changes, 3, "the catch-up returns what precedes the window")
+	require.Len(t, body.Changes, 5, "the replay returns what precedes the window and the window")
 	delivered += len(body.Changes)
 	require.Equal(t, float64(1), metric("bridge_feeds_catch_ups_total"))
-	require.Equal(t, float64(3), metric("bridge_feeds_changes_delivered_total", "mode", "longpoll"))
-	require.Zero(t, metric("bridge_feeds_delivery_latency_seconds", "mode", "longpoll"), "catch-up changes have no receipt time")
+	require.Equal(t, float64(1), metric("bridge_feeds_replays_total"))
+	require.Equal(t, float64(5), metric("bridge_feeds_changes_delivered_total", "mode", "longpoll"))
+	fromWindow += 2 // sequences 4 and 5
+	require.Equal(t, float64(fromWindow), metric("bridge_feeds_delivery_latency_seconds", "mode", "longpoll"),
+		"the window's changes have receipt times, the 3 read from the stream none")
 	tok := body.Token
-	for !strings.HasSuffix(tok, ".5") {
+	require.True(t, strings.HasSuffix(tok, ".5"), tok)
+
+	// Two more transactions: served from the window, with receipt times.
+	e.insert(51, 1)
+	e.insert(61, 1)
+	for !strings.HasSuffix(tok, ".7") {
 		resp, body = get(t, hs.URL, q("token", tok), nil)
 		require.Equal(t, http.StatusOK, resp.StatusCode, "%+v", body)
 		require.NotEmpty(t, body.Changes)
@@ -205,7 +215,7 @@ func TestServeMetrics(t *testing.T) {
 		fromWindow += len(body.Changes)
 		tok = body.Token
 	}
-	require.Equal(t, 2, fromWindow)
+	require.Equal(t, 4, fromWindow)
 	t5 := tok
 
 	// A bad request, and a token of another stream.
@@ -296,7 +306,7 @@ func TestServeMetrics(t *testing.T) {
 	}
 	assert.Equal(t, want, got)
 	require.Positive(t, got[`bridge_feeds_serialisations_total`])
-	require.Equal(t, float64(7), got[`bridge_feeds_head_sequence`])
+	require.Equal(t, float64(9), got[`bridge_feeds_head_sequence`])
 
 	// The text format passes Prometheus's own lint.
 	rsp, err := http.Get(hs.URL + "/metrics")
