@@ -207,6 +207,13 @@ func (s *Store) Save(ctx context.Context, key string, st State, rev uint64) (uin
 		}
 		cur, curRev, lerr = s.Load(ctx, key)
 	}
+	if lerr == nil && curRev <= rev {
+		// The server refused revision rev, yet the key reads back at or
+		// before it: the read came from a replica behind the leader (a
+		// clustered bucket's direct get, after a server restart). Whose
+		// write is newer is not known: not a fence.
+		lerr = fmt.Errorf("the key reads back at revision %d, not past it (a replica behind the stream's leader)", curRev)
+	}
 	if lerr != nil {
 		// Not known whose write it is (NATS flapping): not a fence, so the
 		// caller ends its run, not the pipeline; the next run's Load tells.
