@@ -26,7 +26,8 @@ type resumer struct {
 	opens int
 }
 
-func resume(cur *atomic.Pointer[Feeds], sp spec, r *rand.Rand, final *atomic.Uint64) *resumer {
+// opened is told once the client's first feed is open (or failed to).
+func resume(cur *atomic.Pointer[Feeds], sp spec, r *rand.Rand, final *atomic.Uint64, opened func()) *resumer {
 	p := &resumer{}
 	var tok Token
 	var f *Feed
@@ -44,7 +45,9 @@ func resume(cur *atomic.Pointer[Feeds], sp spec, r *rand.Rand, final *atomic.Uin
 			time.Sleep(time.Millisecond) // the next process is starting
 		}
 	}
-	if !open() {
+	ok := open()
+	opened()
+	if !ok {
 		return p
 	}
 	tok = f.Token()
@@ -117,14 +120,18 @@ func TestResumeFromWaitTokensAgainstOracle(t *testing.T) {
 	}
 	var final atomic.Uint64
 	results := make([]*resumer, nFeeds)
-	var wg sync.WaitGroup
+	var wg, opened sync.WaitGroup
 	for i := range specs {
 		wg.Add(1)
+		opened.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = resume(&cur, specs[i], rand.New(rand.NewPCG(uint64(i), 11)), &final)
+			results[i] = resume(&cur, specs[i], rand.New(rand.NewPCG(uint64(i), 11)), &final, opened.Done)
 		}()
 	}
+	// Every client's first feed starts at the empty stream's head (a zero
+	// token means the current position), as the oracle counts from there.
+	opened.Wait()
 	w := &workload{r: rand.New(rand.NewPCG(7, 8)), g: e.gen, live: map[int64]order{}}
 	var restarted *Feeds
 	for i := 0; i < nTx; {
