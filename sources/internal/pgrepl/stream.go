@@ -332,8 +332,6 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 		_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
 		_ = send(false)
 	}()
-	ticker := time.NewTicker(s.cfg.StatusInterval)
-	defer ticker.Stop()
 	// Transactions go to Read in runs: every transaction decoded from what
 	// pgconn has already read, so the pipeline wakes once per run, not once
 	// per transaction.
@@ -343,6 +341,18 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 		if len(run) == 0 {
 			return nil
 		}
+		select {
+		case s.txns <- run:
+			run, runChanges = make([]*cdc.Txn, 0, 4), 0
+			return nil
+		default:
+		}
+		// The pipeline is stalled: while it is, nothing reads the server's
+		// keepalive requests, so report every second (or status_interval
+		// when shorter) to keep a walsender with a short
+		// wal_sender_timeout from dropping the connection.
+		stall := time.NewTicker(min(s.cfg.StatusInterval, time.Second))
+		defer stall.Stop()
 		for {
 			select {
 			case s.txns <- run:
@@ -350,8 +360,7 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 				return nil
 			case <-ctx.Done():
 				return ctx.Err()
-			case <-ticker.C:
-				// The pipeline is stalled: keep the walsender from timing out.
+			case <-stall.C:
 				if err := send(false); err != nil {
 					return err
 				}
