@@ -150,7 +150,7 @@ type Relation struct {
 }
 
 // Change is one committed row change, truncate or logical message. Sources emit
-// only whole committed transactions; (CommitLSN, Seq) orders and identifies a
+// only committed transactions; (CommitLSN, Seq) orders and identifies a
 // change within a producer.
 type Change struct {
 	// Producer is "<bridge name>.<source name>.<epoch>" (DESIGN.md §3), set by the pipeline.
@@ -159,13 +159,19 @@ type Change struct {
 	Source string
 	// Database is the Postgres database the change comes from.
 	Database string
-	// CommitLSN is the END of the transaction's commit record.
+	// CommitLSN identifies the transaction in the producer's order: the END
+	// of its commit record, or, for a transaction of more than 1000 changes
+	// (handed over before its commit arrives), the START of its commit
+	// record + 1. Both order transactions by commit and never collide
+	// (sources/internal/pgrepl/live.go).
 	CommitLSN LSN
 	// LSN is the change's own WAL position; diagnostic only, not an identity.
 	LSN LSN
 	// Seq is the 0-based position of the change inside its transaction.
 	Seq uint32
-	// TxSize is the number of changes in the transaction.
+	// TxSize is the number of changes in the transaction; 0 when not known
+	// yet: a transaction of more than 1000 changes is handed over while it
+	// arrives, and only its last change carries the size.
 	TxSize uint32
 	// Xid is the Postgres transaction id.
 	Xid        uint32
@@ -210,7 +216,7 @@ type Change struct {
 	Dest string
 }
 
-// ID returns the dedupe key "<producer>:<commit end lsn, 16 hex>:<seq>", used
+// ID returns the dedupe key "<producer>:<commit lsn, 16 hex>:<seq>", used
 // as Nats-Msg-Id, followed by "@<Dest>" when Dest is set. A replay of the
 // same WAL within an epoch yields the same ID.
 func (c *Change) ID() string {
@@ -233,7 +239,8 @@ const DestSep = "@"
 func (c *Change) Pos() Pos { return Pos{LSN: c.CommitLSN, Seq: c.Seq, Dest: c.Dest} }
 
 // Last reports whether the change is the last of its transaction.
-func (c *Change) Last() bool { return c.Seq+1 >= c.TxSize }
+// Not known (false) on a change handed over before its transaction's end.
+func (c *Change) Last() bool { return c.TxSize > 0 && c.Seq+1 >= c.TxSize }
 
 // Pos is a position in a producer's order: a commit LSN and an ordinal.
 type Pos struct {
@@ -334,16 +341,20 @@ func (AbsentValue) GobEncode() ([]byte, error) { return []byte{1}, nil }
 // GobDecode implements gob.GobDecoder.
 func (*AbsentValue) GobDecode([]byte) error { return nil }
 
-// Txn is one whole committed transaction as a source emits it.
+// Txn is one committed transaction as a source emits it: whole, or, when
+// larger than 1000 changes, as soon as that many arrived, the rest following
+// through Rest as the source decodes it.
 type Txn struct {
 	Xid        uint32
-	CommitLSN  LSN // end of the commit record
+	CommitLSN  LSN // the transaction's identity (see Change.CommitLSN)
 	CommitTime time.Time
 	// Changes are the transaction's changes, or its first ones when Rest is set.
 	Changes []Change
 	// Rest, when not nil, yields the changes after Changes: a transaction
-	// too large to hold in memory, read back from disk in order. The
-	// consumer reads it to the end or closes it.
+	// too large to hold in memory, read back from disk in order, or still
+	// arriving (Next then waits for the source, and ends with an error if
+	// the source stops before the commit). The consumer reads it to the
+	// end or closes it.
 	Rest ChangeIter
 }
 
@@ -352,6 +363,8 @@ type ChangeIter interface {
 	// Next fills dst with the next changes and returns how many; at the end
 	// it returns 0 and io.EOF.
 	Next(dst []Change) (int, error)
-	// Close releases the iterator (and its file); safe to call twice.
+	// Close releases the iterator (and its file); safe to call twice, and
+	// from another goroutine while Next runs or waits (Next then returns
+	// an error).
 	Close() error
 }

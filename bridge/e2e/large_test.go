@@ -12,12 +12,15 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// TestLargeTransactionSpills streams one transaction far larger than the
-// in-memory limit (spill_changes: 1000) through pgoutput and wal2json in a
-// bridge process that is killed with SIGKILL halfway: every row arrives
-// once, in order, with the transaction's size, through both. TEST_LONG=1 makes it 1 million rows. The bridge's
-// peak RSS is logged.
-func TestLargeTransactionSpills(t *testing.T) {
+// TestLargeTransactionStreams streams one transaction far larger than 1000
+// changes (published while it arrives, before its commit) through pgoutput
+// and wal2json in a bridge process that is killed with SIGKILL halfway:
+// every row arrives once, in order, through both, under the identity
+// start of commit record + 1; only the last message carries the
+// transaction's size, which shows the others were published before the
+// commit arrived. TEST_LONG=1 makes it 1 million rows. The time from
+// COMMIT to the first message stored and the bridge's peak RSS are logged.
+func TestLargeTransactionStreams(t *testing.T) {
 	rows := 30000
 	if os.Getenv("TEST_LONG") != "" {
 		rows = 1000000
@@ -45,6 +48,9 @@ func TestLargeTransactionSpills(t *testing.T) {
 	waitSlotActive(t, e, "slot_large_pg")
 	waitSlotActive(t, e, "slot_large_wj")
 	e.pg.ExecT(t, fmt.Sprintf(`INSERT INTO big (n, pad) SELECT i, repeat(md5(i::text), 6) FROM generate_series(1, %d) i`, rows))
+	committed := time.Now()
+	e.waitStored("CDC_large_pg", 1, 5*time.Minute)
+	t.Logf("first message of the %d-row transaction stored %s after COMMIT returned", rows, time.Since(committed).Round(time.Millisecond))
 
 	e.waitStored("CDC_large_pg", rows/3, 5*time.Minute)
 	p.kill9(t)
@@ -55,7 +61,13 @@ func TestLargeTransactionSpills(t *testing.T) {
 		require.Len(t, ms, rows)
 		checkOrdered(t, ms)
 		for i, m := range ms {
-			require.Equal(t, strconv.Itoa(rows), m.Header.Get("Bridge-Tx-Size"))
+			wantSize := ""
+			if i == rows-1 {
+				wantSize = strconv.Itoa(rows)
+			}
+			require.Equal(t, wantSize, m.Header.Get("Bridge-Tx-Size"), "%s message %d", src, i)
+			require.Equal(t, uint64(1), uint64(m.Pos.LSN)%2, "identity: start of the commit record + 1")
+			require.Equal(t, ms[0].Pos.LSN, m.Pos.LSN)
 			require.Equal(t, uint32(i), m.Pos.Seq)
 			require.Equal(t, float64(i+1), m.Body["after"].(map[string]any)["n"])
 		}

@@ -49,6 +49,9 @@ func runWeight(run []*txnItem, limit int64) int64 {
 func (p *Pipeline) route(ctx context.Context, rr *routerRev, t *cdc.Txn, producer string, emit func(*txnItem) error) error {
 	if t.Rest != nil {
 		defer t.Rest.Close()
+		// A transaction still arriving makes Next wait for the source: the
+		// end of the run interrupts it.
+		defer context.AfterFunc(ctx, func() { t.Rest.Close() })()
 	}
 	fan := rr.r.Fanout()
 	send := func(it *txnItem) error {

@@ -235,7 +235,8 @@ const maxWholeTxn = 1000
 // last and the transaction, of at most maxWholeTxn changes, arrived whole
 // in it: the batch is then not cut before its end.
 func wholeTxnPending(it *txnItem, j int) bool {
-	return it.last && j < len(it.changes)-1 && int(it.changes[j].TxSize) <= maxWholeTxn
+	n := int(it.changes[j].TxSize) // 0: a transaction handed over before its commit, larger
+	return it.last && j < len(it.changes)-1 && n > 0 && n <= maxWholeTxn
 }
 
 // writeSink writes one batch. A failure ends the run: the next run resumes

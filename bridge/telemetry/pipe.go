@@ -202,19 +202,22 @@ func (pt *Pipe) startTxn(t *cdc.Txn) (context.Context, trace.Span) {
 	if len(t.Changes) > 0 {
 		db = t.Changes[0].Database
 	}
-	return pt.tracer.Start(parent, "cdc "+pt.source,
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
-			attribute.String("db.system.name", "postgresql"),
-			attribute.String("db.namespace", db),
-			attribute.String("bridge.source", pt.source),
-			attribute.String("bridge.commit_lsn", t.CommitLSN.String()),
-			attribute.Int64("bridge.xid", int64(t.Xid)),
-			attribute.String("bridge.commit_time", t.CommitTime.UTC().Format(time.RFC3339Nano)),
-			attribute.Int("bridge.tx_size", txSize(t)),
-		))
+	attrs := []attribute.KeyValue{
+		attribute.String("db.system.name", "postgresql"),
+		attribute.String("db.namespace", db),
+		attribute.String("bridge.source", pt.source),
+		attribute.String("bridge.commit_lsn", t.CommitLSN.String()),
+		attribute.Int64("bridge.xid", int64(t.Xid)),
+		attribute.String("bridge.commit_time", t.CommitTime.UTC().Format(time.RFC3339Nano)),
+	}
+	if n := txSize(t); n > 0 {
+		attrs = append(attrs, attribute.Int("bridge.tx_size", n))
+	}
+	return pt.tracer.Start(parent, "cdc "+pt.source, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
 }
 
+// txSize returns t's number of changes, 0 when not known yet (a large
+// transaction handed over while it arrives).
 func txSize(t *cdc.Txn) int {
 	if len(t.Changes) > 0 {
 		return int(t.Changes[0].TxSize)

@@ -165,6 +165,9 @@ func Compare(want []Want, got []Got) *Report {
 			txns[k] = t
 			order = append(order, k)
 		}
+		// A transaction published before its commit arrived carries its
+		// size on its last change only.
+		t.size = max(t.size, g.TxSize)
 		t.ords[g.Pos.Seq]++
 	}
 	for _, w := range want {

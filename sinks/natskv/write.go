@@ -358,7 +358,9 @@ func (s *Sink) msg(key string, c *cdc.Change) *nats.Msg {
 	h[HeaderProducer] = []string{c.Producer}
 	h[HeaderCommitLSN] = []string{c.CommitLSN.String()}
 	h[HeaderSeq] = []string{strconv.FormatUint(uint64(c.Seq), 10)}
-	h[HeaderTxSize] = []string{strconv.FormatUint(uint64(c.TxSize), 10)}
+	if c.TxSize > 0 { // 0: published before its transaction's end
+		h[HeaderTxSize] = []string{strconv.FormatUint(uint64(c.TxSize), 10)}
+	}
 	h[HeaderXid] = []string{strconv.FormatUint(uint64(c.Xid), 10)}
 	h[HeaderTable] = []string{c.Schema + "." + c.Table}
 	h[HeaderOp] = []string{string(c.Op)}

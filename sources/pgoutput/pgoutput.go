@@ -95,6 +95,8 @@ type decoder struct {
 
 func (d *decoder) InTxn() bool { return d.in }
 
+func (d *decoder) Buffer() *pgrepl.TxnBuffer { return d.buf }
+
 func (d *decoder) Decode(ctx context.Context, walStart cdc.LSN, data []byte) (*cdc.Txn, error) {
 	if len(data) == 0 {
 		return nil, fmt.Errorf("empty pgoutput message at %s", walStart)
@@ -112,17 +114,25 @@ func (d *decoder) Decode(ctx context.Context, walStart cdc.LSN, data []byte) (*c
 	case *pglogrepl.TypeMessage, *pglogrepl.OriginMessage:
 		// Types are resolved from the catalog; origins are not needed.
 	case *pglogrepl.TruncateMessage:
+		// One change per table; the transaction may be handed over at any
+		// of them (cdc.Txn returned once).
+		var live *cdc.Txn
 		for _, id := range m.RelationIDs {
 			rel, _, err := d.rel(id)
 			if err != nil {
 				return nil, err
 			}
-			if err := d.add(cdc.Change{Op: cdc.OpTruncate, Rel: rel, Schema: rel.Schema, Table: rel.Table, LSN: walStart,
+			t, err := d.add(cdc.Change{Op: cdc.OpTruncate, Rel: rel, Schema: rel.Schema, Table: rel.Table, LSN: walStart,
 				Cascade:         m.Option&pglogrepl.TruncateOptionCascade != 0,
-				RestartIdentity: m.Option&pglogrepl.TruncateOptionRestartIdentity != 0}); err != nil {
+				RestartIdentity: m.Option&pglogrepl.TruncateOptionRestartIdentity != 0})
+			if err != nil {
 				return nil, err
 			}
+			if t != nil {
+				live = t
+			}
 		}
+		return live, nil
 	case *pglogrepl.LogicalDecodingMessage:
 		if !d.wanted(m.Prefix) {
 			return nil, nil
@@ -130,7 +140,7 @@ func (d *decoder) Decode(ctx context.Context, walStart cdc.LSN, data []byte) (*c
 		c := cdc.Change{Op: cdc.OpMessage, LSN: cdc.LSN(m.LSN), Prefix: m.Prefix,
 			Content: append([]byte(nil), m.Content...), Transactional: m.Transactional}
 		if m.Transactional && d.in {
-			return nil, d.add(c)
+			return d.add(c)
 		}
 		// A non-transactional message is a transaction of its own. Its
 		// identity is its LSN + 1: never a record boundary, so it cannot
@@ -154,7 +164,7 @@ func (d *decoder) wanted(prefix string) bool {
 	return false
 }
 
-func (d *decoder) add(c cdc.Change) error {
+func (d *decoder) add(c cdc.Change) (*cdc.Txn, error) {
 	c.Source = d.source
 	if d.txn == nil {
 		// Not reachable with pgoutput v1: changes come between begin and commit.

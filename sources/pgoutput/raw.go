@@ -49,8 +49,10 @@ func (d *decoder) decodeRaw(walStart cdc.LSN, data []byte) (*cdc.Txn, error) {
 			return nil, errShort(kind, 21, len(data))
 		}
 		d.in = true
-		d.buf.Discard()
 		d.txn = &cdc.Txn{Xid: binary.BigEndian.Uint32(data[17:]), CommitTime: pgTime(int64(binary.BigEndian.Uint64(data[9:])))}
+		// The final LSN is the start of the commit record: the identity of
+		// a transaction handed over before its commit (pgrepl/live.go).
+		d.buf.Begin(d.txn, cdc.LSN(binary.BigEndian.Uint64(data[1:])))
 		return nil, nil
 	case 'C': // flags (1), commit LSN (8), end LSN (8), commit time (8)
 		if len(data) < 26 {
@@ -120,7 +122,7 @@ func (d *decoder) decodeRaw(walStart cdc.LSN, data []byte) (*cdc.Txn, error) {
 			return nil, fail("", err)
 		}
 	}
-	return nil, d.add(c)
+	return d.add(c)
 }
 
 // rawTuple decodes the TupleData at the start of src and returns the row

@@ -59,6 +59,8 @@ func newDecoder(source string, prefixes []string, cat pgtypes.Querier, types *pg
 
 func (d *decoder) InTxn() bool { return d.in }
 
+func (d *decoder) Buffer() *pgrepl.TxnBuffer { return d.buf }
+
 func (d *decoder) Decode(ctx context.Context, walStart cdc.LSN, data []byte) (*cdc.Txn, error) {
 	m, err := d.ps.parse(data)
 	if err != nil {
@@ -90,8 +92,14 @@ func (d *decoder) Decode(ctx context.Context, walStart cdc.LSN, data []byte) (*c
 			}
 			d.nextLSN = l
 		}
-		d.buf.Discard()
 		d.in, d.txn = true, t
+		// The begin's lsn is the start of the commit record: the identity
+		// of a transaction handed over before its commit (pgrepl/live.go).
+		var final cdc.LSN
+		if len(m.LSN) > 0 {
+			final = lsn
+		}
+		d.buf.Begin(t, final)
 	case "C":
 		t, end := d.txn, d.nextLSN
 		d.in, d.txn, d.nextLSN = false, nil, 0
@@ -121,14 +129,14 @@ func (d *decoder) Decode(ctx context.Context, walStart cdc.LSN, data []byte) (*c
 			return nil, err
 		}
 		d.size = len(data) // about the size of the values
-		return nil, d.add(c)
+		return d.add(c)
 	case "T":
 		tb, err := d.table(ctx, m, shapeNone)
 		if err != nil {
 			return nil, fmt.Errorf("truncate of %s.%s at %s: %w", m.Schema, m.Table, lsn, err)
 		}
 		// wal2json does not report CASCADE or RESTART IDENTITY.
-		return nil, d.add(cdc.Change{Op: cdc.OpTruncate, Rel: tb.rel, Schema: tb.rel.Schema, Table: tb.rel.Table, LSN: lsn})
+		return d.add(cdc.Change{Op: cdc.OpTruncate, Rel: tb.rel, Schema: tb.rel.Schema, Table: tb.rel.Table, LSN: lsn})
 	case "M":
 		if !d.wanted(m.Prefix) {
 			return nil, nil
@@ -145,7 +153,7 @@ func (d *decoder) Decode(ctx context.Context, walStart cdc.LSN, data []byte) (*c
 		}
 		c := cdc.Change{Op: cdc.OpMessage, LSN: lsn, Prefix: string(m.Prefix), Content: content, Transactional: m.Transactional}
 		if m.Transactional && d.in {
-			return nil, d.add(c)
+			return d.add(c)
 		}
 		// A non-transactional message is a transaction of its own, with
 		// the pgoutput source's identity: its LSN + 1.
@@ -186,7 +194,7 @@ func (d *decoder) wanted(prefix []byte) bool {
 	return false
 }
 
-func (d *decoder) add(c cdc.Change) error {
+func (d *decoder) add(c cdc.Change) (*cdc.Txn, error) {
 	c.Source = d.source
 	if d.txn == nil {
 		// Not reachable with include-transaction: changes come between

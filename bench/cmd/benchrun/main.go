@@ -38,6 +38,7 @@ import (
 type options struct {
 	quick                    bool
 	single, bigTxns, bigRows int
+	oneBigRows               int
 	jsMsgs, jsSize           int
 	liveRate                 int
 	liveFor                  time.Duration
@@ -89,6 +90,7 @@ func main() {
 	flag.IntVar(&o.liveRate, "live-rate", envInt("BENCH_LIVE_RATE", 2000), "live mode: changes per second")
 	flag.DurationVar(&o.liveFor, "live-for", envDur("BENCH_LIVE_FOR", 0), "live mode: duration (default 20s; quick 10s)")
 	flag.DurationVar(&o.liveWarmup, "live-warmup", envDur("BENCH_LIVE_WARMUP", 5*time.Second), "live mode: write at the rate this long before the measured run, into the same new stream, and report it apart (0: none)")
+	flag.IntVar(&o.oneBigRows, "onebig-rows", envInt("BENCH_ONEBIG_ROWS", 0), "onebig phase: rows of the one transaction committed while the bridge follows (default 1000000; quick 200000)")
 	flag.IntVar(&o.pad, "pad", envInt("BENCH_PAD", 16), "length of the text column: sets the message size")
 	flag.StringVar(&o.bridgeBin, "bridge", os.Getenv("BENCH_BRIDGE"), "bridge binary (default: go build ./cmd/bridge)")
 	flag.StringVar(&o.profBin, "bridgeprof", os.Getenv("BENCH_BRIDGEPROF"), "profiling bridge binary for -profile (default: go build ./bench/cmd/bridgeprof)")
@@ -96,7 +98,7 @@ func main() {
 	flag.StringVar(&o.natsServerBin, "nats-server", envStr("BENCH_NATS_SERVER", "nats-server"), "nats-server binary")
 	flag.StringVar(&o.workParent, "workdir", os.Getenv("BENCH_WORKDIR"), "parent of the run's scratch directory (default: the temp dir)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the scratch directory (logs, configs)")
-	flag.StringVar(&o.only, "only", envStr("BENCH_ONLY", "decode,js,backlog,live"), "phases to run: decode, js, backlog, live")
+	flag.StringVar(&o.only, "only", envStr("BENCH_ONLY", "decode,js,backlog,live,onebig"), "phases to run: decode, js, backlog, live, onebig")
 	flag.StringVar(&o.profile, "profile", os.Getenv("BENCH_PROFILE"), "directory: run the backlogs with the profiling binary and write CPU and allocation profiles there")
 	flag.StringVar(&o.jsonOut, "json", os.Getenv("BENCH_JSON"), "also write the results as JSON to this file")
 	flag.StringVar(&o.latencyOut, "latency-dump", "", "live mode: write each change's commit→stored latency in ns, one per line in stream order, to this file (to find when a tail happened)")
@@ -122,6 +124,7 @@ func main() {
 	def(&o.single, 200000, 30000)
 	def(&o.bigTxns, 10, 2)
 	def(&o.bigRows, 100000, 30000)
+	def(&o.oneBigRows, 1000000, 200000)
 	if o.liveFor == 0 {
 		o.liveFor = 20 * time.Second
 		if o.quick {
@@ -241,6 +244,11 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	if o.has("live") {
 		if err := r.live(ctx); err != nil {
+			return err
+		}
+	}
+	if o.has("onebig") {
+		if err := r.oneBig(ctx); err != nil {
 			return err
 		}
 	}

@@ -117,6 +117,7 @@ func report(w io.Writer, res *Results, o options) {
 		fmt.Fprintf(w, "pg_recvlogical pgoutput following the same live load (%d changes): walsender %s µs/chg, pg_recvlogical %s µs/chg, writer backend %s µs/chg\n",
 			d.Changes, us(d.Walsender, d.Changes), us(d.RecvLogical, d.Changes), us(d.Writer, d.Changes))
 	}
+	fmt.Fprint(w, reportOneBig(res))
 	fmt.Fprintf(w, "\nvs decode: the bridge's rate over pg_recvlogical's with the same plugin on the same backlog; vs JS: over nats bench js pub's best async\nmode (what the sink does) and best mode overall, publishing as many messages as the backlog has changes. cores: CPU of bridge + walsender + nats-server per second of wall\ntime; with 2 cores, 2 / (sum of the three µs/chg) is the rate this machine can reach at those costs.\nother cores: CPU the machine spent during a measurement beyond the processes it accounts for (and the\nbenchmark's own polling); above ~0.2 something else shared the cores and the row is suspect.\n")
 	for _, f := range res.Failures {
 		fmt.Fprintf(w, "FAILED: %s\n", f)

@@ -21,6 +21,7 @@ type Results struct {
 	JS       []bench.JSRun       `json:"jetstream"`
 	Backlogs []Backlog           `json:"backlogs"`
 	Live     *Live               `json:"live,omitempty"`
+	OneBig   *OneBig             `json:"onebig,omitempty"`
 	// LiveDecode is pg_recvlogical following the live workload.
 	LiveDecode *bench.LiveDecode `json:"live_decode,omitempty"`
 	Failures   []string          `json:"failures,omitempty"`

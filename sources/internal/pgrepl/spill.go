@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
@@ -29,6 +30,13 @@ type TxnBuffer struct {
 	rec  []byte // the record being written (spillcodec.go)
 	rels []*cdc.Relation
 	relx map[*cdc.Relation]int
+
+	// Streaming (live.go): set by Stream; head and final by Begin.
+	streamOn bool
+	hooks    liveHooks
+	head     *cdc.Txn // the open transaction's Xid and CommitTime
+	final    cdc.LSN  // the start of its commit record, 0: not known
+	live     *liveWriter
 }
 
 // NewTxnBuffer returns a buffer that keeps up to maxChanges changes or
@@ -39,13 +47,30 @@ func NewTxnBuffer(dir string, maxChanges int, maxBytes int64) *TxnBuffer {
 }
 
 // Len returns the number of changes added since the last Finish.
-func (b *TxnBuffer) Len() uint32 { return b.n }
+func (b *TxnBuffer) Len() uint32 {
+	if b.live != nil {
+		return b.live.n
+	}
+	return b.n
+}
 
 // Spilled reports whether the current transaction went to disk.
 func (b *TxnBuffer) Spilled() bool { return b.f != nil }
 
-// Add appends c; size is its approximate size in bytes.
-func (b *TxnBuffer) Add(c cdc.Change, size int) error {
+// Add appends c; size is its approximate size in bytes. When the
+// transaction becomes one handed over while it arrives (live.go), Add
+// returns it, once: the decoder returns it from Decode.
+func (b *TxnBuffer) Add(c cdc.Change, size int) (*cdc.Txn, error) {
+	if b.live != nil {
+		return nil, b.live.add(c)
+	}
+	if b.streamOn && b.final != 0 && b.n == StreamAfter {
+		return b.startLive(c)
+	}
+	return nil, b.add(c, size)
+}
+
+func (b *TxnBuffer) add(c cdc.Change, size int) error {
 	b.n++
 	if b.f == nil && len(b.mem) < b.maxChanges && b.bytes+int64(size) <= b.maxBytes {
 		b.mem = append(b.mem, c)
@@ -112,7 +137,15 @@ const spillHead = 64
 // Finish ends the transaction: it sets every change's commit fields
 // (CommitLSN, Seq, TxSize, Xid, CommitTime) and returns the Txn, with Rest
 // reading the spilled part back. The buffer is then empty for the next one.
+//
+// A transaction already handed over (live.go) ends instead: its last change
+// gets the size, its Rest ends, and Finish returns nil.
 func (b *TxnBuffer) Finish(t *cdc.Txn) (*cdc.Txn, error) {
+	if b.live != nil {
+		err := b.live.finish()
+		b.reset()
+		return nil, err
+	}
 	n := b.n
 	for i := range b.mem {
 		c := &b.mem[i]
@@ -131,16 +164,21 @@ func (b *TxnBuffer) Finish(t *cdc.Txn) (*cdc.Txn, error) {
 			return nil, fmt.Errorf("reading back a spilled transaction: %w", err)
 		}
 		t.Rest = &spillIter{f: b.f, rels: b.rels,
-			next: uint32(len(b.mem)), size: n, commit: t.CommitLSN, xid: t.Xid, at: t.CommitTime}
+			next: uint32(len(b.mem)), size: n, txSize: n, commit: t.CommitLSN, xid: t.Xid, at: t.CommitTime}
 	}
 	b.reset()
 	return t, nil
 }
 
-// Discard drops the current transaction (a decoding error).
+// Discard drops the current transaction (a decoding error, or a begin
+// without the commit of the transaction before). A transaction already
+// handed over ends with an error for its reader.
 func (b *TxnBuffer) Discard() {
 	if b.f != nil {
 		b.f.Close()
+	}
+	if b.live != nil {
+		b.live.abort(errTxnCut)
 	}
 	b.reset()
 }
@@ -148,16 +186,19 @@ func (b *TxnBuffer) Discard() {
 func (b *TxnBuffer) reset() {
 	b.mem, b.bytes, b.n = nil, 0, 0
 	b.f, b.w, b.rels, b.relx = nil, nil, nil, nil
+	b.head, b.final, b.live = nil, 0, nil
 }
 
 type spillIter struct {
+	mu     sync.Mutex // Close may run beside Next
 	f      *os.File
 	r      *bufio.Reader // made at the first read: a transaction waiting in the queue holds no buffer
 	rec    []byte
 	cr     changeReader
 	rels   []*cdc.Relation
 	next   uint32
-	size   uint32
+	size   uint32 // changes in the file, from next on, plus next
+	txSize uint32 // the transaction's size set on each change (0: not known yet)
 	commit cdc.LSN
 	xid    uint32
 	at     time.Time
@@ -165,6 +206,8 @@ type spillIter struct {
 }
 
 func (it *spillIter) Next(dst []cdc.Change) (int, error) {
+	it.mu.Lock()
+	defer it.mu.Unlock()
 	if it.done {
 		return 0, io.EOF
 	}
@@ -177,13 +220,13 @@ func (it *spillIter) Next(dst []cdc.Change) (int, error) {
 			}
 			return n, fmt.Errorf("reading back change %d of the transaction at %s: %w", it.next, it.commit, err)
 		}
-		c.CommitLSN, c.Seq, c.TxSize, c.Xid, c.CommitTime = it.commit, it.next, it.size, it.xid, it.at
+		c.CommitLSN, c.Seq, c.TxSize, c.Xid, c.CommitTime = it.commit, it.next, it.txSize, it.xid, it.at
 		dst[n] = c
 		n++
 		it.next++
 	}
 	if n == 0 {
-		it.Close()
+		it.close()
 		return 0, io.EOF
 	}
 	return n, nil
@@ -220,7 +263,14 @@ func (it *spillIter) read() (cdc.Change, error) {
 	return c, nil
 }
 
+// Close implements cdc.ChangeIter; it may run beside Next.
 func (it *spillIter) Close() error {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	return it.close()
+}
+
+func (it *spillIter) close() error {
 	if it.done {
 		return nil
 	}

@@ -44,7 +44,8 @@ func TestSpillRoundTrip(t *testing.T) {
 	for range 50 {
 		for _, c := range zoo() {
 			want = append(want, c)
-			require.NoError(t, b.Add(c, 100))
+			_, err := b.Add(c, 100)
+			require.NoError(t, err)
 		}
 	}
 	require.True(t, b.Spilled())
@@ -68,7 +69,7 @@ func TestSpillRoundTrip(t *testing.T) {
 func TestSpillRefusesUnknownTypes(t *testing.T) {
 	b := NewTxnBuffer(t.TempDir(), 0, 0)
 	defer b.Discard()
-	err := b.Add(cdc.Change{Op: cdc.OpInsert, Rel: relA, After: []any{int32(1)}}, 10)
+	_, err := b.Add(cdc.Change{Op: cdc.OpInsert, Rel: relA, After: []any{int32(1)}}, 10)
 	require.ErrorContains(t, err, "int32")
 }
 
@@ -101,7 +102,7 @@ func BenchmarkSpill(b *testing.B) {
 		for i := range rows {
 			c := cdc.Change{Source: "app", Database: "postgres", LSN: cdc.LSN(i), Schema: "public", Table: "bench", Op: cdc.OpInsert, Rel: rel,
 				After: []any{int64(i), int64(i), pad}}
-			if err := tb.Add(c, 250); err != nil {
+			if _, err := tb.Add(c, 250); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -141,7 +142,8 @@ func TestSpillKeepsOnlyHead(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := NewTxnBuffer(t.TempDir(), tc.changes, tc.maxBytes)
 			for i := range tc.add {
-				require.NoError(t, b.Add(cdc.Change{Op: cdc.OpInsert, Rel: relA, LSN: cdc.LSN(i + 1), After: []any{int64(i)}}, 100))
+				_, err := b.Add(cdc.Change{Op: cdc.OpInsert, Rel: relA, LSN: cdc.LSN(i + 1), After: []any{int64(i)}}, 100)
+				require.NoError(t, err)
 			}
 			require.True(t, b.Spilled())
 			txn, err := b.Finish(&cdc.Txn{Xid: 9, CommitLSN: 0x100})

@@ -49,6 +49,9 @@ type Decoder interface {
 	Decode(ctx context.Context, walStart cdc.LSN, data []byte) (*cdc.Txn, error)
 	// InTxn reports whether a transaction is open (begun, not committed).
 	InTxn() bool
+	// Buffer returns the decoder's transaction buffer: the receive loop
+	// lets it hand large transactions over while they arrive (live.go).
+	Buffer() *TxnBuffer
 }
 
 // Source is a sources.Source over a replication slot and a Plugin.
@@ -327,6 +330,10 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 		lastSent, lastSendAt = pos, time.Now()
 		return nil
 	}
+	// A transaction of more than StreamAfter changes is handed over while
+	// it arrives; while the pipeline is behind on it, the decoder waits
+	// here and reports like push does below.
+	dec.Buffer().Stream(ctx, s.done, min(s.cfg.StatusInterval, time.Second), func() error { return send(false) })
 	defer func() {
 		// Goodbye: report the final acknowledged position, bounded.
 		_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
