@@ -48,9 +48,28 @@ func (g *gateSink) count() int {
 }
 
 // TestKeepalivesWhileSinkStalls stalls the sink for three times
-// wal_sender_timeout: the walsender must not time out (same backend PID, no
-// new run), and afterwards every change arrives once.
+// wal_sender_timeout and twice receive_timeout: the walsender must not time
+// out and the source must not take the connection for lost (same backend
+// PID, no new run), and afterwards every change arrives once. Once with
+// single-row transactions (the source waits to hand over decoded
+// transactions), once with one transaction of 5,000 rows (handed over while
+// it arrives: the decoder waits in the middle of it).
 func TestKeepalivesWhileSinkStalls(t *testing.T) {
+	t.Run("single-row transactions", func(t *testing.T) {
+		testKeepalivesWhileSinkStalls(t, 200, func(pg *pgtest.Server) {
+			for i := 0; i < 200; i++ {
+				pg.ExecT(t, fmt.Sprintf(`INSERT INTO s (v) VALUES ('%d')`, i))
+			}
+		})
+	})
+	t.Run("one large transaction", func(t *testing.T) {
+		testKeepalivesWhileSinkStalls(t, 5000, func(pg *pgtest.Server) {
+			pg.ExecT(t, `INSERT INTO s (v) SELECT i::text FROM generate_series(1, 5000) i`)
+		})
+	})
+}
+
+func testKeepalivesWhileSinkStalls(t *testing.T, n int, load func(*pgtest.Server)) {
 	pg := pgtest.StartT(t, pgtest.Options{Settings: map[string]string{"wal_sender_timeout": "2s"}})
 	e := &env{t: t, pg: pg, dir: t.TempDir()}
 	e.nsOpts.Host, e.nsOpts.Port, e.nsOpts.StoreDir = "127.0.0.1", natsembed.Ports(t, 1)[0], filepath.Join(e.dir, "nats")
@@ -71,7 +90,7 @@ http: { listen: "" }
 sources:
   app:
     type: pgoutput
-    config: { dsn: %q, status_interval: 500ms, buffer: 2 }
+    config: { dsn: %q, status_interval: 500ms, receive_timeout: 3s, buffer: 2 }
 sinks:
   g: { type: gate, batch: { max_changes: 10 } }
 routes:
@@ -100,11 +119,8 @@ routes:
 	}
 	pid := walsender()
 	require.NotZero(t, pid)
-	const n = 200
-	for i := 0; i < n; i++ {
-		pg.ExecT(t, fmt.Sprintf(`INSERT INTO s (v) VALUES ('%d')`, i))
-	}
-	time.Sleep(6 * time.Second) // 3 × wal_sender_timeout with the sink stalled
+	load(pg)
+	time.Sleep(6 * time.Second) // 3 × wal_sender_timeout, 2 × receive_timeout with the sink stalled
 	require.Equal(t, pid, walsender(), "the walsender was replaced: keepalives were not answered while the sink stalled")
 	require.Zero(t, gate.count())
 	close(gate.open)

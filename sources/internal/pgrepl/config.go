@@ -40,12 +40,14 @@ type Config struct {
 	Buffer int `koanf:"buffer"`
 	// SpillChanges is how many changes of one transaction are held in
 	// memory before it goes to a temporary file; a transaction that passes
-	// it (or spill_bytes) keeps only its first 64 changes in memory. Default
-	// 2048: about what the pipeline holds queued for small transactions, so
-	// memory does not depend on transaction size.
+	// it (or spill_bytes) keeps only its first 64 changes in memory. A
+	// transaction of more than 1000 changes is handed to the sinks while
+	// it arrives and never spills past its 1000th, so this matters only
+	// below 1000. Default 2048.
 	SpillChanges int `koanf:"spill_changes"`
-	// SpillBytes is how many bytes of row data of one transaction are held
-	// in memory before it goes to a temporary file. Default 16MiB.
+	// SpillBytes is how many bytes of row data of one transaction (up to
+	// its 1000th change) are held in memory before it goes to a temporary
+	// file. Default 16MiB.
 	SpillBytes int64 `koanf:"spill_bytes"`
 	// SpillDir holds the temporary files; default the system's temp dir.
 	SpillDir string `koanf:"spill_dir"`

@@ -330,10 +330,6 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 		lastSent, lastSendAt = pos, time.Now()
 		return nil
 	}
-	// A transaction of more than StreamAfter changes is handed over while
-	// it arrives; while the pipeline is behind on it, the decoder waits
-	// here and reports like push does below.
-	dec.Buffer().Stream(ctx, s.done, min(s.cfg.StatusInterval, time.Second), func() error { return send(false) })
 	defer func() {
 		// Goodbye: report the final acknowledged position, bounded.
 		_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
@@ -383,6 +379,15 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 	// now is read once per message received (and after waiting on the
 	// pipeline): the loop runs three times per single-row transaction.
 	now := lastRecv
+	// A transaction of more than StreamAfter changes is handed over while
+	// it arrives; while the pipeline is behind on it, the decoder waits
+	// and reports like push does below (not reading meanwhile, so the
+	// server is not silent).
+	dec.Buffer().Stream(ctx, s.done, min(s.cfg.StatusInterval, time.Second), func() error {
+		now = time.Now()
+		lastRecv = now
+		return send(false)
+	})
 	for {
 		if ctx.Err() != nil {
 			return
