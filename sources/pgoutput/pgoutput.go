@@ -1,5 +1,7 @@
 // Package pgoutput is the "pgoutput" source: Postgres logical replication
-// through the built-in pgoutput plugin (protocol version 1) and a publication.
+// through the built-in pgoutput plugin and a publication: protocol version
+// 1, or version 2 with streaming of large in-progress transactions on
+// Postgres 14 and later when stream_in_progress is set (streaming.go).
 package pgoutput
 
 import (
@@ -43,11 +45,26 @@ type plugin struct {
 	cfg    pgrepl.Config
 	source string
 	log    *slog.Logger
+	// streaming: the server streams transactions before their commit
+	// (Postgres 14 and later, stream_in_progress on); set by Prepare.
+	streaming bool
 }
 
 func (p *plugin) Name() string { return "pgoutput" }
 
 func (p *plugin) Prepare(ctx context.Context, cat *pgx.Conn, log *slog.Logger) error {
+	p.streaming = false
+	if p.cfg.StreamInProgress {
+		var v int
+		if err := cat.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&v); err != nil {
+			return fmt.Errorf("reading the server version: %w", err)
+		}
+		p.streaming = v >= 140000 // protocol version 2 and streaming came with Postgres 14
+		if !p.streaming {
+			log.Warn("stream_in_progress needs Postgres 14 or later: large transactions are sent after their commit",
+				"source", p.source, "server_version_num", v)
+		}
+	}
 	return pgrepl.EnsurePublication(ctx, cat, log, p.source, p.cfg.Publication, p.cfg.Tables, p.cfg.CreatePublication)
 }
 
@@ -58,6 +75,10 @@ func (p *plugin) Check(ctx context.Context, cat *pgx.Conn) ([]config.Check, []st
 
 func (p *plugin) Args() []string {
 	args := []string{"proto_version '1'", fmt.Sprintf("publication_names '%s'", p.cfg.Publication)}
+	if p.streaming {
+		// Large transactions arrive while they run (streaming.go).
+		args = []string{"proto_version '2'", "streaming 'on'", fmt.Sprintf("publication_names '%s'", p.cfg.Publication)}
+	}
 	if len(p.cfg.MessagePrefixes) > 0 {
 		args = append(args, "messages 'true'")
 	}
@@ -66,9 +87,13 @@ func (p *plugin) Args() []string {
 
 func (p *plugin) NewDecoder(cat *pgx.Conn) pgrepl.Decoder {
 	return &decoder{
-		log:      p.log,
-		cat:      cat,
-		buf:      pgrepl.NewTxnBuffer(p.cfg.SpillDir, p.cfg.SpillChanges, p.cfg.SpillBytes),
+		log: p.log,
+		cat: cat,
+		buf: pgrepl.NewTxnBuffer(p.cfg.SpillDir, p.cfg.SpillChanges, p.cfg.SpillBytes),
+		spill: func() *pgrepl.TxnBuffer {
+			return pgrepl.NewTxnBuffer(p.cfg.SpillDir, p.cfg.SpillChanges, p.cfg.SpillBytes)
+		},
+		streams:  map[uint32]*inflight{},
 		source:   p.source,
 		prefixes: p.cfg.MessagePrefixes,
 		types:    pgtypes.NewResolver(cat),
@@ -91,9 +116,16 @@ type decoder struct {
 	txn  *cdc.Txn
 	buf  *pgrepl.TxnBuffer
 	size int // approximate bytes of the change being decoded
+
+	// Transactions Postgres streams before their commit (streaming.go).
+	spill    func() *pgrepl.TxnBuffer // a buffer for one of them
+	inStream bool                     // between a stream start and stop
+	subXid   uint32                   // the (sub)transaction of the message being decoded
+	streams  map[uint32]*inflight     // by top-level xid
+	cur      *inflight                // the one of the current block
 }
 
-func (d *decoder) InTxn() bool { return d.in }
+func (d *decoder) InTxn() bool { return d.in || d.inStream }
 
 func (d *decoder) Buffer() *pgrepl.TxnBuffer { return d.buf }
 
@@ -104,7 +136,10 @@ func (d *decoder) Decode(ctx context.Context, walStart cdc.LSN, data []byte) (*c
 	if rawKind(data[0]) {
 		return d.decodeRaw(walStart, data) // raw.go
 	}
-	msg, err := pglogrepl.Parse(data)
+	if streamKind(data[0]) {
+		return d.decodeStream(walStart, data) // streaming.go
+	}
+	msg, err := d.parse(data)
 	if err != nil {
 		return nil, fmt.Errorf("parsing pgoutput message %q: %w", string(data[:1]), err)
 	}
@@ -139,7 +174,7 @@ func (d *decoder) Decode(ctx context.Context, walStart cdc.LSN, data []byte) (*c
 		}
 		c := cdc.Change{Op: cdc.OpMessage, LSN: cdc.LSN(m.LSN), Prefix: m.Prefix,
 			Content: append([]byte(nil), m.Content...), Transactional: m.Transactional}
-		if m.Transactional && d.in {
+		if m.Transactional && (d.in || d.inStream) {
 			return d.add(c)
 		}
 		// A non-transactional message is a transaction of its own. Its
@@ -166,6 +201,9 @@ func (d *decoder) wanted(prefix string) bool {
 
 func (d *decoder) add(c cdc.Change) (*cdc.Txn, error) {
 	c.Source = d.source
+	if d.inStream {
+		return nil, d.addStreamed(c) // streaming.go
+	}
 	if d.txn == nil {
 		// Not reachable with pgoutput v1: changes come between begin and commit.
 		d.txn = &cdc.Txn{}

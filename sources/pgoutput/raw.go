@@ -69,12 +69,21 @@ func (d *decoder) decodeRaw(walStart cdc.LSN, data []byte) (*cdc.Txn, error) {
 		t.CommitLSN = cdc.LSN(binary.BigEndian.Uint64(data[10:]))
 		return d.buf.Finish(t)
 	}
-	// insert, update, delete: relation id (4), then tuples each after a
-	// byte saying which: N new, K old key, O old row.
-	if len(data) < 6 {
-		return nil, errShort(kind, 6, len(data))
+	// insert, update, delete: in a streamed block the (sub)transaction's
+	// xid (4), then the relation id (4), then tuples each after a byte
+	// saying which: N new, K old key, O old row.
+	o := 1
+	if d.inStream {
+		if len(data) < 5 {
+			return nil, errShort(kind, 5, len(data))
+		}
+		d.subXid = binary.BigEndian.Uint32(data[1:])
+		o = 5
 	}
-	rel, types, err := d.rel(binary.BigEndian.Uint32(data[1:]))
+	if len(data) < o+5 {
+		return nil, errShort(kind, o+5, len(data))
+	}
+	rel, types, err := d.rel(binary.BigEndian.Uint32(data[o:]))
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +98,7 @@ func (d *decoder) decodeRaw(walStart cdc.LSN, data []byte) (*cdc.Txn, error) {
 		}
 		return fmt.Errorf("%s %s.%s at %s%s: %w", what, rel.Schema, rel.Table, walStart, part, err)
 	}
-	rest := data[5:]
+	rest := data[o+4:]
 	switch kind {
 	case 'I', 'U':
 		c.Op = cdc.OpInsert

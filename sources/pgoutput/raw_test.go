@@ -71,8 +71,11 @@ func testDecoder(t testing.TB) *decoder {
 	}
 	rel := &cdc.Relation{ID: 7, Schema: "public", Table: "items", Columns: []cdc.Column{
 		{Name: "id", Type: "int8", OID: 20, Key: true}, {Name: "name", Type: "text", OID: 25}, {Name: "doc", Type: "text", OID: 25}}}
-	return &decoder{source: "app", buf: pgrepl.NewTxnBuffer(t.TempDir(), 100, 1<<20),
-		rels: map[uint32]*cdc.Relation{7: rel}, types2: map[uint32][]*pgtypes.Type{7: ts}}
+	dir := t.TempDir()
+	return &decoder{source: "app", buf: pgrepl.NewTxnBuffer(dir, 100, 1<<20),
+		rels: map[uint32]*cdc.Relation{7: rel}, types2: map[uint32][]*pgtypes.Type{7: ts},
+		spill:   func() *pgrepl.TxnBuffer { return pgrepl.NewTxnBuffer(dir, 100, 1<<20) },
+		streams: map[uint32]*inflight{}}
 }
 
 // TestDecodeRaw decodes a transaction of every row change pgoutput sends,

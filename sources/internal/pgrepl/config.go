@@ -38,6 +38,16 @@ type Config struct {
 	StatusInterval time.Duration `koanf:"status_interval"`
 	// Buffer is how many decoded transactions may wait for the pipeline. Default 64.
 	Buffer int `koanf:"buffer"`
+	// StreamInProgress (pgoutput, Postgres 14 and later) has Postgres send
+	// a large transaction while it runs, once its changes pass
+	// logical_decoding_work_mem, instead of decoding it into files of its
+	// own (pg_replslot) and sending it after its commit: the bridge keeps
+	// it (memory, then a file in spill_dir) and publishes it when its
+	// commit arrives. It moves that disk use from the database server to
+	// the bridge, at about twice the bridge's CPU per change of such a
+	// transaction. Default false: a large transaction is then published
+	// while Postgres sends it after its commit. wal2json ignores it.
+	StreamInProgress bool `koanf:"stream_in_progress"`
 	// SpillChanges is how many changes of one transaction are held in
 	// memory before it goes to a temporary file; a transaction that passes
 	// it (or spill_bytes) keeps only its first 64 changes in memory. A

@@ -114,7 +114,7 @@ func (b *TxnBuffer) startLive(c cdc.Change) (*cdc.Txn, error) {
 			b.Discard()
 			return nil, fmt.Errorf("reading back a spilled transaction: %w", err)
 		}
-		it.head = &spillIter{f: b.f, rels: b.rels, next: uint32(len(b.mem)), size: b.n, txSize: 0,
+		it.head = &spillIter{f: b.f, rels: b.rels, recs: b.n - uint32(len(b.mem)), next: uint32(len(b.mem)), txSize: 0,
 			commit: id, xid: h.Xid, at: h.CommitTime}
 		b.f, b.w = nil, nil // the iterator owns the file now
 	}

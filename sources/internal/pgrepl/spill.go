@@ -163,10 +163,52 @@ func (b *TxnBuffer) Finish(t *cdc.Txn) (*cdc.Txn, error) {
 			b.reset()
 			return nil, fmt.Errorf("reading back a spilled transaction: %w", err)
 		}
-		t.Rest = &spillIter{f: b.f, rels: b.rels,
-			next: uint32(len(b.mem)), size: n, txSize: n, commit: t.CommitLSN, xid: t.Xid, at: t.CommitTime}
+		t.Rest = &spillIter{f: b.f, rels: b.rels, recs: n - uint32(len(b.mem)),
+			next: uint32(len(b.mem)), txSize: n, commit: t.CommitLSN, xid: t.Xid, at: t.CommitTime}
 	}
 	b.reset()
+	return t, nil
+}
+
+// FinishStreamed ends a transaction that Postgres streamed before its
+// commit (pgoutput's streaming of in-progress transactions), whose changes
+// hold their subtransaction's id in Xid: the changes of the subtransactions
+// in drop (aborted) are left out, the n others get t's commit fields, their
+// ordinals in order, and t.Xid. It returns t, with Rest reading the spilled
+// part back, or nil when nothing is left. The buffer is then empty.
+func (b *TxnBuffer) FinishStreamed(t *cdc.Txn, drop map[uint32]bool, n uint32) (*cdc.Txn, error) {
+	defer b.reset()
+	if n == 0 {
+		if b.f != nil {
+			b.f.Close()
+		}
+		return nil, nil
+	}
+	held := len(b.mem)
+	k := 0
+	for i := range b.mem {
+		c := b.mem[i]
+		if drop[c.Xid] {
+			continue
+		}
+		c.CommitLSN, c.Seq, c.TxSize, c.Xid, c.CommitTime = t.CommitLSN, uint32(k), n, t.Xid, t.CommitTime
+		b.mem[k] = c
+		k++
+	}
+	clear(b.mem[k:])
+	t.Changes = b.mem[:k]
+	if b.f != nil {
+		if err := b.w.Flush(); err != nil {
+			b.f.Close()
+			return nil, fmt.Errorf("spilling a large transaction: %w", err)
+		}
+		if _, err := b.f.Seek(0, io.SeekStart); err != nil {
+			b.f.Close()
+			return nil, fmt.Errorf("reading back a spilled transaction: %w", err)
+		}
+		t.Rest = &spillIter{f: b.f, rels: b.rels, recs: b.n - uint32(held), next: uint32(k), txSize: n,
+			drop: drop, commit: t.CommitLSN, xid: t.Xid, at: t.CommitTime}
+	}
 	return t, nil
 }
 
@@ -196,9 +238,10 @@ type spillIter struct {
 	rec    []byte
 	cr     changeReader
 	rels   []*cdc.Relation
-	next   uint32
-	size   uint32 // changes in the file, from next on, plus next
-	txSize uint32 // the transaction's size set on each change (0: not known yet)
+	recs   uint32          // records left in the file
+	next   uint32          // the ordinal of the next change
+	txSize uint32          // the transaction's size set on each change (0: not known yet)
+	drop   map[uint32]bool // subtransactions whose changes are left out (FinishStreamed)
 	commit cdc.LSN
 	xid    uint32
 	at     time.Time
@@ -212,13 +255,17 @@ func (it *spillIter) Next(dst []cdc.Change) (int, error) {
 		return 0, io.EOF
 	}
 	n := 0
-	for n < len(dst) && it.next < it.size {
+	for n < len(dst) && it.recs > 0 {
 		c, err := it.read()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
 			}
 			return n, fmt.Errorf("reading back change %d of the transaction at %s: %w", it.next, it.commit, err)
+		}
+		it.recs--
+		if it.drop[c.Xid] {
+			continue
 		}
 		c.CommitLSN, c.Seq, c.TxSize, c.Xid, c.CommitTime = it.commit, it.next, it.txSize, it.xid, it.at
 		dst[n] = c

@@ -13,8 +13,10 @@ import (
 
 // The spill file holds one record per change: its length (uvarint), then
 // the change in the layout of appendChange. Commit fields (CommitLSN, Seq,
-// TxSize, Xid, CommitTime) are not stored: they are the transaction's, set
-// when read back. Rel is stored as an index into the buffer's relations.
+// TxSize, CommitTime) are not stored: they are the transaction's, set when
+// read back. Xid is stored: a transaction Postgres streamed before its
+// commit holds each change's subtransaction there until the commit
+// (FinishStreamed leaves out those of aborted subtransactions). Rel is stored as an index into the buffer's relations.
 
 // Value tags.
 const (
@@ -68,6 +70,7 @@ func appendChange(dst []byte, c *cdc.Change, rel int) ([]byte, error) {
 	dst = append(dst, f)
 	dst = binary.AppendUvarint(dst, uint64(rel))
 	dst = binary.AppendUvarint(dst, uint64(c.LSN))
+	dst = binary.AppendUvarint(dst, uint64(c.Xid))
 	for _, s := range [...]string{c.Producer, c.Source, c.Database, c.Schema, c.Table, string(c.Op), c.Prefix, c.Subject} {
 		dst = appendStr(dst, s)
 	}
@@ -245,6 +248,11 @@ func (r *changeReader) change(b []byte, c *cdc.Change) (rel int, err error) {
 		return 0, err
 	}
 	c.LSN = cdc.LSN(lsn)
+	xid, err := r.uvarint()
+	if err != nil {
+		return 0, err
+	}
+	c.Xid = uint32(xid)
 	var op string
 	for _, p := range [...]*string{&c.Producer, &c.Source, &c.Database, &c.Schema, &c.Table, &op, &c.Prefix, &c.Subject} {
 		if *p, err = r.interned(); err != nil {
