@@ -358,6 +358,17 @@ type Txn struct {
 	Rest ChangeIter
 }
 
+// PartIter is a ChangeIter that can also hand over its next changes in a
+// slice the caller then owns, without copying them: a transaction still
+// arriving, in the parts the source decoded.
+type PartIter interface {
+	ChangeIter
+	// NextPart returns the next changes (at least one, in order) in a
+	// slice the caller owns; at the end it returns nil and io.EOF. Next and
+	// NextPart may be mixed.
+	NextPart() ([]Change, error)
+}
+
 // ChangeIter yields changes in order.
 type ChangeIter interface {
 	// Next fills dst with the next changes and returns how many; at the end

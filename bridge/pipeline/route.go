@@ -175,6 +175,31 @@ func (p *Pipeline) route(ctx context.Context, rr *routerRev, t *cdc.Txn, produce
 		it.last = true
 		return send(it)
 	}
+	if pi, ok := t.Rest.(cdc.PartIter); ok {
+		// A transaction still arriving: each part the source decoded
+		// becomes an item as it is (no copy when every change is routed).
+		for {
+			part, err := pi.NextPart()
+			if len(part) > 0 {
+				if len(it.changes) > 0 {
+					if err := send(it); err != nil {
+						return err
+					}
+					it = newItem()
+				}
+				if _, aerr := addHeld(part); aerr != nil {
+					return aerr
+				}
+			}
+			if errors.Is(err, io.EOF) {
+				it.last = true
+				return send(it)
+			}
+			if err != nil {
+				return fmt.Errorf("source %q: %w", p.source, err)
+			}
+		}
+	}
 	buf := make([]cdc.Change, chunk)
 	for {
 		if len(it.changes) >= chunk {

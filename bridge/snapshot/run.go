@@ -421,6 +421,25 @@ func (it *noteIter) Next(dst []cdc.Change) (int, error) {
 	return n, err
 }
 
+// NextPart implements cdc.PartIter, with the inner iterator's parts when it
+// has them, else in new slices.
+func (it *noteIter) NextPart() ([]cdc.Change, error) {
+	var p []cdc.Change
+	var err error
+	if pi, ok := it.ChangeIter.(cdc.PartIter); ok {
+		p, err = pi.NextPart()
+	} else {
+		buf := make([]cdc.Change, 256)
+		var n int
+		n, err = it.ChangeIter.Next(buf)
+		p = buf[:n]
+	}
+	for i := range p {
+		it.r.note(it.p, &p[i])
+	}
+	return p, err
+}
+
 // Idle implements sources.Idler for sources that do: a chunk takes the
 // place (and commit LSN) of its high watermark's transaction, so the inner
 // source's positions hold.

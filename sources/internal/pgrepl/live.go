@@ -270,6 +270,45 @@ func (it *liveIter) Next(dst []cdc.Change) (int, error) {
 	return n, nil
 }
 
+// NextPart implements cdc.PartIter: the parts the receive loop decoded go
+// to the caller as they are (what was spilled before the hand-over is read
+// into new slices).
+func (it *liveIter) NextPart() ([]cdc.Change, error) {
+	buf := make([]cdc.Change, livePart)
+	if n, done, err := it.readHead(buf); !done {
+		return buf[:n], err
+	}
+	if len(it.cur) > 0 { // what Next left of a part
+		p := it.cur
+		it.cur = nil
+		return p, nil
+	}
+	select {
+	case p, ok := <-it.parts:
+		return it.part(p, ok)
+	case <-it.stop:
+		return nil, errIterClosed
+	case <-it.src:
+		select {
+		case p, ok := <-it.parts:
+			return it.part(p, ok)
+		default:
+			return nil, errSourceStopped
+		}
+	}
+}
+
+// part is NextPart's result for a receive from parts.
+func (it *liveIter) part(p []cdc.Change, ok bool) ([]cdc.Change, error) {
+	if !ok {
+		if it.err != nil {
+			return nil, it.err
+		}
+		return nil, io.EOF
+	}
+	return p, nil
+}
+
 // readHead reads the spilled head; done when there is none (left).
 func (it *liveIter) readHead(dst []cdc.Change) (n int, done bool, err error) {
 	it.mu.Lock()

@@ -80,7 +80,7 @@ func feed(t *testing.T, b *TxnBuffer, final, end cdc.LSN, n int) (*cdc.Txn, <-ch
 	}
 }
 
-// drain reads t whole.
+// drain reads t whole, with Next and NextPart in turn when Rest has both.
 func drain(t *testing.T, txn *cdc.Txn) []cdc.Change {
 	t.Helper()
 	out := append([]cdc.Change(nil), txn.Changes...)
@@ -89,9 +89,21 @@ func drain(t *testing.T, txn *cdc.Txn) []cdc.Change {
 	}
 	defer txn.Rest.Close()
 	buf := make([]cdc.Change, 100)
-	for {
-		n, err := txn.Rest.Next(buf)
-		out = append(out, buf[:n]...)
+	pi, parts := txn.Rest.(cdc.PartIter)
+	for i := 0; ; i++ {
+		var got []cdc.Change
+		var err error
+		if parts && i%2 == 1 {
+			got, err = pi.NextPart()
+			if err == nil {
+				require.NotEmpty(t, got, "NextPart returns at least one change")
+			}
+		} else {
+			var n int
+			n, err = txn.Rest.Next(buf)
+			got = buf[:n]
+		}
+		out = append(out, got...)
 		if errors.Is(err, io.EOF) {
 			return out
 		}

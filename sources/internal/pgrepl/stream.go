@@ -531,3 +531,22 @@ func (it *dbIter) Next(dst []cdc.Change) (int, error) {
 	}
 	return n, err
 }
+
+// NextPart implements cdc.PartIter, with the inner iterator's parts when it
+// has them, else in new slices.
+func (it *dbIter) NextPart() ([]cdc.Change, error) {
+	var p []cdc.Change
+	var err error
+	if pi, ok := it.ChangeIter.(cdc.PartIter); ok {
+		p, err = pi.NextPart()
+	} else {
+		buf := make([]cdc.Change, livePart)
+		var n int
+		n, err = it.ChangeIter.Next(buf)
+		p = buf[:n]
+	}
+	for i := range p {
+		p[i].Database = it.db
+	}
+	return p, err
+}
