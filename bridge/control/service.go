@@ -111,6 +111,11 @@ func Start(nc *nats.Conn, b Bridge, o Options) (*Service, error) {
 			return nil, err
 		}
 	}
+	// The endpoints' subscriptions reach the server before Start returns,
+	// so a request sent right after (from any connection) finds this
+	// instance. A connection that is down subscribes again when it is
+	// back; that is no reason to fail.
+	_ = nc.FlushTimeout(5 * time.Second)
 	return s, nil
 }
 
