@@ -22,15 +22,19 @@ func TestFleetForcedTwoOwnersCaught(t *testing.T) {
 	w := newWorkload(t, e)
 	t.Cleanup(func() { w.stopped.Store(true) })
 	cfg := e.config("twoowners", "")
-	a := e.startWith(cfg, app.WithFleet("fa", 0))
-	b := e.startWith(cfg, app.WithFleet("fb", 0))
 	holds := func(r *running) bool {
 		_, held := r.app.Fleet()
 		return len(held) == 1 && held[0] == "app"
 	}
+	// The second owner starts once the first has created the source's
+	// checkpoint and streams: started together, the one that loses the
+	// race to create the checkpoint is fenced there and stops, which is
+	// caught too, but not the slot's safety net this test is about.
+	a := e.startWith(cfg, app.WithFleet("fa", 0))
+	waitSlotActive(t, e, "slot_twoowners")
+	b := e.startWith(cfg, app.WithFleet("fb", 0))
 	require.Eventually(t, func() bool { return holds(a) && holds(b) }, 30*time.Second, 20*time.Millisecond,
 		"both members should hold the source's lease, each in its own fleet")
-	waitSlotActive(t, e, "slot_twoowners")
 
 	wait := w.run(t, 2, 1<<30, 5*time.Millisecond)
 	state := func(r *running) pipeline.State {
