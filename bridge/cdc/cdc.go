@@ -369,6 +369,17 @@ type PartIter interface {
 	NextPart() ([]Change, error)
 }
 
+// TakePart returns it's next changes in a slice the caller owns: its own
+// part when it is a PartIter, else up to n changes read into a new slice.
+func TakePart(it ChangeIter, n int) ([]Change, error) {
+	if pi, ok := it.(PartIter); ok {
+		return pi.NextPart()
+	}
+	buf := make([]Change, n)
+	k, err := it.Next(buf)
+	return buf[:k], err
+}
+
 // ChangeIter yields changes in order.
 type ChangeIter interface {
 	// Next fills dst with the next changes and returns how many; at the end

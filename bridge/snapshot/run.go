@@ -424,16 +424,7 @@ func (it *noteIter) Next(dst []cdc.Change) (int, error) {
 // NextPart implements cdc.PartIter, with the inner iterator's parts when it
 // has them, else in new slices.
 func (it *noteIter) NextPart() ([]cdc.Change, error) {
-	var p []cdc.Change
-	var err error
-	if pi, ok := it.ChangeIter.(cdc.PartIter); ok {
-		p, err = pi.NextPart()
-	} else {
-		buf := make([]cdc.Change, 256)
-		var n int
-		n, err = it.ChangeIter.Next(buf)
-		p = buf[:n]
-	}
+	p, err := cdc.TakePart(it.ChangeIter, 256)
 	for i := range p {
 		it.r.note(it.p, &p[i])
 	}

@@ -535,16 +535,7 @@ func (it *dbIter) Next(dst []cdc.Change) (int, error) {
 // NextPart implements cdc.PartIter, with the inner iterator's parts when it
 // has them, else in new slices.
 func (it *dbIter) NextPart() ([]cdc.Change, error) {
-	var p []cdc.Change
-	var err error
-	if pi, ok := it.ChangeIter.(cdc.PartIter); ok {
-		p, err = pi.NextPart()
-	} else {
-		buf := make([]cdc.Change, livePart)
-		var n int
-		n, err = it.ChangeIter.Next(buf)
-		p = buf[:n]
-	}
+	p, err := cdc.TakePart(it.ChangeIter, livePart)
 	for i := range p {
 		p[i].Database = it.db
 	}
