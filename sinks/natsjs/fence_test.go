@@ -267,3 +267,42 @@ func TestFenceDuplicateMidWriteStopsAtomic(t *testing.T) {
 	writeRest(t, s, all)
 	require.Equal(t, ids(all), storedIDs(t, srv.URL(), "CDC"))
 }
+
+// TestFenceRedoAfterDuplicateWindow: an atomic batch that meets changes
+// another instance stored comes back as "contains duplicates" without their
+// sequences, and the Write republishes it message by message (the redo).
+// When the writer is paused between that reply and the redo for longer
+// than the duplicate window (a zombie under SIGSTOP), dedupe no longer
+// knows those changes: the redo must still be fenced, or it stores the
+// transaction a second time behind what the other instance stored
+// meanwhile. The Write ends fenced and nothing of it is stored.
+func TestFenceRedoAfterDuplicateWindow(t *testing.T) {
+	srv := natsembed.StartT(t, natsembed.Options{})
+	const window = 200 * time.Millisecond
+	opts := map[string]any{"atomic_transactions": true, "duplicate_window": window.String()}
+	all := txs(producer, 0x1000, 12, 3)
+	zombie := connected(t, srv, opts)
+	require.NoError(t, zombie.Write(t.Context(), all[:9]))
+
+	owner := connected(t, srv, opts)
+	_, err := owner.Delivered(t.Context(), producer, zombie.Cursor())
+	require.NoError(t, err)
+	require.NoError(t, owner.Write(t.Context(), all[9:18]))
+
+	paused := false
+	zombie.beforeRedo = func() {
+		paused = true
+		time.Sleep(3 * window) // the owner's dedupe entries expire
+		require.NoError(t, owner.Write(t.Context(), all[18:27]))
+		time.Sleep(3 * window)
+	}
+	err = zombie.Write(t.Context(), all[9:36])
+	zombie.beforeRedo = nil
+	require.True(t, paused, "the zombie's first atomic batch came back as containing duplicates")
+	require.ErrorIs(t, err, ErrFenced)
+	require.Equal(t, ids(all[:27]), storedIDs(t, srv.URL(), "CDC"), "nothing of the zombie's stored")
+
+	// The owner goes on; every change is stored once, in order.
+	require.NoError(t, owner.Write(t.Context(), all[27:]))
+	require.Equal(t, ids(all), storedIDs(t, srv.URL(), "CDC"))
+}

@@ -81,6 +81,9 @@ type Sink struct {
 	// afterPublish, when set (tests only), is called by a Write after it
 	// has handed change i's message to the connection.
 	afterPublish func(i int)
+	// beforeRedo, when set (tests only), is called by a Write between an
+	// atomic batch's duplicate reply and its redo (replayRedo).
+	beforeRedo func()
 }
 
 // New builds a sink from its config block: it fills the defaults, decodes

@@ -115,7 +115,8 @@ func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
 			return w.err.Err()
 		}
 	}
-	synced := exp      // the stream's last sequence where the chain stands
+	synced := exp // the stream's last sequence where the chain stands
+	w.redoFenced, w.redoExp = fenced, exp
 	stop := len(batch) // first index not published
 	var stopErr error  // why, when stopped before a failure of its own
 	w.js, w.subjects = js, subjects
@@ -319,22 +320,53 @@ publish:
 }
 
 // replayRedo publishes, message by message, the changes of the atomic
-// batches that met messages stored already (only a Write's first publish
-// when fenced: fence.go); dedupe drops the stored ones. Each message is
-// prepared again, as a plain publish's: its size changes with its headers.
+// batches that met messages stored already (only a Write's first publish:
+// see resolve); dedupe drops the stored ones. Each message is prepared
+// again, as a plain publish's: its size changes with its headers.
+//
+// When the Write is fenced the redo is too: each message expects the
+// stream's last sequence to be where the Write's chain started, moved on by
+// the redo's own fresh stores, and is awaited before the next goes. An R1
+// stream checks that expectation before its duplicate check, so a stored
+// change is answered as a duplicate only while nothing else was stored
+// since the chain's start, and a change whose dedupe entry expired is
+// refused (ErrFenced) instead of being stored a second time, behind what
+// another instance stored meanwhile. Without the fence on the redo a
+// zombie paused between the batch's duplicate reply and its redo for
+// longer than the duplicate window stored the transaction again at the
+// stream's end (TestFenceRedoAfterDuplicateWindow).
 func (w *write) replayRedo() {
+	if len(w.redo) > 0 && w.s.beforeRedo != nil {
+		w.s.beforeRedo()
+	}
 	for len(w.redo) > 0 && w.err.Failed == nil {
 		end := w.redo[0]
 		w.redo = w.redo[1:]
 		n := w.group[end]
 		w.group[end] = 0
+		tail := w.redoExp // the stream's last sequence the next message expects
 		for k := end - n + 1; k <= end; k++ {
-			m, ok := w.prepare(k, pubHeaders{}) // !ok: prepare recorded why
+			var ph pubHeaders
+			if w.redoFenced {
+				ph.expLast = strconv.FormatUint(tail, 10)
+			}
+			m, ok := w.prepare(k, ph) // !ok: prepare recorded why
 			if ok {
 				w.msg[k] = m
 				if err := w.publish(k); err != nil {
 					w.err.Fail(k, w.s.publishErr(w.nc, &w.batch[k], len(m.Data)+natsconn.HeaderSize(m.Header), err))
 					ok = false
+				}
+			}
+			if ok && w.redoFenced {
+				w.next = k
+				dups := w.dups
+				w.resolve()
+				switch {
+				case w.err.Failed != nil:
+					ok = false
+				case w.dups == dups: // stored fresh: the chain moves on
+					tail = w.seqs[k]
 				}
 			}
 			if !ok {
@@ -343,6 +375,10 @@ func (w *write) replayRedo() {
 				}
 				break
 			}
+		}
+		if w.redoFenced {
+			w.next = end + 1
+			continue
 		}
 		for w.next = end - n + 1; w.next <= end; {
 			w.resolve()
@@ -361,8 +397,12 @@ type write struct {
 	msg   []*nats.Msg // per change: its message once published with an ack awaited
 	group []int       // at the commit's index: the size of its atomic batch
 	redo  []int       // commit indexes of atomic batches to republish
-	seqs  []uint64    // stream sequence of each acked change
-	dups  int
+	// redoFenced: the redo carries the fence, starting at the stream's
+	// last sequence redoExp (replayRedo).
+	redoFenced bool
+	redoExp    uint64
+	seqs       []uint64 // stream sequence of each acked change
+	dups       int
 	// dupMax is the highest stream sequence of the stored originals of
 	// changes acked as duplicates.
 	dupMax uint64
