@@ -50,7 +50,12 @@ var ErrFenced = errors.New("natsjs: fenced: the stream holds messages published 
 //     run and reads the tail again;
 //   - a zombie (paused, then resumed after a standby took over) cannot
 //     store anything once the new owner has published: each of its
-//     publishes expects its own last message;
+//     publishes expects its own last message. The one exception changes
+//     nothing: both publish the same transactions with the same ids from
+//     the same position, so a zombie publish that lands exactly where the
+//     owner's publish of the same change was about to go is stored there,
+//     as the owner's would have been, and the owner's copy comes back as a
+//     duplicate or refused, which ends the owner's run;
 //   - after a failed publish nothing behind it is stored (no gap), whatever
 //     another writer stores meanwhile.
 //
