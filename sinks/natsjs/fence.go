@@ -74,7 +74,10 @@ var ErrFenced = errors.New("natsjs: fenced: the stream holds messages published 
 // caller chose to make, e.g. a sink user writing a batch again) publishes
 // the rest message by message without expectations: within the duplicate
 // window two publishers of the same sequence of ids store it once and in
-// order.
+// order. When that first publish was an atomic batch, the server's reply
+// names no sequence, so its changes are republished one by one first,
+// each still fenced and awaited (write.go, replayRedo): that is where a
+// duplicate stored after the chain's start shows, and the Write stops.
 //
 // With fast_batch, a fenced Write publishes its first change as above,
 // awaited alone, and the rest as one fast batch (fast.go) whose every
