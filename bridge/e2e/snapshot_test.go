@@ -439,8 +439,17 @@ func TestSnapshotKill9Resumes(t *testing.T) {
 		fmt.Sprintf(`INSERT INTO big SELECT g, g, repeat('z', 200) FROM generate_series(1, %d) g`, n), `ANALYZE big`)
 	cfg := e.snapConfig("skill", "initial", 250)
 	var out *syncBuffer
+	var outs []*syncBuffer // every process's log, shown when the test fails
+	t.Cleanup(func() {
+		if t.Failed() {
+			for i, o := range outs {
+				t.Logf("bridge process %d of %d:\n%s", i+1, len(outs), o.String())
+			}
+		}
+	})
 	start := func() *proc {
 		out = &syncBuffer{}
+		outs = append(outs, out)
 		cmd := exec.Command(bin, "run", "-c", cfg, "--log-level", "debug")
 		cmd.Stdout, cmd.Stderr = out, out
 		cmd.Env = append(os.Environ(), "BRIDGE_LOG__FORMAT=text")
