@@ -102,6 +102,32 @@ type SubjectUse struct {
 // (core NATS): a failed write there is logged and counted, not retried forever.
 type AtMostOnce interface{ AtMostOnce() bool }
 
+// Deduplicator is implemented by sinks that, without a Resumer, drop by
+// themselves what a replay after a crash writes to them again (a KV mirror
+// that compares each key's stored position): the pipeline replays from the
+// checkpoint into them and they stay exactly once in effect.
+type Deduplicator interface{ Deduplicates() bool }
+
+// Guarantee describes what a crash of the bridge means for s: "exactly
+// once" (a Resumer: nothing past the checkpoint is written twice, snapshot
+// reads included), "exactly once in effect" (a Deduplicator), "at most
+// once" (an AtMostOnce sink) or "at least once" (none of them: after a
+// crash, changes and snapshot reads since the last checkpoint are written
+// to it again, with the same ids, and only its own dedupe by id keeps them
+// once). why says so in a sentence for users.
+func Guarantee(s Sink) (kind, why string) {
+	if amo, ok := s.(AtMostOnce); ok && amo.AtMostOnce() {
+		return "at most once", "a change the destination does not take is dropped, never written twice"
+	}
+	if _, ok := s.(Resumer); ok {
+		return "exactly once", "after a crash the bridge reads what the destination holds past the checkpoint and does not write it again, snapshot rows included"
+	}
+	if d, ok := s.(Deduplicator); ok && d.Deduplicates() {
+		return "exactly once in effect", "after a crash the bridge writes what follows the checkpoint again and the sink drops what it holds already"
+	}
+	return "at least once", "after a crash the bridge writes what follows the checkpoint again, snapshot rows included, with the same ids (Change.ID): the destination must drop what it holds already by id to keep each change once"
+}
+
 // DeadLetterCounter is implemented by sinks that divert changes their
 // destination would refuse for good to a dead-letter subject instead of
 // stopping. DeadLetters returns how many changes this sink instance has

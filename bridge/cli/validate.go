@@ -174,6 +174,15 @@ func connectChecks(ctx context.Context, cfg *config.Config, opts []app.Option) [
 		default:
 			sec.checks = ch.Check(ctx, sinks.CheckRequest{Subjects: subjectUses(cfg, patterns, name)})
 		}
+		// What a crash of the bridge means for it (docs/exactly-once.md).
+		g := config.Check{Status: config.CheckOK}
+		kind, why := sinks.Guarantee(s)
+		if kind == "at least once" {
+			g.Status = config.CheckWarn
+			g.Fix = "implement sinks.Resumer in the sink (docs/custom-sinks.md), or drop repeated ids at the destination"
+		}
+		g.What = "delivery: " + kind + ": " + why
+		sec.checks = append(sec.checks, g)
 		_ = s.Close(ctx)
 		secs = append(secs, sec)
 	}

@@ -88,6 +88,7 @@ func TestValidateConnectGoodSetup(t *testing.T) {
 		`checkpoint bucket "bridge_checkpoints" does not exist yet`,
 		"routes[0].subject: cdc.vc.orders.*.* may be published, into stream \"CDC_vc\"",
 		"routes[1].subject: cdc.vc.*.* may be published",
+		"delivery: exactly once: after a crash the bridge reads what the destination holds past the checkpoint",
 	} {
 		requireLine(t, out, "ok", want)
 	}

@@ -243,4 +243,12 @@ func (s *Sink) Close(ctx context.Context) error {
 }
 
 // Interface guards.
-var _ sinks.Sink = (*Sink)(nil)
+// Deduplicates returns true: the guard (guard.go) drops a change whose key
+// already holds its position or a later one, so a replay after a crash
+// changes nothing (sinks.Deduplicator).
+func (s *Sink) Deduplicates() bool { return true }
+
+var (
+	_ sinks.Sink         = (*Sink)(nil)
+	_ sinks.Deduplicator = (*Sink)(nil)
+)
