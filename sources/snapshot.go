@@ -54,6 +54,11 @@ type SnapshotTable struct {
 	// Where limits the rows read to those matching every condition; only
 	// a WhereChecker is given one.
 	Where []Cond
+	// Until, when set, bounds a chunk: no row whose key is after Until (text
+	// values of Key, in the table's key order) is read. The runtime sets it
+	// when it reads again the rows an earlier run put into the stream (up to
+	// State's Sent), so that it knows when it has passed them.
+	Until []string
 }
 
 // Name returns "schema.table".
@@ -85,7 +90,8 @@ type Snapshotter interface {
 	// primary key or replica identity index is an error naming it and the fix.
 	SnapshotTables(ctx context.Context, names []string) ([]SnapshotTable, error)
 	// ReadChunk emits a low watermark, reads up to limit rows of t whose key
-	// is after after (text values; nil: from the start) in key order, then
+	// is after after (text values; nil: from the start) and not after
+	// t.Until (when set) in key order, then
 	// emits a high watermark. Watermarks are transactional logical messages
 	// (each in a transaction of its own, whose commit flushes the WAL so the
 	// stream sees it at once) with SnapshotPrefix whose content is

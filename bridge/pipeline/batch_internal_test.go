@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/bridge/snapshot"
 	"github.com/bridgecdc/bridge/config"
 )
 
@@ -47,7 +48,7 @@ func runWriter(t *testing.T, b config.Batch, feed func(items chan<- []*txnItem))
 	var marks []cdc.LSN
 	done := make(chan error, 1)
 	go func() {
-		done <- p.write(t.Context(), t.Context(), items, make([]map[cdc.Pos]struct{}, 1),
+		done <- p.write(t.Context(), t.Context(), items, make([]map[cdc.Pos]struct{}, 1), make([]snapshot.Held, 1),
 			func(m mark) { marks = append(marks, m.lsn) }, mark{}, nil)
 	}()
 	feed(items)

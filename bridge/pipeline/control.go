@@ -140,41 +140,29 @@ func (p *Pipeline) bucketGone(err error) error {
 		"so consumers may receive changes since the last checkpoint again, under new message ids", p.store.Bucket(), p.source, err)}
 }
 
-// snapHeld returns the snapshot.HeldFunc of a run that starts from cursors.
-func (p *Pipeline) snapHeld(cursors map[string]string) snapshot.HeldFunc {
-	return func(ctx context.Context, producer string, from map[string]string) (map[cdc.Pos]struct{}, error) {
-		if from == nil {
-			from = cursors
-		}
-		if rr := p.cur.Load(); rr != nil && rr.r.Fanout() {
-			// A read row has a message per route that takes it, and the
-			// snapshot knows its position, not its routes: send every row
-			// again (each destination's duplicate window drops what it holds).
-			return nil, nil
-		}
-		var out map[cdc.Pos]struct{}
-		for _, s := range p.sinks {
-			if s.amo {
+// snapHeld returns the snapshot.HeldFunc of a run: it fills held, by sink
+// index, with the reads of the running snapshot each sink holds (positions
+// with their destination, so fan-out routes are told apart), which the
+// writer leaves out for that sink. A sink that cannot tell (no
+// sinks.Resumer) gets every row read again; an at-most-once sink is never
+// asked.
+func (p *Pipeline) snapHeld(held []snapshot.Held) snapshot.HeldFunc {
+	return func(ctx context.Context, producer string, from map[string]string) error {
+		for i, s := range p.sinks {
+			if s.amo || s.resumer == nil {
 				continue
-			}
-			if s.resumer == nil {
-				return nil, nil
 			}
 			d, err := s.resumer.Delivered(ctx, producer, from[s.name])
 			if err != nil {
-				return nil, fmt.Errorf("sink %q: %w", s.name, err)
+				return fmt.Errorf("sink %q: %w", s.name, err)
 			}
-			if out == nil {
-				out = d
-				continue
-			}
-			for k := range out {
-				if _, ok := d[k]; !ok {
-					delete(out, k)
-				}
+			if len(d) > 0 {
+				p.log.Info("sink already holds rows of the running snapshot; they will not be sent to it again", "sink", s.name,
+					"snapshot_producer", producer, "rows", len(d), "scan_from", from[s.name])
+				held[i] = d
 			}
 		}
-		return out, nil
+		return nil
 	}
 }
 

@@ -151,6 +151,9 @@ func New(cfg Config) *Pipeline {
 		if amo, ok := s.Sink.(sinks.AtMostOnce); ok && amo.AtMostOnce() {
 			slot.amo = true
 		}
+		if kind, why := sinks.Guarantee(s.Sink); kind == "at least once" {
+			p.log.Warn("sink delivers at least once: "+why, "sink", s.Name)
+		}
 		p.sinks = append(p.sinks, slot)
 	}
 	return p
@@ -412,7 +415,8 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 	var atBoundary atomic.Bool // the reader stopped at a boundary on request
 
 	// Snapshots: chunks between watermarks join the stream (snapshot.go).
-	wrapped, stopSnap, err := p.snap.Wrap(rctx, src, producer, st.Epoch, p.snapHeld(st.Cursors))
+	snapSkip := make([]snapshot.Held, len(p.sinks)) // per sink: reads it holds already
+	wrapped, stopSnap, err := p.snap.Wrap(rctx, src, producer, st.Epoch, st.Cursors, p.snapHeld(snapSkip))
 	if err != nil {
 		_ = src.Close(context.Background())
 		return false, err
@@ -525,6 +529,12 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 		}
 		rev, lastSaved, saved = nrev, target, ns
 		p.ckptLSN.Store(uint64(target))
+		if sc, ok := src.(snapshot.Checkpointer); ok {
+			// Snapshot progress follows the checkpoint, with its cursors.
+			if err := sc.Checkpointed(ctx, target, m.cursors); err != nil {
+				return fmt.Errorf("saving snapshot progress at checkpoint %s: %w", target, err)
+			}
+		}
 		// Only now may Postgres forget what comes before it (or, with
 		// confirm_delay, once the checkpoint is that old).
 		cf.add(target, time.Now())
@@ -556,7 +566,7 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 
 	// Writer: batches → sinks → marks. It runs in this goroutine so that a
 	// shutdown can drain it with its own deadline.
-	writeErr = p.write(rctx, ctx, items, skip, func(m mark) {
+	writeErr = p.write(rctx, ctx, items, skip, snapSkip, func(m mark) {
 		markMu.Lock()
 		latest = m
 		markMu.Unlock()

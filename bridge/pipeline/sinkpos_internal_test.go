@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/bridge/snapshot"
 	"github.com/bridgecdc/bridge/config"
 )
 
@@ -44,7 +45,7 @@ func TestSinkWrittenShowsTheSinkHoldingTheSlot(t *testing.T) {
 	}
 	close(items)
 	var marks []cdc.LSN
-	err := p.write(t.Context(), t.Context(), items, make([]map[cdc.Pos]struct{}, 3),
+	err := p.write(t.Context(), t.Context(), items, make([]map[cdc.Pos]struct{}, 3), make([]snapshot.Held, 3),
 		func(m mark) { marks = append(marks, m.lsn) }, mark{}, nil)
 	require.ErrorContains(t, err, `sink "mirror"`)
 	require.Equal(t, []cdc.LSN{10, 20}, marks, "nothing past what the failing sink holds is checkpointed")

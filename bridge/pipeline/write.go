@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/bridge/snapshot"
 	"github.com/bridgecdc/bridge/sinks"
 )
 
@@ -23,7 +24,11 @@ import (
 // max_wait (the largest of the sinks'). While a Write is under way the
 // reader queues what follows, so under a steady stream batches grow with
 // the rate without any change waiting for company.
-func (p *Pipeline) write(rctx, parent context.Context, items <-chan []*txnItem, skip []map[cdc.Pos]struct{}, publish func(mark), start mark, taken func([]*txnItem)) error {
+//
+// skip holds, per sink, the positions of streamed changes the sink holds
+// already past the checkpoint; snapSkip the reads of a running snapshot it
+// holds (snapshot.Held). Both are left out for that sink.
+func (p *Pipeline) write(rctx, parent context.Context, items <-chan []*txnItem, skip []map[cdc.Pos]struct{}, snapSkip []snapshot.Held, publish func(mark), start mark, taken func([]*txnItem)) error {
 	per := make([][]cdc.Change, len(p.sinks))
 	maxN := p.batchMax()
 	var wait time.Duration
@@ -112,7 +117,7 @@ func (p *Pipeline) write(rctx, parent context.Context, items <-chan []*txnItem, 
 		for j := range it.changes {
 			c := &it.changes[j]
 			for _, si := range it.dests[j] {
-				if sk := skip[si]; sk != nil {
+				if sk := skip[si]; sk != nil && c.MsgID == "" {
 					if _, held := sk[c.Pos()]; held {
 						delete(sk, c.Pos())
 						if len(sk) == 0 {
@@ -120,6 +125,12 @@ func (p *Pipeline) write(rctx, parent context.Context, items <-chan []*txnItem, 
 						}
 						continue
 					}
+				}
+				if sk := snapSkip[si]; sk != nil && sk.Take(c) {
+					if len(sk) == 0 {
+						snapSkip[si] = nil
+					}
+					continue
 				}
 				per[si] = append(per[si], *c)
 			}

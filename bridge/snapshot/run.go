@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,27 +52,73 @@ type snapRun struct {
 	rstop   func() bool
 
 	keyIdx map[*cdc.Relation][]int
-	held   map[cdc.Pos]struct{} // read rows of Current every sink holds (reader only)
+
+	// The resume scan's bound (see Checkpointed): cursors of the run's
+	// last checkpoint, and the tables whose rows an earlier run put into
+	// the stream past their After (index: Sent when the run started).
+	// While debt is not empty, ScanFrom stays where it is.
+	cursors map[string]string
+	debt    map[int][]string
+	until   map[int][]string // debt's tables the worker has not read up to Sent yet
+	pinAll  bool             // a snapshot without Tracked: ScanFrom stays until it completes
 }
 
-// HeldFunc returns the positions of producer's messages that every sink
-// holds after the checkpoint; nil when some sink cannot tell.
-type HeldFunc func(ctx context.Context, producer string, from map[string]string) (map[cdc.Pos]struct{}, error)
+// HeldFunc is called once per run, before the run's first Read, when a
+// snapshot is under way: it reads which messages of producer (the
+// snapshot's) the sinks hold after the cursors from (by sink name; a sink
+// without one from its beginning), so that the run does not send them
+// again (the pipeline leaves them out per sink, see Held).
+type HeldFunc func(ctx context.Context, producer string, from map[string]string) error
+
+// Held is a sink's set of a running snapshot's reads that it holds
+// already, by their positions (cdc.ParseID of the read's id, destination
+// included). The writer of a run leaves out the reads it finds in it.
+type Held map[cdc.Pos]struct{}
+
+// Take reports whether h holds c, a read change (Change.MsgID set), and
+// forgets it: a row is read at most once per run.
+func (h Held) Take(c *cdc.Change) bool {
+	if len(h) == 0 || c.MsgID == "" {
+		return false
+	}
+	_, pos, err := cdc.ParseID(c.ID())
+	if err != nil {
+		return false
+	}
+	if _, ok := h[pos]; !ok {
+		return false
+	}
+	delete(h, pos)
+	return true
+}
+
+// Checkpointer is implemented by the source Wrap returns: the pipeline
+// calls Checkpointed after each checkpoint it saves, from one goroutine.
+type Checkpointer interface {
+	// Checkpointed tells that the checkpoint at lsn, with the sinks'
+	// cursors, is saved: the chunks whose high watermark is at or before
+	// lsn count as done, and their progress is saved. An error ends the
+	// run (checkpoint.ErrFenced: another instance owns the source).
+	Checkpointed(ctx context.Context, lsn cdc.LSN, cursors map[string]string) error
+}
 
 // pendingChunk is a chunk between its watermarks.
 type pendingChunk struct {
 	id      string
 	table   int
 	tbl     sources.SnapshotTable
-	open    bool // low watermark seen
+	open    bool     // low watermark seen
+	after   []string // the chunk reads keys after it (nil: from the table's start)
 	keys    map[string]struct{}
 	dropAll bool // the table was truncated between the watermarks
 	retry   bool // a change's key could not be read: read the chunk again
 	ready   chan struct{}
+	// Set by the worker before ready is closed:
 	chunk   *sources.Chunk
 	err     error
+	last    []string // where the next chunk starts: the last row's key, or tbl.Until once reached
+	done    bool     // the chunk ended its table
 	emitted chan struct{}
-	done    bool // set by the reader: the chunk ended its table
 	started time.Time
 }
 
@@ -87,15 +134,18 @@ type emittedChunk struct {
 	started time.Time // when the chunk's read began
 }
 
-// wrap returns the source the run reads from and a stop function that ends
-// the worker; src itself when snapshots are off for it.
-func (m *Manager) Wrap(ctx context.Context, src sources.Source, producer, epoch string, held HeldFunc) (sources.Source, func(), error) {
+// Wrap returns the source a pipeline run reads from and a stop function
+// that ends the worker; src itself when snapshots are off for it. cursors
+// are the sinks' cursors of the checkpoint the run starts from; held, when
+// not nil, learns which reads of a snapshot under way the sinks hold. The
+// source returned implements Checkpointer.
+func (m *Manager) Wrap(ctx context.Context, src sources.Source, producer, epoch string, cursors map[string]string, held HeldFunc) (sources.Source, func(), error) {
 	sn, ok := src.(sources.Snapshotter)
 	if m == nil || !ok {
 		return src, func() {}, nil
 	}
 	r := &snapRun{Source: src, m: m, sn: sn, producer: producer, epoch: epoch, log: m.log,
-		wake: make(chan struct{}, 1), keyIdx: map[*cdc.Relation][]int{}}
+		wake: make(chan struct{}, 1), keyIdx: map[*cdc.Relation][]int{}, cursors: cursors}
 	r.abort, r.cancel = context.WithCancel(context.Background())
 	st, rev, err := m.load(ctx)
 	if err != nil {
@@ -117,17 +167,23 @@ func (m *Manager) Wrap(ctx context.Context, src sources.Source, producer, epoch 
 			return nil, nil, err
 		}
 	}
-	if c := r.st.Current; c != nil && c.Resolved && held != nil {
-		// Rows of chunks read again after a crash that the sinks already
-		// hold are not sent again, even past the duplicate window.
-		if r.held, err = held(ctx, producer+".snap-"+c.ID, c.ScanFrom); err != nil {
-			return nil, nil, fmt.Errorf("reading which rows of snapshot %s the sinks hold: %w", c.ID, err)
+	r.resetCursors()
+	if c := r.st.Current; c != nil && c.Resolved {
+		for i := range r.debt {
+			r.log.Info("snapshot resumes: the rows an earlier run sent are read again first", "snapshot", c.ID, "table", c.Tables[i].Table,
+				"chunks_counted", c.Tables[i].Chunks, "scan_from", c.ScanFrom)
 		}
-		if len(r.held) > 0 {
-			r.log.Info("sinks already hold rows of the running snapshot; they will not be sent again", "snapshot", c.ID, "rows", len(r.held))
+		if r.pinAll {
+			r.log.Info("snapshot resumes: begun by an earlier version, its resume scan stays where it is until it completes", "snapshot", c.ID)
+		}
+		if held != nil {
+			// Rows of chunks read again after a crash that a sink already
+			// holds are not sent to it again, even past the duplicate window.
+			if err := held(ctx, producer+".snap-"+c.ID, c.ScanFrom); err != nil {
+				return nil, nil, fmt.Errorf("reading which rows of snapshot %s the sinks hold: %w", c.ID, err)
+			}
 		}
 	}
-	r.resetCursors()
 	r.checkStop()
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -138,15 +194,20 @@ func (m *Manager) Wrap(ctx context.Context, src sources.Source, producer, epoch 
 	return r, func() { cancel(); <-done; r.cancel() }, nil
 }
 
-// resetCursors starts the in-memory cursors at the durable progress.
+// resetCursors starts the in-memory cursors at the durable progress, and
+// notes the tables whose rows an earlier run sent past After (debt).
 // Called with r.mu held (or before the worker starts).
 func (r *snapRun) resetCursors() {
-	r.cursor, r.memDone = nil, nil
+	r.cursor, r.memDone, r.debt, r.until, r.pinAll = nil, nil, map[int][]string{}, map[int][]string{}, false
 	if c := r.st.Current; c != nil {
-		for i := range c.Tables {
-			a := slices.Clone(c.Tables[i].After)
+		r.pinAll = c.Resolved && !c.Tracked
+		for i, t := range c.Tables {
+			a := slices.Clone(t.After)
 			r.cursor = append(r.cursor, &a)
-			r.memDone = append(r.memDone, c.Tables[i].Done)
+			r.memDone = append(r.memDone, t.Done)
+			if !t.Done && t.Sent != nil && !slices.Equal(t.Sent, t.After) {
+				r.debt[i], r.until[i] = t.Sent, t.Sent
+			}
 		}
 	}
 	r.m.setLive(r.st.Current)
@@ -281,10 +342,8 @@ func (r *snapRun) filter(ctx context.Context, t *cdc.Txn) (*cdc.Txn, error) {
 		return t, nil
 	}
 	ch := p.chunk
-	limit := r.m.opts.ChunkSize
-	e := emittedChunk{commit: t.CommitLSN, runID: strings.SplitN(p.id, ".", 2)[0], table: p.table, last: ch.Last,
-		done: len(ch.Rows) < limit && !ch.Partial, retry: p.retry, started: p.started}
-	p.done = e.done
+	e := emittedChunk{commit: t.CommitLSN, runID: strings.SplitN(p.id, ".", 2)[0], table: p.table, last: p.last,
+		done: p.done, retry: p.retry, started: p.started}
 	out := &cdc.Txn{CommitLSN: t.CommitLSN, CommitTime: time.Now().UTC()}
 	if !p.retry {
 		keyIdx := r.keyIndexes(ch.Rel, p.tbl.Key)
@@ -297,11 +356,6 @@ func (r *snapRun) filter(ctx context.Context, t *cdc.Txn) (*cdc.Txn, error) {
 				continue
 			}
 			pos := rowPos(ch.Rel.Schema, ch.Rel.Table, k)
-			if _, ok := r.held[pos]; ok {
-				delete(r.held, pos)
-				e.rows++ // in the stream already
-				continue
-			}
 			c := cdc.Change{Source: wm.Source, Database: wm.Database, CommitLSN: t.CommitLSN, LSN: wm.LSN,
 				CommitTime: out.CommitTime, Schema: ch.Rel.Schema, Table: ch.Rel.Table, Op: cdc.OpRead, Rel: ch.Rel, After: row}
 			c.MsgID = r.producer + ".snap-" + e.runID + ":" + pos.LSN.Hex() + ":" + strconv.FormatUint(uint64(pos.Seq), 10)
@@ -317,6 +371,10 @@ func (r *snapRun) filter(ctx context.Context, t *cdc.Txn) (*cdc.Txn, error) {
 	r.emitted = append(r.emitted, e)
 	r.mu.Unlock()
 	r.m.emittedRows(ch.Rel.Schema+"."+ch.Rel.Table, e.rows, e.done)
+	// Which run sent which chunk, so that a resumed snapshot's log explains
+	// itself; keys are not logged (they may be data).
+	r.log.Debug("snapshot chunk sent", "snapshot", e.runID, "chunk", p.id, "table", p.tbl.Name(), "rows", len(out.Changes),
+		"read_rows", len(ch.Rows), "high_watermark", t.CommitLSN.String(), "bounded", p.tbl.Until != nil, "done", e.done, "retry", p.retry)
 	return out, nil
 }
 
@@ -441,17 +499,30 @@ func (r *snapRun) Idle() (safe, after cdc.LSN, ok bool) {
 	return 0, 0, false
 }
 
-// Ack implements sources.Source: once a chunk's position is checkpointed,
-// its progress is saved.
-func (r *snapRun) Ack(ctx context.Context, upTo cdc.LSN) error {
-	if err := r.Source.Ack(ctx, upTo); err != nil {
-		return err
-	}
+// Ack implements sources.Source. Snapshot progress follows the
+// checkpoint (Checkpointed), not the slot's confirmation, which
+// checkpoint.confirm_delay may hold back.
+func (r *snapRun) Ack(ctx context.Context, upTo cdc.LSN) error { return r.Source.Ack(ctx, upTo) }
+
+// Checkpointed implements Checkpointer: the chunks whose high watermark the
+// checkpoint covers count as done (their rows are in every sink), and the
+// progress is saved.
+//
+// ScanFrom must stay at or before every stored copy of a read whose key is
+// past its table's After, for a later run reads those keys again. After
+// this count, the copies before cursors are this run's counted chunks
+// (the writer stores in commit order: a chunk past lsn comes after
+// cursors) and the chunks of earlier runs, whose keys go up to the Sent
+// they left. So ScanFrom moves to cursors only once this run has counted
+// its way to that Sent in every such table (debt), and never for a
+// snapshot begun by a version that did not record Sent.
+func (r *snapRun) Checkpointed(ctx context.Context, lsn cdc.LSN, cursors map[string]string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.cursors = cursors
 	cur := r.st.Current
 	n := 0
-	for n < len(r.emitted) && r.emitted[n].commit <= upTo {
+	for n < len(r.emitted) && r.emitted[n].commit <= lsn {
 		n++
 	}
 	if n == 0 || cur == nil {
@@ -459,10 +530,12 @@ func (r *snapRun) Ack(ctx context.Context, upTo cdc.LSN) error {
 		return nil
 	}
 	now := time.Now().UTC()
+	counted := 0
 	for _, e := range r.emitted[:n] {
 		if e.runID != cur.ID || e.table >= len(cur.Tables) {
 			continue
 		}
+		counted++
 		t := &cur.Tables[e.table]
 		t.Chunks++
 		if t.Started == nil {
@@ -481,6 +554,15 @@ func (r *snapRun) Ack(ctx context.Context, upTo cdc.LSN) error {
 		}
 	}
 	r.emitted = r.emitted[n:]
+	if counted == 0 {
+		return nil
+	}
+	for i, sent := range r.debt {
+		if t := cur.Tables[i]; t.Done || slices.Equal(t.After, sent) {
+			delete(r.debt, i)
+			r.log.Info("snapshot: the rows an earlier run sent are read again and counted", "snapshot", cur.ID, "table", t.Table)
+		}
+	}
 	all := true
 	for _, t := range cur.Tables {
 		all = all && t.Done
@@ -496,21 +578,18 @@ func (r *snapRun) Ack(ctx context.Context, upTo cdc.LSN) error {
 			"took", now.Sub(cur.Started).Round(time.Millisecond).String())
 		r.resetCursors()
 		r.signal()
-	}
-	if r.st.Current != nil {
-		// The checkpoint just written covers every chunk counted now; the
-		// others start after its cursors.
-		from, err := r.m.ckptCursors(ctx)
-		if err != nil {
-			return err
+	} else if len(r.debt) == 0 && !r.pinAll {
+		cur.ScanFrom = maps.Clone(cursors)
+		if cur.ScanFrom == nil {
+			cur.ScanFrom = map[string]string{}
 		}
-		r.st.Current.ScanFrom = from
 	}
 	rev, err := r.m.save(ctx, &r.st, r.rev)
 	if err != nil {
 		return err
 	}
 	r.rev = rev
+	r.log.Debug("snapshot chunks counted", "snapshot", cur.ID, "chunks", counted, "checkpoint", lsn.String(), "scan_from", cur.ScanFrom)
 	r.checkStop()
 	return nil
 }

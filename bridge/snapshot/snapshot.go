@@ -63,18 +63,29 @@ type Run struct {
 	Started  time.Time  `json:"started"`
 	Finished *time.Time `json:"finished,omitempty"`
 	Error    string     `json:"error,omitempty"`
-	// ScanFrom are sink cursors at or before the first message of every
-	// chunk that Tables does not count yet: where a restart looks for the
-	// rows the sinks already hold.
-	ScanFrom map[string]string `json:"scan_from,omitempty"`
+	// ScanFrom are sink cursors (by sink name) at or before every stored
+	// copy of a read whose key is past its table's After: where a restart
+	// looks for the rows the sinks already hold. A sink without an entry
+	// (or no ScanFrom at all) is read from its beginning.
+	ScanFrom map[string]string `json:"scan_from"`
+	// Tracked is true when the run records Table.Sent before each chunk
+	// goes into the stream (every run this version resolves). A snapshot
+	// without it keeps ScanFrom where it is until it completes.
+	Tracked bool `json:"tracked,omitempty"`
 }
 
 // Table is one table's durable snapshot progress.
 type Table struct {
-	Table    string     `json:"table"` // schema.table
-	Key      []string   `json:"key"`
-	After    []string   `json:"after,omitempty"` // key (text) of the last checkpointed row
-	Rows     int64      `json:"rows"`            // rows published and checkpointed
+	Table string   `json:"table"` // schema.table
+	Key   []string `json:"key"`
+	After []string `json:"after,omitempty"` // key (text) of the last checkpointed row
+	// Sent is the key (text) of the last row of the furthest chunk any run
+	// put into the stream, written before the chunk goes: no stored read of
+	// the table has a key past it. A run that finds Sent past After reads
+	// the rows up to Sent again first (sources.SnapshotTable.Until), and
+	// keeps ScanFrom where it is until it has counted them.
+	Sent     []string   `json:"sent,omitempty"`
+	Rows     int64      `json:"rows"` // rows published and checkpointed
 	Chunks   int64      `json:"chunks"`
 	Estimate int64      `json:"estimate"`
 	Done     bool       `json:"done"`
@@ -196,26 +207,6 @@ func (m *Manager) save(ctx context.Context, st *State, rev uint64) (uint64, erro
 		return 0, fmt.Errorf("saving snapshot state %q: %w", m.key(), err)
 	}
 	return n, nil
-}
-
-// ckptCursors returns the sink cursors of the source's checkpoint.
-func (m *Manager) ckptCursors(ctx context.Context) (map[string]string, error) {
-	key := checkpoint.Key(m.bridge, m.source)
-	e, err := m.kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return map[string]string{}, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading checkpoint %q: %w", key, err)
-	}
-	var st checkpoint.State
-	if err := json.Unmarshal(e.Value(), &st); err != nil {
-		return nil, fmt.Errorf("decoding checkpoint %q: %w", key, err)
-	}
-	if st.Cursors == nil {
-		return map[string]string{}, nil
-	}
-	return st.Cursors, nil
 }
 
 func newRun(id, reason, epoch string, tables []string) *Run {

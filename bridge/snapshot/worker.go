@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -144,11 +145,12 @@ func (r *snapRun) next(ctx context.Context) (int, sources.SnapshotTable, []strin
 		for _, t := range tables {
 			cur.Tables = append(cur.Tables, Table{Table: t.Name(), Key: t.Key, Estimate: t.Estimate})
 		}
-		cur.Resolved = true
+		cur.Resolved, cur.Tracked = true, true
 		// No chunk of this snapshot is in the stream yet: its rows all
-		// come after the checkpoint's cursors.
-		if cur.ScanFrom, err = r.m.ckptCursors(ctx); err != nil {
-			return 0, sources.SnapshotTable{}, nil, false, err
+		// come after the cursors of the run's last checkpoint.
+		cur.ScanFrom = maps.Clone(r.cursors)
+		if cur.ScanFrom == nil {
+			cur.ScanFrom = map[string]string{}
 		}
 		if len(tables) == 0 {
 			now := time.Now().UTC()
@@ -179,6 +181,11 @@ func (r *snapRun) next(ctx context.Context) (int, sources.SnapshotTable, []strin
 				if t.Where, err = sources.ParseWhere(cur.Where); err != nil {
 					return 0, sources.SnapshotTable{}, nil, false, err // checked when resolved: not here
 				}
+			}
+			if sent, ok := r.until[i]; ok {
+				// An earlier run sent rows up to sent: read them again in
+				// chunks that end there, so the cursor reaches it exactly.
+				t.Until = sent
 			}
 			return i, t, *r.cursor[i], true, nil
 		}
@@ -212,13 +219,28 @@ func (r *snapRun) readChunk(ctx context.Context, ti int, tbl sources.SnapshotTab
 	r.mu.Lock()
 	runID := r.st.Current.ID
 	r.mu.Unlock()
-	p := &pendingChunk{id: runID + "." + checkpoint.NewEpoch(), table: ti, tbl: tbl, keys: map[string]struct{}{},
+	p := &pendingChunk{id: runID + "." + checkpoint.NewEpoch(), table: ti, tbl: tbl, after: after, keys: map[string]struct{}{},
 		ready: make(chan struct{}), emitted: make(chan struct{}), started: time.Now()}
 	r.mu.Lock()
 	r.pending = p
 	r.mu.Unlock()
 	r.m.chunkRead(tbl.Name(), tbl.Estimate, after)
-	ch, err := r.sn.ReadChunk(ctx, tbl, after, r.m.opts.ChunkSize, p.id)
+	limit := r.m.opts.ChunkSize
+	ch, err := r.sn.ReadChunk(ctx, tbl, after, limit, p.id)
+	if err == nil {
+		full := len(ch.Rows) >= limit || ch.Partial
+		p.last, p.done = ch.Last, !full
+		if tbl.Until != nil {
+			p.done = false // the table goes on past Until
+			if !full {
+				p.last = tbl.Until
+			}
+		} else if ch.Last != nil {
+			// Before the chunk can reach the stream: no stored read of
+			// the table will have a key past Sent (see Checkpointed).
+			err = r.recordSent(ctx, runID, ti, ch.Last)
+		}
+	}
 	p.chunk, p.err = ch, err
 	close(p.ready)
 	if err != nil {
@@ -238,13 +260,39 @@ func (r *snapRun) readChunk(ctx context.Context, ti int, tbl sources.SnapshotTab
 		return nil // same range again
 	}
 	r.mu.Lock()
-	if len(ch.Last) > 0 {
-		*r.cursor[ti] = ch.Last
+	defer r.mu.Unlock()
+	if r.st.Current == nil || r.st.Current.ID != runID || ti >= len(r.cursor) {
+		return nil // counted to its end meanwhile: the cursors are another snapshot's
+	}
+	if len(p.last) > 0 {
+		*r.cursor[ti] = p.last
+	}
+	if tbl.Until != nil && slices.Equal(p.last, tbl.Until) {
+		delete(r.until, ti) // read up to the earlier runs' Sent: on from there
 	}
 	if p.done {
 		r.memDone[ti] = true
 	}
-	r.mu.Unlock()
+	return nil
+}
+
+// recordSent saves last as table ti's Sent in snapshot runID, when it is
+// still the current one.
+func (r *snapRun) recordSent(ctx context.Context, runID string, ti int, last []string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := r.st.Current
+	if cur == nil || cur.ID != runID || ti >= len(cur.Tables) {
+		return fmt.Errorf("snapshot %s is no longer the current one", runID)
+	}
+	// Kept in memory even when the save fails: a Sent past what was sent
+	// only makes a later run read a few rows again.
+	cur.Tables[ti].Sent = slices.Clone(last)
+	rev, err := r.m.save(ctx, &r.st, r.rev)
+	if err != nil {
+		return fmt.Errorf("recording the chunk of %s about to be sent: %w", cur.Tables[ti].Table, err)
+	}
+	r.rev = rev
 	return nil
 }
 

@@ -338,7 +338,7 @@ func (s *Source) ReadChunk(ctx context.Context, t sources.SnapshotTable, after [
 		return nil, err
 	}
 	sql, args := m.first, [][]byte{fmt.Appendf(nil, "%d", limit)}
-	if len(t.Where) > 0 {
+	if len(t.Where) > 0 || t.Until != nil {
 		if sql, args, err = m.filtered(t, after, limit); err != nil {
 			return nil, err
 		}
@@ -400,10 +400,11 @@ var (
 // whereOps are the comparison operators a where may use (sources.Cond).
 var whereOps = map[string]bool{"=": true, "<>": true, "<": true, "<=": true, ">": true, ">=": true}
 
-// filtered returns the query of a chunk of t restricted by t.Where, and
-// its parameters: each column of the where is checked to be one of the
-// table's and quoted as an identifier, each value is a parameter cast to
-// the column's type, so a where never adds SQL of its own.
+// filtered returns the query of a chunk of t restricted by t.Where and
+// t.Until, and its parameters: each column of the where is checked to be
+// one of the table's and quoted as an identifier, each value is a
+// parameter cast to the column's type, so a where never adds SQL of its
+// own.
 func (m *snapMeta) filtered(t sources.SnapshotTable, after []string, limit int) (string, [][]byte, error) {
 	var conds []string
 	var args [][]byte
@@ -411,16 +412,28 @@ func (m *snapMeta) filtered(t sources.SnapshotTable, after []string, limit int) 
 		args = append(args, []byte(v))
 		return fmt.Sprintf("$%d::%s", len(args), m.formats[col])
 	}
-	if after != nil {
-		if len(after) != len(m.key) {
-			return "", nil, fmt.Errorf("snapshot of %s: resume key has %d values, the table's key %d", t.Name(), len(after), len(m.key))
+	// keyCond compares the key with the values of bound.
+	keyCond := func(what string, bound []string, op string) error {
+		if len(bound) != len(m.key) {
+			return fmt.Errorf("snapshot of %s: %s key has %d values, the table's key %d", t.Name(), what, len(bound), len(m.key))
 		}
 		var keys, ps []string
 		for i, j := range m.key {
 			keys = append(keys, pgx.Identifier{m.rel.Columns[j].Name}.Sanitize())
-			ps = append(ps, param(after[i], j))
+			ps = append(ps, param(bound[i], j))
 		}
-		conds = append(conds, "("+strings.Join(keys, ", ")+") > ("+strings.Join(ps, ", ")+")")
+		conds = append(conds, "("+strings.Join(keys, ", ")+") "+op+" ("+strings.Join(ps, ", ")+")")
+		return nil
+	}
+	if after != nil {
+		if err := keyCond("resume", after, ">"); err != nil {
+			return "", nil, err
+		}
+	}
+	if t.Until != nil {
+		if err := keyCond("bounding", t.Until, "<="); err != nil {
+			return "", nil, err
+		}
 	}
 	for _, c := range t.Where {
 		j := slices.IndexFunc(m.rel.Columns, func(col cdc.Column) bool { return col.Name == c.Column })
@@ -451,7 +464,11 @@ func (m *snapMeta) filtered(t sources.SnapshotTable, after []string, limit int) 
 		}
 	}
 	args = append(args, fmt.Appendf(nil, "%d", limit))
-	sql := m.from + " WHERE " + strings.Join(conds, " AND ") + m.order + fmt.Sprintf(" LIMIT $%d", len(args))
+	sql := m.from
+	if len(conds) > 0 {
+		sql += " WHERE " + strings.Join(conds, " AND ")
+	}
+	sql += m.order + fmt.Sprintf(" LIMIT $%d", len(args))
 	return sql, args, nil
 }
 
