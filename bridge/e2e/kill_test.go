@@ -119,6 +119,8 @@ func kill9MidStream(t *testing.T, options []string, changes, bulk int) {
 // returns the bridge running last and how often it was killed.
 func killWhileWriting(t *testing.T, p *proc, bin, cfg string, w *workload, changes, minKills int) (*proc, int) {
 	t.Helper()
+	f := killFactor(t)
+	changes, minKills = changes*f, minKills*f
 	done := make(chan struct{})
 	go func() {
 		w.run(t, 4, changes, 500*time.Microsecond)()
@@ -142,4 +144,19 @@ func killWhileWriting(t *testing.T, p *proc, bin, cfg string, w *workload, chang
 	}
 	t.Logf("killed the bridge %d times while %d changes were committed", kills, w.total.Load())
 	return p, kills
+}
+
+// killFactor multiplies the kills (and the changes written meanwhile) of
+// the kill tests: KILL_FACTOR=10 runs them at 10× their usual count, as a
+// change to identity, the fence, the resume scan or the checkpoint needs.
+func killFactor(t *testing.T) int {
+	t.Helper()
+	s := os.Getenv("KILL_FACTOR")
+	if s == "" {
+		return 1
+	}
+	n, err := strconv.Atoi(s)
+	require.NoError(t, err, "KILL_FACTOR")
+	require.Positive(t, n, "KILL_FACTOR")
+	return n
 }

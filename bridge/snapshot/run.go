@@ -107,8 +107,7 @@ type pendingChunk struct {
 	id      string
 	table   int
 	tbl     sources.SnapshotTable
-	open    bool     // low watermark seen
-	after   []string // the chunk reads keys after it (nil: from the table's start)
+	open    bool // low watermark seen
 	keys    map[string]struct{}
 	dropAll bool // the table was truncated between the watermarks
 	retry   bool // a change's key could not be read: read the chunk again

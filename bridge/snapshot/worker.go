@@ -219,7 +219,7 @@ func (r *snapRun) readChunk(ctx context.Context, ti int, tbl sources.SnapshotTab
 	r.mu.Lock()
 	runID := r.st.Current.ID
 	r.mu.Unlock()
-	p := &pendingChunk{id: runID + "." + checkpoint.NewEpoch(), table: ti, tbl: tbl, after: after, keys: map[string]struct{}{},
+	p := &pendingChunk{id: runID + "." + checkpoint.NewEpoch(), table: ti, tbl: tbl, keys: map[string]struct{}{},
 		ready: make(chan struct{}), emitted: make(chan struct{}), started: time.Now()}
 	r.mu.Lock()
 	r.pending = p
