@@ -575,7 +575,7 @@ func (a *App) newSnapshots(ctx context.Context, cfg *config.Config, name string,
 	if err != nil {
 		return nil, fmt.Errorf("opening checkpoint bucket %q for snapshots: %w", cfg.Checkpoint.Bucket, err)
 	}
-	m := snapshot.New(cfg.Name, name, kv, sn.SnapshotOptions(), log)
+	m := snapshot.New(cfg.Name, name, kv, sn.SnapshotOptions(), log.With("run", a.run)) // which process sent and counted each chunk
 	if a.snapCol == nil {
 		a.snapCol = &snapshot.Collector{}
 		a.metrics.Registry().MustRegister(a.snapCol)

@@ -434,7 +434,7 @@ var chunkLogRE = regexp.MustCompile(`msg="snapshot chunk read" .*table=public\.b
 func TestSnapshotKill9Resumes(t *testing.T) {
 	bin := bridgeBinary(t)
 	e := newEnv(t)
-	const n = 20000
+	n := 20000 * killFactor(t)
 	e.pg.ExecT(t, `CREATE TABLE big (id bigint PRIMARY KEY, v bigint NOT NULL, pad text)`,
 		fmt.Sprintf(`INSERT INTO big SELECT g, g, repeat('z', 200) FROM generate_series(1, %d) g`, n), `ANALYZE big`)
 	cfg := e.snapConfig("skill", "initial", 250)
@@ -459,8 +459,8 @@ func TestSnapshotKill9Resumes(t *testing.T) {
 	kills := 0
 	p := start()
 	waitSlotActive(t, e, "slot_skill")
-	w := startSnapWriter(t, e, "big", 1_000_000, n, 2*time.Millisecond)
-	for kills < 3 {
+	w := startSnapWriter(t, e, "big", 1_000_000, int64(n), 2*time.Millisecond)
+	for kills < 3*killFactor(t) {
 		// Kill once the snapshot has made durable progress past the last kill.
 		deadline := time.Now().Add(3 * time.Minute)
 		var before snapshot.State
