@@ -153,9 +153,10 @@ func checkSnapshotStream(t *testing.T, e *env, name string, ms []msg, tables []s
 	var last cdc.Pos
 	state := map[string]map[int64]map[string]any{}
 	got := map[string]int{}
-	for _, m := range ms {
+	for i, m := range ms {
 		if prev, dup := seen[m.ID]; dup {
-			t.Fatalf("message id %s stored twice (stream seq %d and %d)", m.ID, prev, m.Seq)
+			t.Fatalf("message id %s stored twice (stream seq %d and %d); around them:\n%s\n%s", m.ID, prev, m.Seq,
+				around(ms, prev), around(ms, ms[i].Seq))
 		}
 		seen[m.ID] = m.Seq
 		op, _ := m.Body["op"].(string)
@@ -223,6 +224,19 @@ func checkSnapshotStream(t *testing.T, e *env, name string, ms []msg, tables []s
 			require.Equal(t, w.events[k], n, "change %s streamed %d times but committed %d times", k, n, w.events[k])
 		}
 	}
+}
+
+// around lists the messages of ms near stream sequence seq with their ids
+// and fence headers, for a failure to show who stored what.
+func around(ms []msg, seq uint64) string {
+	var b strings.Builder
+	for _, m := range ms {
+		if m.Seq+6 >= seq && m.Seq <= seq+6 {
+			fmt.Fprintf(&b, "  seq %d %s op=%v expected_last_seq=%q expected_last_id=%q\n", m.Seq, m.ID, m.Body["op"],
+				m.Header.Get("Nats-Expected-Last-Sequence"), m.Header.Get("Nats-Expected-Last-Msg-Id"))
+		}
+	}
+	return b.String()
 }
 
 // countReads returns the number of read changes per table.

@@ -529,6 +529,7 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 		}
 		rev, lastSaved, saved = nrev, target, ns
 		p.ckptLSN.Store(uint64(target))
+		p.log.Debug("checkpoint saved", "lsn", target.String(), "mark", m.lsn.String(), "cursors", m.cursors, "revision", nrev)
 		if sc, ok := src.(snapshot.Checkpointer); ok {
 			// Snapshot progress follows the checkpoint, with its cursors.
 			if err := sc.Checkpointed(ctx, target, m.cursors); err != nil {
