@@ -29,7 +29,7 @@ type Owner struct {
 	// people; staleness is judged by revisions, never by comparing clocks.
 	At time.Time `json:"at"`
 	// Revision is the KV revision it was read at (0: the key does not
-	// exist or was deleted); not stored.
+	// exist, or was deleted); not stored.
 	Revision uint64 `json:"-"`
 }
 
@@ -38,7 +38,7 @@ type Owner struct {
 func OwnerKey(bridge, source string) string { return Key(bridge, source) + ".owner" }
 
 // LoadOwner returns the Owner under key; a missing or deleted key is the
-// zero Owner (its Revision the delete's, or 0). ctx bounds the round trip.
+// zero Owner (Revision 0). ctx bounds the round trip.
 func (s *Store) LoadOwner(ctx context.Context, key string) (Owner, error) {
 	e, err := s.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -48,7 +48,7 @@ func (s *Store) LoadOwner(ctx context.Context, key string) (Owner, error) {
 		return Owner{}, fmt.Errorf("loading %q from bucket %q: %w", key, s.bucket, denied(s.nc, err))
 	}
 	if e.Operation() != jetstream.KeyValuePut || len(e.Value()) == 0 {
-		return Owner{Revision: e.Revision()}, nil
+		return Owner{}, nil
 	}
 	var o Owner
 	if err := json.Unmarshal(e.Value(), &o); err != nil {
