@@ -1,0 +1,201 @@
+package pipeline
+
+// Taking the slot over from a stale reader. The slot admits one walsender;
+// a standby waits for it (SQLSTATE 55006, retried), and a former owner that
+// stalled without closing its connection (a GC pause, a stopped VM, a
+// partition, SIGSTOP) keeps its walsender until the server's
+// wal_sender_timeout, 60 s by default. A run that may take the source over
+// ends that walsender (sources.Evicter) and opens the slot at once:
+//
+//   - in a fleet, when this member holds the source's lease (MayEvict):
+//     the lease is the authority on who owns a source;
+//   - outside a fleet, with checkpoint.owner_timeout set, when the slot's
+//     reader is the one the owner's heartbeat (checkpoint.OwnerKey) names
+//     and that heartbeat kept one revision for owner_timeout, as this
+//     pipeline saw it on its own clock: nobody compares clocks.
+//
+// Ending a live owner by mistake loses nothing: its checkpoint saves meet
+// the compare-and-set (the run that ended it saves first, see runOnce) and
+// its publishes the stream's fence.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/bridge/checkpoint"
+	"github.com/bridgecdc/bridge/sources"
+)
+
+// evictWait bounds ending a stale reader: the server's answer and the
+// walsender's exit.
+const evictWait = 10 * time.Second
+
+// owner is what a pipeline knows about taking its slot over; used by the
+// run loop's goroutine only, but for the fields set at New.
+type owner struct {
+	may     func() (bool, string) // Config.MayEvict
+	timeout time.Duration         // Config.OwnerTimeout
+	key     string                // checkpoint.OwnerKey
+
+	// The heartbeat as last seen while the slot was held by another
+	// reader: its revision and when this pipeline first saw it.
+	rev  uint64
+	seen time.Time
+	// denied is set once a refusal to end a reader was logged, until an
+	// eviction succeeds: the warning is not repeated at every attempt.
+	denied bool
+}
+
+// open builds this run's source and opens it after from. When the slot is
+// held by another reader that this pipeline may end (mayEvict), it ends it
+// and opens a new source once more; evicted reports that. On error no
+// source is left open; the error is Open's (a *sources.SlotBusyError when
+// the slot stays held).
+func (p *Pipeline) open(ctx context.Context, from cdc.LSN) (src sources.Source, evicted bool, err error) {
+	if src, err = p.newSource(); err != nil {
+		return nil, false, fatal{err}
+	}
+	if err = src.Open(ctx, from); err == nil {
+		return src, false, nil
+	}
+	_ = src.Close(context.Background())
+	var busy *sources.SlotBusyError
+	ev, ok := src.(sources.Evicter)
+	if !ok || !errors.As(err, &busy) || busy.Holder.PID == 0 {
+		return nil, false, err
+	}
+	why, may := p.mayEvict(ctx, busy)
+	if !may {
+		return nil, false, err
+	}
+	began := time.Now()
+	ectx, cancel := context.WithTimeout(ctx, evictWait)
+	eerr := ev.Evict(ectx, busy.Holder)
+	cancel()
+	switch {
+	case errors.Is(eerr, sources.ErrEvictDenied):
+		if !p.owner.denied {
+			p.owner.denied = true
+			p.log.Warn("cannot end the stale reader of the slot; waiting for the server to drop it (wal_sender_timeout) as before",
+				"slot", busy.Slot, "pid", busy.Holder.PID, "why_stale", why, "err", eerr)
+		}
+		return nil, false, err
+	case eerr != nil:
+		p.log.Warn("ending the stale reader of the slot failed; retrying", "slot", busy.Slot, "pid", busy.Holder.PID, "err", eerr)
+		return nil, false, err
+	}
+	p.owner.denied = false
+	p.owner.rev, p.owner.seen = 0, time.Time{}
+	p.log.Warn("ended the stale reader of the slot to take the source over", "slot", busy.Slot, "database", busy.Database,
+		"pid", busy.Holder.PID, "why", why, "took", time.Since(began).Round(time.Millisecond).String())
+	if src, err = p.newSource(); err != nil {
+		return nil, false, fatal{err}
+	}
+	if err = src.Open(ctx, from); err != nil {
+		_ = src.Close(context.Background())
+		return nil, false, err
+	}
+	return src, true, nil
+}
+
+// mayEvict decides whether this run may end busy's holder, and says why.
+// In a fleet the lease decides. Otherwise the holder must be the reader
+// the owner's heartbeat names, and the heartbeat must have kept one
+// revision for owner_timeout since this pipeline first saw it.
+func (p *Pipeline) mayEvict(ctx context.Context, busy *sources.SlotBusyError) (string, bool) {
+	if p.owner.may != nil {
+		ok, why := p.owner.may()
+		return why, ok
+	}
+	if p.owner.timeout <= 0 {
+		return "", false
+	}
+	lctx, cancel := context.WithTimeout(ctx, p.shutdown)
+	o, err := p.store.LoadOwner(lctx, p.owner.key)
+	cancel()
+	if err != nil {
+		p.log.Debug("cannot read the owner's heartbeat", "key", p.owner.key, "err", err)
+		return "", false
+	}
+	now := time.Now()
+	if o.Revision == 0 || !(sources.SlotReader{PID: o.PID, Started: o.Started}).Same(busy.Holder) {
+		// No heartbeat, or one of another reader: the holder is not known
+		// to be a bridge of this source (an older version, a client of
+		// the operator's); only the server's timeout ends it.
+		p.owner.rev, p.owner.seen = 0, time.Time{}
+		return "", false
+	}
+	if o.Revision != p.owner.rev {
+		p.owner.rev, p.owner.seen = o.Revision, now
+		return "", false
+	}
+	silent := now.Sub(p.owner.seen)
+	if silent < p.owner.timeout {
+		return "", false
+	}
+	return fmt.Sprintf("its owner's heartbeat (run %s, written %s) has not changed for %s (checkpoint.owner_timeout %s)",
+		o.Run, o.At.Format(time.RFC3339Nano), silent.Round(time.Millisecond), p.owner.timeout), true
+}
+
+// beat keeps this run's heartbeat as the slot's owner, when owner_timeout
+// is set and the source names its reader: it writes it now, then every
+// owner_timeout/4, until the function returned is called, which stops it
+// and deletes the key (at the last revision written, bounded by the
+// shutdown timeout). Call that once the slot is let go.
+func (p *Pipeline) beat(ctx context.Context, src sources.Source) (stop func()) {
+	ev, ok := src.(sources.Evicter)
+	if p.owner.timeout <= 0 || !ok || ev.Reader().PID == 0 {
+		return func() {}
+	}
+	r := ev.Reader()
+	every := p.owner.timeout / 4
+	var last atomic.Uint64
+	failing := false
+	put := func(ctx context.Context) {
+		wctx, cancel := context.WithTimeout(ctx, every)
+		rev, err := p.store.SetOwner(wctx, p.owner.key, checkpoint.Owner{Run: p.run, PID: r.PID, Started: r.Started})
+		cancel()
+		switch {
+		case err == nil:
+			last.Store(rev)
+			failing = false
+		case ctx.Err() == nil && !failing:
+			failing = true
+			p.log.Warn("writing the owner's heartbeat failed; a standby may take the source over if it stays silent for checkpoint.owner_timeout",
+				"key", p.owner.key, "err", err)
+		}
+	}
+	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	put(bctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-bctx.Done():
+				return
+			case <-t.C:
+				put(bctx)
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		wg.Wait()
+		if rev := last.Load(); rev != 0 {
+			dctx, dcancel := context.WithTimeout(context.Background(), p.shutdown)
+			if err := p.store.DeleteOwner(dctx, p.owner.key, rev); err != nil {
+				p.log.Debug("deleting the owner's heartbeat failed", "key", p.owner.key, "err", err)
+			}
+			dcancel()
+		}
+	}
+}
