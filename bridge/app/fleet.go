@@ -168,6 +168,23 @@ func (f fleetRunner) Stop(ctx context.Context, source string, drain bool) {
 	}
 }
 
+// mayEvict is, in a fleet, source's pipeline.Config.MayEvict: the member
+// holding the source's lease may end another reader of its slot (a former
+// owner that stalled without closing its connection). Outside a fleet it
+// is nil, and checkpoint.owner_timeout decides.
+func (a *App) mayEvict(source string) func() (bool, string) {
+	if a.fleet == nil {
+		return nil
+	}
+	f := a.fleet
+	return func() (bool, string) {
+		if f.member == nil || !f.member.Holds(source) {
+			return false, ""
+		}
+		return true, fmt.Sprintf("this member holds the lease of source %q in fleet %s: the slot's reader belongs to a former owner", source, f.name)
+	}
+}
+
 // checkFleet refuses a fleet on an embedded NATS server: the members must
 // share one.
 func (a *App) checkFleet(cfg *config.Config) error {

@@ -594,3 +594,15 @@ func (m *Member) Held() []string {
 	sort.Strings(out)
 	return out
 }
+
+// Holds reports whether this member holds source's lease now: taken or
+// renewed in time (the source starting or running), so that no other
+// member may take it yet. The lease is the authority on who owns a source:
+// its holder may end another process's reader of the source's slot (a
+// stalled former owner, pipeline.Config.MayEvict).
+func (m *Member) Holds(source string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h := m.held[source]
+	return h != nil && (h.state == stStarting || h.state == stRunning) && time.Now().Before(h.valid)
+}
