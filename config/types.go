@@ -319,9 +319,11 @@ type Checkpoint struct {
 	// (pg_terminate_backend) and takes the slot. The standby's role must be
 	// the owner's role (or a member of it) or a member of
 	// pg_signal_backend. Set it on every instance, above the longest stall
-	// a healthy owner may have (e.g. 10s). In a fleet (`run --fleet`) the
-	// lease decides instead. Default 0 (off: a standby waits for Postgres
-	// to drop the walsender); else at least 1s.
+	// a healthy owner may have (e.g. 10s); the longer of the owner's and
+	// the standby's applies. A fleet (`run --fleet`) needs none: the
+	// member holding a source's lease ends a former holder's walsender at
+	// once. Default 0 (off: a standby waits for Postgres to drop the
+	// walsender); else at least 1s.
 	OwnerTimeout time.Duration `koanf:"owner_timeout"`
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bridgecdc/bridge/bridge/fleet"
+	"github.com/bridgecdc/bridge/bridge/pipeline"
 	"github.com/bridgecdc/bridge/config"
 	"github.com/bridgecdc/bridge/sinks"
 )
@@ -168,20 +169,21 @@ func (f fleetRunner) Stop(ctx context.Context, source string, drain bool) {
 	}
 }
 
-// mayEvict is, in a fleet, source's pipeline.Config.MayEvict: the member
-// holding the source's lease may end another reader of its slot (a former
-// owner that stalled without closing its connection). Outside a fleet it
-// is nil, and checkpoint.owner_timeout decides.
-func (a *App) mayEvict(source string) func() (bool, string) {
+// lease is, in a fleet, source's pipeline.Config.Lease: whether this
+// member holds the source's lease, and at which epoch. Its holder may end
+// the reader of the slot that a former holder left behind (a member that
+// stalled without closing its connection). Outside a fleet it is nil.
+func (a *App) lease(source string) func() (pipeline.Lease, bool) {
 	if a.fleet == nil {
 		return nil
 	}
 	f := a.fleet
-	return func() (bool, string) {
-		if f.member == nil || !f.member.Holds(source) {
-			return false, ""
+	return func() (pipeline.Lease, bool) {
+		if f.member == nil {
+			return pipeline.Lease{}, false
 		}
-		return true, fmt.Sprintf("this member holds the lease of source %q in fleet %s: the slot's reader belongs to a former owner", source, f.name)
+		epoch, ok := f.member.Holding(source)
+		return pipeline.Lease{Fleet: f.name, Epoch: epoch}, ok
 	}
 }
 

@@ -10,12 +10,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Owner is the heartbeat of the run that holds a source's slot, kept in the
-// checkpoint bucket under OwnerKey when checkpoint.owner_timeout is set: the
-// run rewrites it every owner_timeout/4 while it holds the slot, and deletes
-// it when it lets the slot go. A standby that finds the slot held by the
-// reader Owner names, and sees the key keep one revision for owner_timeout
-// on its own clock, takes the owner for stalled and may end its reader
+// Owner says which run holds a source's slot, kept in the checkpoint
+// bucket under OwnerKey: written by a run once it holds the slot (in a
+// fleet, or with checkpoint.owner_timeout set), rewritten every
+// owner_timeout/4 while it holds it when owner_timeout is set (a
+// heartbeat), and deleted when the run lets the slot go. Another instance
+// that finds the slot held by the reader Owner names may end that reader
+// when it knows the owner is stale: a fleet member holding the source's
+// lease at a later epoch of the same fleet, or a standby that saw the
+// heartbeat keep one revision for owner_timeout on its own clock
 // (docs/operations.md, "Failover and standbys"). Field names are stable
 // (`nats kv get`).
 type Owner struct {
@@ -25,6 +28,14 @@ type Owner struct {
 	// id and backend_start; Started is zero when the role may not see it).
 	PID     int       `json:"pid"`
 	Started time.Time `json:"started,omitzero"`
+	// Fleet and Epoch are the fleet and the lease epoch under which the
+	// run holds the slot; empty outside a fleet.
+	Fleet string `json:"fleet,omitempty"`
+	Epoch uint64 `json:"lease_epoch,omitempty"`
+	// TimeoutMS is the owner's checkpoint.owner_timeout in milliseconds:
+	// it rewrites the key every quarter of it. Zero: written once, not a
+	// heartbeat, never judged stale by its age.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
 	// At is when the heartbeat was written, on the owner's clock: for
 	// people; staleness is judged by revisions, never by comparing clocks.
 	At time.Time `json:"at"`

@@ -9,7 +9,7 @@ import (
 	"github.com/bridgecdc/bridge/bridge/checkpoint"
 )
 
-// TestOwnerHeartbeat: the owner's heartbeat round-trips beside the
+// TestOwnerHeartbeat: the owner record round-trips beside the
 // checkpoint, each write a new revision; a delete at the writer's last
 // revision removes it, and one at an older revision leaves a successor's.
 func TestOwnerHeartbeat(t *testing.T) {
@@ -33,8 +33,13 @@ func TestOwnerHeartbeat(t *testing.T) {
 	require.True(t, o.Started.Equal(started))
 	require.False(t, o.At.IsZero(), "At is set when zero")
 
-	r2, err := st.SetOwner(t.Context(), key, checkpoint.Owner{Run: "b", PID: 43})
+	r2, err := st.SetOwner(t.Context(), key, checkpoint.Owner{Run: "b", PID: 43, Fleet: "f", Epoch: 7, TimeoutMS: 5000})
 	require.NoError(t, err)
+	o, err = st.LoadOwner(t.Context(), key)
+	require.NoError(t, err)
+	require.Equal(t, "f", o.Fleet)
+	require.Equal(t, uint64(7), o.Epoch)
+	require.Equal(t, int64(5000), o.TimeoutMS)
 	require.Greater(t, r2, r1)
 	require.NoError(t, st.DeleteOwner(t.Context(), key, r1), "a stale delete is no error")
 	o, err = st.LoadOwner(t.Context(), key)

@@ -266,26 +266,30 @@ func TestFleetStolenLeaseStopsAtOnce(t *testing.T) {
 	require.Empty(t, l.violations)
 }
 
-// TestFleetHoldsWhileTheLeaseIsValid: Holds, which lets a member end a
+// TestFleetHoldingWhileTheLeaseIsValid: Holding, which lets a member end a
 // former owner's reader of the slot, is true while the member holds the
-// lease, and false once it could not renew it in time (cut off from NATS),
-// before another member takes the source over.
-func TestFleetHoldsWhileTheLeaseIsValid(t *testing.T) {
+// lease, with its epoch, and false once it could not renew it in time (cut
+// off from NATS), before another member takes the source over at the next
+// epoch.
+func TestFleetHoldingWhileTheLeaseIsValid(t *testing.T) {
+	holds := func(mb *member, source string) bool { _, ok := mb.m.Holding(source); return ok }
 	srv := natsembed.StartT(t, natsembed.Options{})
 	l := newLedger()
 	a := startMember(t, srv, l, "a", []string{"shop"})
 	waitSpread(t, l, 1, []string{"a"})
-	require.True(t, a.m.Holds("shop"))
-	require.False(t, a.m.Holds("billing"), "a source it does not hold")
+	epoch, ok := a.m.Holding("shop")
+	require.True(t, ok)
+	require.Equal(t, uint64(1), epoch)
+	require.False(t, holds(a, "billing"), "a source it does not hold")
 	b := startMember(t, srv, l, "b", []string{"shop"})
-	require.Never(t, func() bool { return !a.m.Holds("shop") }, testLease, 20*time.Millisecond, "a lease kept renewed stays held")
+	require.Never(t, func() bool { return !holds(a, "shop") }, testLease, 20*time.Millisecond, "a lease kept renewed stays held")
 
 	a.proxy.Stall()
 	cut := time.Now()
 	var gaveUp time.Duration
 	overlap := false
 	require.Eventually(t, func() bool {
-		aHolds := a.m.Holds("shop")
+		aHolds := holds(a, "shop")
 		l.mu.Lock()
 		bRuns := l.running["shop"] == "b"
 		l.mu.Unlock()
@@ -296,7 +300,9 @@ func TestFleetHoldsWhileTheLeaseIsValid(t *testing.T) {
 		return bRuns
 	}, 20*time.Second, 5*time.Millisecond, "the other member never took the source over")
 	require.False(t, overlap, "the cut-off member still held the lease while the other ran the source")
-	require.True(t, b.m.Holds("shop"))
+	epoch, ok = b.m.Holding("shop")
+	require.True(t, ok)
+	require.Equal(t, uint64(2), epoch, "the next epoch")
 	l.mu.Lock()
 	taken := l.startedAt["shop"].Sub(cut)
 	l.mu.Unlock()

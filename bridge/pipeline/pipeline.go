@@ -59,17 +59,19 @@ type Config struct {
 	// Observer is told what the pipeline does (traces, metrics); nil for
 	// none.
 	Observer Observer
-	// MayEvict, when set, decides whether a run that finds the source's
-	// slot held by another reader (sources.SlotBusyError) may end that
-	// reader (sources.Evicter) and open the slot at once; why is logged.
-	// A fleet member answers whether it holds the source's lease. When
-	// nil, OwnerTimeout decides (takeover.go).
-	MayEvict func() (ok bool, why string)
+	// Lease, in a fleet, reports whether this instance holds the source's
+	// lease now, and which. A run that opens the slot records it with its
+	// reader (checkpoint.OwnerKey); a run that finds the slot held by the
+	// reader of a former holder of the lease (the same fleet, an earlier
+	// epoch) ends that reader and opens the slot at once (takeover.go).
+	// nil outside a fleet.
+	Lease func() (Lease, bool)
 	// OwnerTimeout, when positive (checkpoint.owner_timeout), makes each
 	// run keep a heartbeat of its own while it holds the slot
 	// (checkpoint.OwnerKey, rewritten every OwnerTimeout/4), and lets a
 	// run that finds the slot held by the reader a heartbeat names end
-	// that reader once the heartbeat kept one revision for OwnerTimeout.
+	// that reader once the heartbeat kept one revision for OwnerTimeout
+	// (or the owner's own, when longer).
 	OwnerTimeout time.Duration
 	Log          *slog.Logger
 }
@@ -147,7 +149,7 @@ func New(cfg Config) *Pipeline {
 		store: cfg.Store, key: checkpoint.Key(cfg.Bridge, cfg.Source), ctlKey: checkpoint.ControlKey(cfg.Bridge, cfg.Source), interval: cfg.Interval,
 		shutdown: cfg.Shutdown, confirmDelay: cfg.ConfirmDelay, log: cfg.Log, run: cfg.Run,
 		obs: cfg.Observer, slot: cfg.Slot, snap: cfg.Snapshots,
-		owner: owner{may: cfg.MayEvict, timeout: cfg.OwnerTimeout, key: checkpoint.OwnerKey(cfg.Bridge, cfg.Source)},
+		owner: owner{lease: cfg.Lease, timeout: cfg.OwnerTimeout, key: checkpoint.OwnerKey(cfg.Bridge, cfg.Source)},
 	}
 	if p.obs == nil {
 		p.obs = nopObserver{}
@@ -403,7 +405,7 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 	for _, h := range held { // once per run that owns the slot, not at every attempt of a standby
 		p.log.Info("sink already holds changes past the checkpoint; they will not be sent again", "sink", h.sink, "count", h.n)
 	}
-	defer p.beat(ctx, src)() // takeover.go: the owner's heartbeat, until the slot is let go
+	defer p.beat(ctx, src)() // takeover.go: the owner record (a heartbeat with owner_timeout), until the slot is let go
 	p.ready.Store(true)
 	p.ops.mu.Lock()
 	p.ops.holder, p.ops.epoch = true, st.Epoch

@@ -4,19 +4,27 @@ package pipeline
 // a standby waits for it (SQLSTATE 55006, retried), and a former owner that
 // stalled without closing its connection (a GC pause, a stopped VM, a
 // partition, SIGSTOP) keeps its walsender until the server's
-// wal_sender_timeout, 60 s by default. A run that may take the source over
-// ends that walsender (sources.Evicter) and opens the slot at once:
+// wal_sender_timeout, 60 s by default. Every run that holds the slot
+// records its reader (the walsender's PID and start) in the owner record
+// (checkpoint.OwnerKey), with its fleet lease, if any. A run that finds
+// the slot held by the reader the record names ends that reader
+// (sources.Evicter) and opens the slot at once when it knows the owner is
+// stale:
 //
-//   - in a fleet, when this member holds the source's lease (MayEvict):
-//     the lease is the authority on who owns a source;
-//   - outside a fleet, with checkpoint.owner_timeout set, when the slot's
-//     reader is the one the owner's heartbeat (checkpoint.OwnerKey) names
-//     and that heartbeat kept one revision for owner_timeout, as this
-//     pipeline saw it on its own clock: nobody compares clocks.
+//   - in a fleet, when this member holds the source's lease and the record
+//     is that of a former holder of the same fleet's lease (an earlier
+//     epoch): the lease is the authority on who owns a source, and its
+//     former holder gave it up before it could pass. A reader of another
+//     fleet, or of a bridge outside any fleet, is not this lease's to end;
+//   - with checkpoint.owner_timeout set, when the record is a heartbeat
+//     (rewritten every owner_timeout/4) that kept one revision for
+//     owner_timeout (the owner's own, when longer), as this pipeline saw
+//     it on its own clock: nobody compares clocks.
 //
-// Ending a live owner by mistake loses nothing: its checkpoint saves meet
-// the compare-and-set (the run that ended it saves first, see runOnce) and
-// its publishes the stream's fence.
+// A reader no record names (a bridge of an older version, another client
+// of the slot) is never ended. Ending a live owner by mistake loses
+// nothing: its checkpoint saves meet the compare-and-set (the run that
+// ended it saves first, see runOnce) and its publishes the stream's fence.
 
 import (
 	"context"
@@ -35,12 +43,19 @@ import (
 // walsender's exit.
 const evictWait = 10 * time.Second
 
+// Lease is a fleet's lease on a source: the fleet's name and the lease's
+// epoch, which grows at each change of holder.
+type Lease struct {
+	Fleet string
+	Epoch uint64
+}
+
 // owner is what a pipeline knows about taking its slot over; used by the
 // run loop's goroutine only, but for the fields set at New.
 type owner struct {
-	may     func() (bool, string) // Config.MayEvict
-	timeout time.Duration         // Config.OwnerTimeout
-	key     string                // checkpoint.OwnerKey
+	lease   func() (Lease, bool) // Config.Lease
+	timeout time.Duration        // Config.OwnerTimeout
+	key     string               // checkpoint.OwnerKey
 
 	// The heartbeat as last seen while the slot was held by another
 	// reader: its revision and when this pipeline first saw it.
@@ -103,62 +118,82 @@ func (p *Pipeline) open(ctx context.Context, from cdc.LSN) (src sources.Source, 
 	return src, true, nil
 }
 
-// mayEvict decides whether this run may end busy's holder, and says why.
-// In a fleet the lease decides. Otherwise the holder must be the reader
-// the owner's heartbeat names, and the heartbeat must have kept one
-// revision for owner_timeout since this pipeline first saw it.
+// mayEvict decides whether this run may end busy's holder, and says why:
+// the owner record must name the holder, and be a former holder's of the
+// lease this member holds, or a heartbeat silent for owner_timeout.
 func (p *Pipeline) mayEvict(ctx context.Context, busy *sources.SlotBusyError) (string, bool) {
-	if p.owner.may != nil {
-		ok, why := p.owner.may()
-		return why, ok
-	}
-	if p.owner.timeout <= 0 {
+	if p.owner.lease == nil && p.owner.timeout <= 0 {
 		return "", false
 	}
 	lctx, cancel := context.WithTimeout(ctx, p.shutdown)
 	o, err := p.store.LoadOwner(lctx, p.owner.key)
 	cancel()
 	if err != nil {
-		p.log.Debug("cannot read the owner's heartbeat", "key", p.owner.key, "err", err)
+		p.log.Debug("cannot read the owner record", "key", p.owner.key, "err", err)
 		return "", false
 	}
-	now := time.Now()
 	if o.Revision == 0 || !(sources.SlotReader{PID: o.PID, Started: o.Started}).Same(busy.Holder) {
-		// No heartbeat, or one of another reader: the holder is not known
+		// No record, or one of another reader: the holder is not known
 		// to be a bridge of this source (an older version, a client of
 		// the operator's); only the server's timeout ends it.
 		p.owner.rev, p.owner.seen = 0, time.Time{}
 		return "", false
 	}
+	if p.owner.lease != nil {
+		if l, held := p.owner.lease(); held && o.Fleet == l.Fleet && o.Epoch != 0 && o.Epoch < l.Epoch {
+			return fmt.Sprintf("this member holds the source's lease in fleet %s at epoch %d; the slot's reader is that of run %s, which held it at epoch %d",
+				l.Fleet, l.Epoch, o.Run, o.Epoch), true
+		}
+	}
+	if p.owner.timeout <= 0 || o.TimeoutMS <= 0 {
+		p.owner.rev, p.owner.seen = 0, time.Time{}
+		return "", false // not a heartbeat, or not asked to judge one
+	}
+	now := time.Now()
 	if o.Revision != p.owner.rev {
 		p.owner.rev, p.owner.seen = o.Revision, now
 		return "", false
 	}
+	timeout := max(p.owner.timeout, time.Duration(o.TimeoutMS)*time.Millisecond)
 	silent := now.Sub(p.owner.seen)
-	if silent < p.owner.timeout {
+	if silent < timeout {
 		return "", false
 	}
 	return fmt.Sprintf("its owner's heartbeat (run %s, written %s) has not changed for %s (checkpoint.owner_timeout %s)",
-		o.Run, o.At.Format(time.RFC3339Nano), silent.Round(time.Millisecond), p.owner.timeout), true
+		o.Run, o.At.Format(time.RFC3339Nano), silent.Round(time.Millisecond), timeout), true
 }
 
-// beat keeps this run's heartbeat as the slot's owner, when owner_timeout
-// is set and the source names its reader: it writes it now, then every
-// owner_timeout/4, until the function returned is called, which stops it
-// and deletes the key (at the last revision written, bounded by the
+// beat keeps this run's owner record while it holds the slot, when the
+// source names its reader and the run holds a fleet lease or owner_timeout
+// is set: it writes it now, then, with owner_timeout, every owner_timeout/4
+// (a heartbeat), until the function returned is called, which stops it and
+// deletes the record (at the last revision written, bounded by the
 // shutdown timeout). Call that once the slot is let go.
 func (p *Pipeline) beat(ctx context.Context, src sources.Source) (stop func()) {
 	ev, ok := src.(sources.Evicter)
-	if p.owner.timeout <= 0 || !ok || ev.Reader().PID == 0 {
+	var l Lease
+	held := false
+	if p.owner.lease != nil {
+		l, held = p.owner.lease()
+	}
+	if !ok || ev.Reader().PID == 0 || (p.owner.timeout <= 0 && !held) {
 		return func() {}
 	}
 	r := ev.Reader()
+	rec := checkpoint.Owner{Run: p.run, PID: r.PID, Started: r.Started, TimeoutMS: p.owner.timeout.Milliseconds()}
+	if held {
+		rec.Fleet, rec.Epoch = l.Fleet, l.Epoch
+	}
 	every := p.owner.timeout / 4
 	var last atomic.Uint64
 	failing := false
 	put := func(ctx context.Context) {
-		wctx, cancel := context.WithTimeout(ctx, every)
-		rev, err := p.store.SetOwner(wctx, p.owner.key, checkpoint.Owner{Run: p.run, PID: r.PID, Started: r.Started})
+		d := every
+		if d <= 0 {
+			d = p.shutdown
+		}
+		wctx, cancel := context.WithTimeout(ctx, d)
+		rev, err := p.store.SetOwner(wctx, p.owner.key, rec)
 		cancel()
 		switch {
 		case err == nil:
@@ -166,34 +201,36 @@ func (p *Pipeline) beat(ctx context.Context, src sources.Source) (stop func()) {
 			failing = false
 		case ctx.Err() == nil && !failing:
 			failing = true
-			p.log.Warn("writing the owner's heartbeat failed; a standby may take the source over if it stays silent for checkpoint.owner_timeout",
+			p.log.Warn("writing the owner record failed: another instance cannot tell that this one holds the slot (with owner_timeout, it may take the source over if the record stays unchanged)",
 				"key", p.owner.key, "err", err)
 		}
 	}
 	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	put(bctx)
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-bctx.Done():
-				return
-			case <-t.C:
-				put(bctx)
+	if every > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTicker(every)
+			defer t.Stop()
+			for {
+				select {
+				case <-bctx.Done():
+					return
+				case <-t.C:
+					put(bctx)
+				}
 			}
-		}
-	}()
+		}()
+	}
 	return func() {
 		cancel()
 		wg.Wait()
 		if rev := last.Load(); rev != 0 {
 			dctx, dcancel := context.WithTimeout(context.Background(), p.shutdown)
 			if err := p.store.DeleteOwner(dctx, p.owner.key, rev); err != nil {
-				p.log.Debug("deleting the owner's heartbeat failed", "key", p.owner.key, "err", err)
+				p.log.Debug("deleting the owner record failed", "key", p.owner.key, "err", err)
 			}
 			dcancel()
 		}

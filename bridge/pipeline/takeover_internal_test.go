@@ -30,9 +30,9 @@ func storeT(t *testing.T) *checkpoint.Store {
 
 // TestMayEvictJudgesTheOwnersHeartbeat: outside a fleet a reader of the
 // slot is stale only when the owner's heartbeat names it and kept one
-// revision for owner_timeout as this pipeline saw it; a new revision, a
-// heartbeat of another reader, or none, is no reason. In a fleet the lease
-// (MayEvict) alone decides.
+// revision for owner_timeout (the owner's, when longer) as this pipeline
+// saw it; a new revision, a record of another reader, a record that is no
+// heartbeat, or none, is no reason.
 func TestMayEvictJudgesTheOwnersHeartbeat(t *testing.T) {
 	store := storeT(t)
 	const timeout = 400 * time.Millisecond
@@ -45,9 +45,10 @@ func TestMayEvictJudgesTheOwnersHeartbeat(t *testing.T) {
 		_, err := store.SetOwner(t.Context(), key, o)
 		require.NoError(t, err)
 	}
+	beat := checkpoint.Owner{Run: "r1", PID: 42, Started: started, TimeoutMS: timeout.Milliseconds()}
 
-	require.False(t, may(), "no heartbeat: not known to be a bridge")
-	set(checkpoint.Owner{Run: "r1", PID: 42, Started: started})
+	require.False(t, may(), "no record: not known to be a bridge")
+	set(beat)
 	seen := time.Now()
 	require.False(t, may(), "a heartbeat just seen")
 	require.Eventually(t, may, 10*time.Second, 20*time.Millisecond, "a heartbeat unchanged for owner_timeout is stale")
@@ -56,31 +57,69 @@ func TestMayEvictJudgesTheOwnersHeartbeat(t *testing.T) {
 	require.Contains(t, why, "run r1")
 	require.Contains(t, why, "checkpoint.owner_timeout 400ms")
 
-	set(checkpoint.Owner{Run: "r1", PID: 42, Started: started})
+	set(beat)
 	require.False(t, may(), "a new revision: the owner lives")
 
+	longer := beat
+	longer.TimeoutMS = (3 * timeout).Milliseconds()
+	set(longer)
+	seen = time.Now()
+	require.Eventually(t, may, 10*time.Second, 20*time.Millisecond)
+	require.GreaterOrEqual(t, time.Since(seen), 3*timeout, "the owner's longer owner_timeout applies")
+
 	for _, o := range []checkpoint.Owner{
-		{Run: "r2", PID: 43, Started: started},                // another walsender
-		{Run: "r2", PID: 42, Started: started.Add(time.Hour)}, // the PID reused by another process
+		{Run: "r2", PID: 43, Started: started, TimeoutMS: 400},                // another walsender
+		{Run: "r2", PID: 42, Started: started.Add(time.Hour), TimeoutMS: 400}, // the PID reused by another process
+		{Run: "r2", PID: 42, Started: started, Fleet: "f", Epoch: 1},          // a fleet member's record: not a heartbeat
 	} {
 		set(o)
-		require.Never(t, may, 3*timeout, 20*time.Millisecond, "the heartbeat names another reader than %+v: %+v", busy.Holder, o)
+		require.Never(t, may, 3*timeout, 20*time.Millisecond, "%+v is no stale heartbeat of %+v", o, busy.Holder)
 	}
-
-	// A fleet: the lease decides, whatever the heartbeat says.
-	held := false
-	p = New(Config{Bridge: "b", Source: "s", Store: store, OwnerTimeout: timeout, Shutdown: 5 * time.Second,
-		MayEvict: func() (bool, string) { return held, "lease" }})
-	require.False(t, may())
-	held = true
-	why, ok := p.mayEvict(t.Context(), busy)
-	require.True(t, ok)
-	require.Equal(t, "lease", why)
 
 	// Off: never.
 	p = New(Config{Bridge: "b", Source: "s", Store: store, Shutdown: 5 * time.Second})
-	set(checkpoint.Owner{Run: "r3", PID: 42, Started: started})
+	set(beat)
 	require.Never(t, may, 3*timeout, 20*time.Millisecond)
+}
+
+// TestMayEvictAFormerLeaseHolder: in a fleet, the member holding the
+// source's lease ends at once the reader that the owner record names as a
+// former holder's of the same fleet's lease (an earlier epoch); not one of
+// the same epoch, of another fleet or of a bridge outside any fleet, and
+// nothing while it does not hold the lease.
+func TestMayEvictAFormerLeaseHolder(t *testing.T) {
+	store := storeT(t)
+	key := checkpoint.OwnerKey("b", "s")
+	holder := sources.SlotReader{PID: 42, Started: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	busy := &sources.SlotBusyError{Slot: "slot", Holder: holder}
+	lease, held := Lease{Fleet: "f", Epoch: 3}, true
+	p := New(Config{Bridge: "b", Source: "s", Store: store, Shutdown: 5 * time.Second,
+		Lease: func() (Lease, bool) { return lease, held }})
+	for _, c := range []struct {
+		rec  checkpoint.Owner
+		want bool
+	}{
+		{checkpoint.Owner{Run: "r1", PID: 42, Started: holder.Started, Fleet: "f", Epoch: 2}, true},
+		{checkpoint.Owner{Run: "r1", PID: 42, Fleet: "f", Epoch: 1}, true}, // no start time known: the PID decides
+		{checkpoint.Owner{Run: "r1", PID: 43, Fleet: "f", Epoch: 2}, false},
+		{checkpoint.Owner{Run: "r1", PID: 42, Fleet: "f", Epoch: 3}, false},
+		{checkpoint.Owner{Run: "r1", PID: 42, Fleet: "g", Epoch: 2}, false},
+		{checkpoint.Owner{Run: "r1", PID: 42, TimeoutMS: 1000}, false},
+	} {
+		_, err := store.SetOwner(t.Context(), key, c.rec)
+		require.NoError(t, err)
+		why, ok := p.mayEvict(t.Context(), busy)
+		require.Equal(t, c.want, ok, "%+v", c.rec)
+		if ok {
+			require.Contains(t, why, "fleet f at epoch 3")
+			require.Contains(t, why, "run r1")
+		}
+	}
+	_, err := store.SetOwner(t.Context(), key, checkpoint.Owner{Run: "r1", PID: 42, Fleet: "f", Epoch: 2})
+	require.NoError(t, err)
+	held = false
+	_, ok := p.mayEvict(t.Context(), busy)
+	require.False(t, ok, "a member that does not hold the lease")
 }
 
 // readerSource is a source that names its reader, for beat.
@@ -93,34 +132,49 @@ func (s readerSource) Reader() sources.SlotReader                      { return 
 func (s readerSource) Evict(context.Context, sources.SlotReader) error { return nil }
 func (s readerSource) Open(context.Context, cdc.LSN) error             { return nil }
 
-// TestOwnerHeartbeatWhileHolding: a run holding the slot writes the
-// heartbeat at once naming its reader, rewrites it every owner_timeout/4,
-// and deletes it when it lets the slot go.
-func TestOwnerHeartbeatWhileHolding(t *testing.T) {
+// TestOwnerRecordWhileHolding: a run holding the slot writes the owner
+// record at once naming its reader; with owner_timeout it rewrites it every
+// owner_timeout/4 (a heartbeat); in a fleet it records the lease; it
+// deletes it when it lets the slot go; with neither, it writes nothing.
+func TestOwnerRecordWhileHolding(t *testing.T) {
 	store := storeT(t)
-	p := New(Config{Bridge: "b", Source: "s", Store: store, Run: "me", OwnerTimeout: time.Second, Shutdown: 5 * time.Second})
 	key := checkpoint.OwnerKey("b", "s")
 	r := sources.SlotReader{PID: 7, Started: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	load := func() checkpoint.Owner {
+		o, err := store.LoadOwner(t.Context(), key)
+		require.NoError(t, err)
+		return o
+	}
+
+	p := New(Config{Bridge: "b", Source: "s", Store: store, Run: "me", OwnerTimeout: time.Second, Shutdown: 5 * time.Second})
 	stop := p.beat(t.Context(), readerSource{r: r})
-	o, err := store.LoadOwner(t.Context(), key)
-	require.NoError(t, err)
+	o := load()
 	require.Equal(t, "me", o.Run)
 	require.Equal(t, 7, o.PID)
 	require.True(t, o.Started.Equal(r.Started))
+	require.Equal(t, int64(1000), o.TimeoutMS)
+	require.Empty(t, o.Fleet)
 	first := o.Revision
-	require.Eventually(t, func() bool {
-		o, err := store.LoadOwner(t.Context(), key)
-		return err == nil && o.Revision >= first+2
-	}, 5*time.Second, 20*time.Millisecond, "the heartbeat is rewritten every owner_timeout/4")
+	require.Eventually(t, func() bool { return load().Revision >= first+2 }, 5*time.Second, 20*time.Millisecond,
+		"the heartbeat is rewritten every owner_timeout/4")
 	stop()
-	o, err = store.LoadOwner(t.Context(), key)
-	require.NoError(t, err)
-	require.Zero(t, o, "deleted once the slot is let go")
+	require.Zero(t, load(), "deleted once the slot is let go")
 
-	// Off: nothing written.
-	p = New(Config{Bridge: "b", Source: "s", Store: store, Run: "me", Shutdown: 5 * time.Second})
+	// A fleet member without owner_timeout: its lease, written once.
+	p = New(Config{Bridge: "b", Source: "s", Store: store, Run: "me", Shutdown: 5 * time.Second,
+		Lease: func() (Lease, bool) { return Lease{Fleet: "f", Epoch: 4}, true }})
+	stop = p.beat(t.Context(), readerSource{r: r})
+	o = load()
+	require.Equal(t, "f", o.Fleet)
+	require.Equal(t, uint64(4), o.Epoch)
+	require.Zero(t, o.TimeoutMS, "not a heartbeat")
+	require.Never(t, func() bool { return load().Revision != o.Revision }, 500*time.Millisecond, 20*time.Millisecond)
+	stop()
+	require.Zero(t, load())
+
+	// Neither: nothing written.
+	p = New(Config{Bridge: "b", Source: "s", Store: store, Run: "me", Shutdown: 5 * time.Second,
+		Lease: func() (Lease, bool) { return Lease{}, false }})
 	p.beat(t.Context(), readerSource{r: r})()
-	o, err = store.LoadOwner(t.Context(), key)
-	require.NoError(t, err)
-	require.Zero(t, o)
+	require.Zero(t, load())
 }
