@@ -307,6 +307,9 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			err = refusedAgain(id, times, err)
 		}
 		d := bo.Next(err)
+		if moved := (*movedError)(nil); errors.As(err, &moved) {
+			d = 0 // the slot was this run's: no reason to wait
+		}
 		p.runEnded(err, retryState(err))
 		p.log.Warn("run ended; restarting", "err", err, "attempt", bo.Attempt(), "in", d.String())
 		select {
@@ -390,7 +393,7 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 		if err != nil {
 			return false, p.bucketGone(fmt.Errorf("loading checkpoint %q: %w", p.key, err))
 		}
-		return false, fmt.Errorf("checkpoint %q moved from revision %d to %d while this run opened the slot (the slot's previous owner saved it last); starting again from it", p.key, rev, now)
+		return false, &movedError{key: p.key, from: rev, to: now} // takeover.go: the next run starts at once
 	}
 	if st.Paused || evicted {
 		// The source was paused, and this run resumes it; or this run

@@ -118,6 +118,20 @@ func (p *Pipeline) open(ctx context.Context, from cdc.LSN) (src sources.Source, 
 	return src, true, nil
 }
 
+// movedError ends a run that found, once the slot was its own, that the
+// checkpoint had moved since it loaded it: the slot's previous owner saved
+// it last, up to its last moment. The next run starts at once from the
+// newer checkpoint, without the backoff of a failure.
+type movedError struct {
+	key      string
+	from, to uint64 // revisions
+}
+
+func (e *movedError) Error() string {
+	return fmt.Sprintf("checkpoint %q moved from revision %d to %d while this run opened the slot (the slot's previous owner saved it last); starting again from it",
+		e.key, e.from, e.to)
+}
+
 // mayEvict decides whether this run may end busy's holder, and says why:
 // the owner record must name the holder, and be a former holder's of the
 // lease this member holds, or a heartbeat silent for owner_timeout.
