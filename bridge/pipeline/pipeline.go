@@ -310,6 +310,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		if moved := (*movedError)(nil); errors.As(err, &moved) {
 			d = 0 // the slot was this run's: no reason to wait
 		}
+		d = p.owner.untilStale(d) // takeover.go: a heartbeat turning stale is tried when it does
 		p.runEnded(err, retryState(err))
 		p.log.Warn("run ended; restarting", "err", err, "attempt", bo.Attempt(), "in", d.String())
 		select {

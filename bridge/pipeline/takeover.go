@@ -58,9 +58,11 @@ type owner struct {
 	key     string               // checkpoint.OwnerKey
 
 	// The heartbeat as last seen while the slot was held by another
-	// reader: its revision and when this pipeline first saw it.
-	rev  uint64
-	seen time.Time
+	// reader: its revision, when this pipeline first saw it, and how long
+	// it may keep that revision before it is stale.
+	rev   uint64
+	seen  time.Time
+	stale time.Duration
 	// denied is set once a refusal to end a reader was logged, until an
 	// eviction succeeds: the warning is not repeated at every attempt.
 	denied bool
@@ -118,6 +120,16 @@ func (p *Pipeline) open(ctx context.Context, from cdc.LSN) (src sources.Source, 
 	return src, true, nil
 }
 
+// untilStale returns d, or less when the owner's heartbeat this pipeline
+// watches turns stale before d has passed: the next attempt then comes
+// when it does, not up to a backoff later.
+func (o *owner) untilStale(d time.Duration) time.Duration {
+	if o.rev == 0 || o.seen.IsZero() || o.stale <= 0 {
+		return d
+	}
+	return max(0, min(d, time.Until(o.seen.Add(o.stale))))
+}
+
 // movedError ends a run that found, once the slot was its own, that the
 // checkpoint had moved since it loaded it: the slot's previous owner saved
 // it last, up to its last moment. The next run starts at once from the
@@ -164,11 +176,12 @@ func (p *Pipeline) mayEvict(ctx context.Context, busy *sources.SlotBusyError) (s
 		return "", false // not a heartbeat, or not asked to judge one
 	}
 	now := time.Now()
+	timeout := max(p.owner.timeout, time.Duration(o.TimeoutMS)*time.Millisecond)
+	p.owner.stale = timeout
 	if o.Revision != p.owner.rev {
 		p.owner.rev, p.owner.seen = o.Revision, now
 		return "", false
 	}
-	timeout := max(p.owner.timeout, time.Duration(o.TimeoutMS)*time.Millisecond)
 	silent := now.Sub(p.owner.seen)
 	if silent < timeout {
 		return "", false

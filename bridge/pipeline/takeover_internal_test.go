@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,7 +41,18 @@ func TestMayEvictJudgesTheOwnersHeartbeat(t *testing.T) {
 	key := checkpoint.OwnerKey("b", "s")
 	started := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	busy := &sources.SlotBusyError{Slot: "slot", Holder: sources.SlotReader{PID: 42, Started: started}}
-	may := func() bool { _, ok := p.mayEvict(t.Context(), busy); return ok }
+	// require.Never may return while a call of its condition is under
+	// way: the calls are serialised, and each pipeline has its own.
+	var mu sync.Mutex
+	mayOf := func(p *Pipeline) func() bool {
+		return func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			_, ok := p.mayEvict(t.Context(), busy)
+			return ok
+		}
+	}
+	may := mayOf(p)
 	set := func(o checkpoint.Owner) {
 		_, err := store.SetOwner(t.Context(), key, o)
 		require.NoError(t, err)
@@ -53,7 +65,9 @@ func TestMayEvictJudgesTheOwnersHeartbeat(t *testing.T) {
 	require.False(t, may(), "a heartbeat just seen")
 	require.Eventually(t, may, 10*time.Second, 20*time.Millisecond, "a heartbeat unchanged for owner_timeout is stale")
 	require.GreaterOrEqual(t, time.Since(seen), timeout)
+	mu.Lock()
 	why, _ := p.mayEvict(t.Context(), busy)
+	mu.Unlock()
 	require.Contains(t, why, "run r1")
 	require.Contains(t, why, "checkpoint.owner_timeout 400ms")
 
@@ -77,9 +91,9 @@ func TestMayEvictJudgesTheOwnersHeartbeat(t *testing.T) {
 	}
 
 	// Off: never.
-	p = New(Config{Bridge: "b", Source: "s", Store: store, Shutdown: 5 * time.Second})
+	off := mayOf(New(Config{Bridge: "b", Source: "s", Store: store, Shutdown: 5 * time.Second}))
 	set(beat)
-	require.Never(t, may, 3*timeout, 20*time.Millisecond)
+	require.Never(t, off, 3*timeout, 20*time.Millisecond)
 }
 
 // TestMayEvictAFormerLeaseHolder: in a fleet, the member holding the
@@ -177,4 +191,20 @@ func TestOwnerRecordWhileHolding(t *testing.T) {
 		Lease: func() (Lease, bool) { return Lease{}, false }})
 	p.beat(t.Context(), readerSource{r: r})()
 	require.Zero(t, load())
+}
+
+// TestUntilStale: a standby watching a heartbeat tries again when the
+// heartbeat turns stale if that comes before its backoff ends; otherwise,
+// or when it watches none, the backoff stands.
+func TestUntilStale(t *testing.T) {
+	var o owner
+	require.Equal(t, 2*time.Second, o.untilStale(2*time.Second), "watching nothing")
+	o.rev, o.seen, o.stale = 7, time.Now(), 5*time.Second
+	require.Equal(t, 2*time.Second, o.untilStale(2*time.Second), "stale later than the backoff")
+	o.seen = time.Now().Add(-4 * time.Second)
+	d := o.untilStale(2 * time.Second)
+	require.Greater(t, d, time.Duration(0))
+	require.LessOrEqual(t, d, time.Second, "stale within a second: tried then")
+	o.seen = time.Now().Add(-time.Minute)
+	require.Zero(t, o.untilStale(2*time.Second), "stale already")
 }
