@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -351,7 +352,10 @@ func TestStandbyHealthyOwnerNotTerminated(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, pid, first.PID, "the owner's heartbeat should name the slot's walsender")
 
+	var connMu sync.Mutex // require.Never may return with a call of its condition under way
 	untouched := func() bool {
+		connMu.Lock()
+		defer connMu.Unlock()
 		return slotPID(t, conn, "slot_healthy") != pid || strings.Contains(standby.out.String(), evictedLine) ||
 			strings.Contains(owner.out.String(), "run ended")
 	}
