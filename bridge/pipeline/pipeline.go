@@ -262,6 +262,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 
 	var bo retry.Backoff
 	var refused refusals // refused.go
+	standby := false     // the last run found the slot held by another reader
 	for {
 		// The order as recorded now is authoritative at each run's start;
 		// the watch follows it while the run streams.
@@ -280,7 +281,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		if err == nil {
 			progressed, err = p.runOnce(ctx)
 		}
-		p.ready.Store(false)
+		opened := p.ready.Swap(false) // the run held the slot
 		p.obs.RunEnded(ctx, err, isFatal(err))
 		if ctx.Err() != nil {
 			p.runEnded(nil, StateStopped)
@@ -292,6 +293,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			return nil
 		}
 		if err == nil {
+			standby = false
 			continue // ended at a transaction boundary: a pause, a drain, a resync
 		}
 		if isFatal(err) {
@@ -300,17 +302,11 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			p.runEnded(err, stopState(err))
 			return fmt.Errorf("source %q: %w", p.source, err)
 		}
-		if progressed {
-			bo.Reset()
-		}
 		if id, times := refused.note(err); times > 1 {
 			err = refusedAgain(id, times, err)
 		}
-		d := bo.Next(err)
-		if moved := (*movedError)(nil); errors.As(err, &moved) {
-			d = 0 // the slot was this run's: no reason to wait
-		}
-		d = p.owner.untilStale(d) // takeover.go: a heartbeat turning stale is tried when it does
+		d := p.owner.delay(&bo, err, progressed, opened && standby) // takeover.go
+		standby = retryState(err) == StateStandby
 		p.runEnded(err, retryState(err))
 		p.log.Warn("run ended; restarting", "err", err, "attempt", bo.Attempt(), "in", d.String())
 		select {

@@ -36,6 +36,7 @@ import (
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/bridge/checkpoint"
+	"github.com/bridgecdc/bridge/bridge/retry"
 	"github.com/bridgecdc/bridge/sources"
 )
 
@@ -118,6 +119,25 @@ func (p *Pipeline) open(ctx context.Context, from cdc.LSN) (src sources.Source, 
 		return nil, false, err
 	}
 	return src, true, nil
+}
+
+// delay returns how long Run waits after a run that ended with the
+// transient err before the next, on bo's curve, reset first when the run
+// progressed or took the slot over from its owner (tookOver: it opened the
+// slot after waiting as a standby, and the attempts it spent waiting say
+// nothing of this failure, such as the former owner's last publishes
+// landing after the run read the stream's tail). A run that found the
+// checkpoint moved once the slot was its own starts again at once, and a
+// standby watching a heartbeat tries again when it turns stale.
+func (o *owner) delay(bo *retry.Backoff, err error, progressed, tookOver bool) time.Duration {
+	if progressed || tookOver {
+		bo.Reset()
+	}
+	d := bo.Next(err)
+	if moved := (*movedError)(nil); errors.As(err, &moved) {
+		d = 0 // the slot was this run's: no reason to wait
+	}
+	return o.untilStale(d)
 }
 
 // untilStale returns d, or less when the owner's heartbeat this pipeline

@@ -2,16 +2,20 @@ package pipeline
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/bridge/checkpoint"
+	"github.com/bridgecdc/bridge/bridge/retry"
 	"github.com/bridgecdc/bridge/internal/natsembed"
 	"github.com/bridgecdc/bridge/sources"
 )
@@ -207,4 +211,33 @@ func TestUntilStale(t *testing.T) {
 	require.LessOrEqual(t, d, time.Second, "stale within a second: tried then")
 	o.seen = time.Now().Add(-time.Minute)
 	require.Zero(t, o.untilStale(2*time.Second), "stale already")
+}
+
+// TestDelayAfterTakeover: a standby's attempts at a held slot stay on the
+// short curve (≤ 2 s); the first failure of the run that then takes the
+// slot over starts the long curve afresh (≤ 1 s) instead of where the
+// standby's count left it (15–30 s); a run that found the checkpoint moved
+// starts again at once.
+func TestDelayAfterTakeover(t *testing.T) {
+	busy := fmt.Errorf("opening source: %w", &sources.SlotBusyError{Slot: "s", Err: &pgconn.PgError{Code: "55006"}})
+	other := errors.New("natsjs: fenced: the stream holds messages published after this sink's last one")
+	var o owner
+	wait := func(bo *retry.Backoff) {
+		for range 20 {
+			require.LessOrEqual(t, o.delay(bo, busy, false, false), 2*time.Second, "a standby retries on the short curve")
+		}
+	}
+	var bo retry.Backoff
+	wait(&bo)
+	require.GreaterOrEqual(t, o.delay(&bo, other, false, false), 15*time.Second, "without the reset: where the count left it")
+
+	bo = retry.Backoff{}
+	wait(&bo)
+	require.LessOrEqual(t, o.delay(&bo, other, false, true), time.Second, "taken over: the curve starts afresh")
+	require.Equal(t, 1, bo.Attempt())
+
+	bo = retry.Backoff{}
+	wait(&bo)
+	require.Zero(t, o.delay(&bo, &movedError{key: "k", from: 1, to: 2}, false, true), "moved: at once")
+	require.LessOrEqual(t, o.delay(&bo, other, true, false), time.Second, "progress resets the curve")
 }
