@@ -187,7 +187,7 @@ func TestEnvNames(t *testing.T) {
 		{"a misspelt top-level key", "BRIDGE_UNROTED=drop",
 			"BRIDGE_UNROTED: names no key of bridge.yaml; did you mean BRIDGE_UNROUTED?"},
 		{"a misspelt key in a known section", "BRIDGE_CHECKPOINT__INTERVALL=2s",
-			"checkpoint.intervall: unknown key (known: bucket, confirm_delay, interval, replicas) (set by environment variable BRIDGE_CHECKPOINT__INTERVALL)"},
+			"checkpoint.intervall: unknown key (known: bucket, confirm_delay, interval, owner_timeout, replicas) (set by environment variable BRIDGE_CHECKPOINT__INTERVALL)"},
 		{"a whole section from one variable", "BRIDGE_NATS=nats://x",
 			"nats: expected a mapping, got a string (set by environment variable BRIDGE_NATS)"},
 		{"an empty level", "BRIDGE_SINKS____TYPE=x",

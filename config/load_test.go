@@ -421,7 +421,7 @@ func TestLoadEnv(t *testing.T) {
 		env  string
 		want string
 	}{
-		{"unknown key", "BRIDGE_CHECKPOINT__INTERVALL=2s", "checkpoint.intervall: unknown key (known: bucket, confirm_delay, interval, replicas) (set by environment variable BRIDGE_CHECKPOINT__INTERVALL)"},
+		{"unknown key", "BRIDGE_CHECKPOINT__INTERVALL=2s", "checkpoint.intervall: unknown key (known: bucket, confirm_delay, interval, owner_timeout, replicas) (set by environment variable BRIDGE_CHECKPOINT__INTERVALL)"},
 		{"bad duration", "BRIDGE_CHECKPOINT__INTERVAL=fast", `checkpoint.interval: time: invalid duration "fast" (set by environment variable BRIDGE_CHECKPOINT__INTERVAL)`},
 		{"number for a duration", "BRIDGE_CHECKPOINT__INTERVAL=5", `checkpoint.interval: time: missing unit in duration "5" (set by environment variable BRIDGE_CHECKPOINT__INTERVAL)`},
 		{"string for an int", "BRIDGE_CHECKPOINT__REPLICAS=three", "checkpoint.replicas: expected an integer, got a string (set by environment variable BRIDGE_CHECKPOINT__REPLICAS)"},

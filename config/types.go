@@ -306,6 +306,25 @@ type Checkpoint struct {
 	// Postgres keeps that much more WAL. Default 0 (confirm at once; right
 	// with sync_interval: always).
 	ConfirmDelay time.Duration `koanf:"confirm_delay"`
+	// OwnerTimeout lets a standby (another `bridge run` with the same
+	// configuration, outside a fleet) take a source over from an owner
+	// that stalled without closing its connection (a long GC pause, a
+	// stopped VM, a network partition) instead of waiting for Postgres to
+	// drop its walsender (wal_sender_timeout, 60s by default). The
+	// instance streaming a source rewrites a heartbeat (key
+	// "<name>.<source>.owner" in the checkpoint bucket) every
+	// OwnerTimeout/4; a standby that finds the slot held by the walsender
+	// the heartbeat names, and sees the heartbeat unchanged for
+	// OwnerTimeout on its own clock, ends that walsender
+	// (pg_terminate_backend) and takes the slot. The standby's role must be
+	// the owner's role (or a member of it) or a member of
+	// pg_signal_backend. Set it on every instance, above the longest stall
+	// a healthy owner may have (e.g. 10s); the longer of the owner's and
+	// the standby's applies. A fleet (`run --fleet`) needs none: the
+	// member holding a source's lease ends a former holder's walsender at
+	// once. Default 0 (off: a standby waits for Postgres to drop the
+	// walsender); else at least 1s.
+	OwnerTimeout time.Duration `koanf:"owner_timeout"`
 }
 
 // Shutdown bounds shutdown.

@@ -101,6 +101,9 @@ func (c *Config) validate(known Errors) Errors {
 	if c.Checkpoint.ConfirmDelay < 0 {
 		add("checkpoint.confirm_delay", "must be >= 0, got %s", c.Checkpoint.ConfirmDelay)
 	}
+	if d := c.Checkpoint.OwnerTimeout; d != 0 && d < time.Second {
+		add("checkpoint.owner_timeout", "must be 0 (off) or at least 1s, got %s", d)
+	}
 	checkOneOf(add, "unrouted", c.Unrouted, unroutedValues)
 	checkOneOf(add, "log.level", c.Log.Level, logLevelValues)
 	checkOneOf(add, "log.format", c.Log.Format, logFormatValues)

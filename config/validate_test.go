@@ -32,6 +32,8 @@ func TestValidation(t *testing.T) {
 		{"unrouted", map[string]any{"unrouted": "ignore"}, []string{`unrouted: must be one of drop, error, got "ignore"`}},
 		{"checkpoint interval zero", map[string]any{"checkpoint.interval": "0s"}, []string{"checkpoint.interval: must be > 0, got 0s"}},
 		{"shutdown timeout negative", map[string]any{"shutdown.timeout": "-1s"}, []string{"shutdown.timeout: must be > 0, got -1s"}},
+		{"owner_timeout below 1s", map[string]any{"checkpoint.owner_timeout": "500ms"}, []string{"checkpoint.owner_timeout: must be 0 (off) or at least 1s, got 500ms"}},
+		{"owner_timeout negative", map[string]any{"checkpoint.owner_timeout": "-1s"}, []string{"checkpoint.owner_timeout: must be 0 (off) or at least 1s, got -1s"}},
 		{"max_wait zero", map[string]any{"sinks.main.batch.max_wait": "0ms"}, []string{"sinks.main.batch.max_wait: must be > 0, got 0s"}},
 		{"retry initial zero", map[string]any{"sinks.main.retry.initial": "0s"}, []string{"sinks.main.retry.initial: must be > 0, got 0s"}},
 		{"retry max zero", map[string]any{"sinks.main.retry.max": "0s"}, []string{"sinks.main.retry.max: must be > 0, got 0s"}},

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/config"
@@ -176,4 +177,65 @@ type SlotLostError struct {
 func (e *SlotLostError) Error() string {
 	return "replication slot " + e.Slot + " of database " + e.Database + " is lost (" + e.Reason + ") after checkpoint " +
 		e.Checkpoint.String() + "; recreating it under a new epoch (on_slot_lost: recreate)"
+}
+
+// SlotReader identifies the reader holding a slot: for Postgres, the
+// walsender's process id and when that process started (pg_stat_activity's
+// backend_start), which together name one process over time where a PID
+// alone may be reused. Started is zero when the role may not see it.
+type SlotReader struct {
+	PID     int
+	Started time.Time
+}
+
+// Same reports whether r and o name the same process: the same PID, and the
+// same start time when both know it.
+func (r SlotReader) Same(o SlotReader) bool {
+	if r.PID == 0 || r.PID != o.PID {
+		return false
+	}
+	return r.Started.IsZero() || o.Started.IsZero() || r.Started.Equal(o.Started)
+}
+
+// SlotBusyError reports that Open found the source's slot held by another
+// reader (Postgres: SQLSTATE 55006, "replication slot … is active for PID
+// n"): another bridge streams from it, or a walsender that has not noticed
+// that its client stopped. The runtime retries; that is how a standby
+// waits. It wraps the server's error.
+type SlotBusyError struct {
+	Slot, Database string
+	// Holder is the reader holding the slot; zero when it could not be read
+	// (it let the slot go meanwhile).
+	Holder SlotReader
+	Err    error
+}
+
+func (e *SlotBusyError) Error() string { return e.Err.Error() }
+func (e *SlotBusyError) Unwrap() error { return e.Err }
+
+// ErrEvictDenied is wrapped by an Evicter's error when the database refused
+// to end the reader for lack of a privilege; the error's message names the
+// privilege to grant.
+var ErrEvictDenied = errors.New("the database refused to end the slot's reader")
+
+// Evicter is implemented by sources whose slot admits one reader at a time
+// and that can end the reader holding it, so that a new owner of the
+// source need not wait until a stalled one is dropped by the server
+// (Postgres: wal_sender_timeout, 60 s by default). The runtime alone
+// decides when a holder is stale (a fleet member holding the source's
+// lease; a holder whose heartbeat stopped); ending a live owner is safe
+// for the data (the checkpoint's compare-and-set and the sinks' fences
+// refuse its writes) but costs a restart.
+type Evicter interface {
+	// Reader returns this source's own reader while it is open (after Open
+	// succeeded), as another instance's SlotBusyError would name it; zero
+	// before.
+	Reader() SlotReader
+	// Evict ends the reader holder if it still holds the source's slot,
+	// and returns once the slot is no longer held by it, or when ctx ends.
+	// It opens a connection of its own, so it may be called on a source
+	// whose Open failed with a *SlotBusyError (and which is closed). nil
+	// also when holder had let the slot go already. A refusal for lack of
+	// privilege wraps ErrEvictDenied.
+	Evict(ctx context.Context, holder SlotReader) error
 }

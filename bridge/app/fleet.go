@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bridgecdc/bridge/bridge/fleet"
+	"github.com/bridgecdc/bridge/bridge/pipeline"
 	"github.com/bridgecdc/bridge/config"
 	"github.com/bridgecdc/bridge/sinks"
 )
@@ -165,6 +166,24 @@ func (f fleetRunner) Stop(ctx context.Context, source string, drain bool) {
 	a.mu.Unlock()
 	if drain {
 		a.log.Info("fleet: source stopped", "source", source, "drained", true, "checkpoint", r.p.Checkpointed().String(), "took", time.Since(began).Round(time.Millisecond).String())
+	}
+}
+
+// lease is, in a fleet, source's pipeline.Config.Lease: whether this
+// member holds the source's lease, and at which epoch. Its holder may end
+// the reader of the slot that a former holder left behind (a member that
+// stalled without closing its connection). Outside a fleet it is nil.
+func (a *App) lease(source string) func() (pipeline.Lease, bool) {
+	if a.fleet == nil {
+		return nil
+	}
+	f := a.fleet
+	return func() (pipeline.Lease, bool) {
+		if f.member == nil {
+			return pipeline.Lease{}, false
+		}
+		epoch, ok := f.member.Holding(source)
+		return pipeline.Lease{Fleet: f.name, Epoch: epoch}, ok
 	}
 }
 

@@ -131,6 +131,7 @@ func (a *App) buildRunner(ctx context.Context, cfg *config.Config, rev, srcName 
 		Sinks:     ps, Router: router, ConfigRev: rev, Store: a.store,
 		Interval: cfg.Checkpoint.Interval, ConfirmDelay: cfg.Checkpoint.ConfirmDelay, Shutdown: cfg.Shutdown.Timeout,
 		Run: a.run, Snapshots: snap, Slot: r.gauge, Observer: r.pipe, Log: log,
+		Lease: a.lease(srcName), OwnerTimeout: cfg.Checkpoint.OwnerTimeout,
 	})
 	return r, nil
 }

@@ -594,3 +594,19 @@ func (m *Member) Held() []string {
 	sort.Strings(out)
 	return out
 }
+
+// Holding reports whether this member holds source's lease now, taken or
+// renewed in time (the source starting or running), so that no other
+// member may take it yet, and the lease's epoch. The lease is the
+// authority on who owns a source within the fleet: its holder may end the
+// reader of the source's slot that a former holder (an earlier epoch of
+// this fleet) left behind (pipeline.Config.Lease).
+func (m *Member) Holding(source string) (epoch uint64, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h := m.held[source]
+	if h == nil || (h.state != stStarting && h.state != stRunning) || !time.Now().Before(h.valid) {
+		return 0, false
+	}
+	return h.epoch, true
+}

@@ -265,3 +265,46 @@ func TestFleetStolenLeaseStopsAtOnce(t *testing.T) {
 	defer l.mu.Unlock()
 	require.Empty(t, l.violations)
 }
+
+// TestFleetHoldingWhileTheLeaseIsValid: Holding, which lets a member end a
+// former owner's reader of the slot, is true while the member holds the
+// lease, with its epoch, and false once it could not renew it in time (cut
+// off from NATS), before another member takes the source over at the next
+// epoch.
+func TestFleetHoldingWhileTheLeaseIsValid(t *testing.T) {
+	holds := func(mb *member, source string) bool { _, ok := mb.m.Holding(source); return ok }
+	srv := natsembed.StartT(t, natsembed.Options{})
+	l := newLedger()
+	a := startMember(t, srv, l, "a", []string{"shop"})
+	waitSpread(t, l, 1, []string{"a"})
+	epoch, ok := a.m.Holding("shop")
+	require.True(t, ok)
+	require.Equal(t, uint64(1), epoch)
+	require.False(t, holds(a, "billing"), "a source it does not hold")
+	b := startMember(t, srv, l, "b", []string{"shop"})
+	require.Never(t, func() bool { return !holds(a, "shop") }, testLease, 20*time.Millisecond, "a lease kept renewed stays held")
+
+	a.proxy.Stall()
+	cut := time.Now()
+	var gaveUp time.Duration
+	overlap := false
+	require.Eventually(t, func() bool {
+		aHolds := holds(a, "shop")
+		l.mu.Lock()
+		bRuns := l.running["shop"] == "b"
+		l.mu.Unlock()
+		overlap = overlap || aHolds && bRuns
+		if !aHolds && gaveUp == 0 {
+			gaveUp = time.Since(cut)
+		}
+		return bRuns
+	}, 20*time.Second, 5*time.Millisecond, "the other member never took the source over")
+	require.False(t, overlap, "the cut-off member still held the lease while the other ran the source")
+	epoch, ok = b.m.Holding("shop")
+	require.True(t, ok)
+	require.Equal(t, uint64(2), epoch, "the next epoch")
+	l.mu.Lock()
+	taken := l.startedAt["shop"].Sub(cut)
+	l.mu.Unlock()
+	t.Logf("cut off: held until %v after the cut; taken over after %v (lease %v)", gaveUp, taken, testLease)
+}

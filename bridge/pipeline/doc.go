@@ -9,7 +9,9 @@
 //     sinks and asks each what it already holds past the checkpoint
 //     (sinks.Resumer), so nothing is sent twice, even past JetStream's
 //     duplicate window;
-//  2. opens the source at the checkpoint; a reader goroutine routes whole
+//  2. opens the source at the checkpoint (takeover.go: a slot held by a
+//     stale former owner's walsender, as a fleet's lease or the owner's
+//     heartbeat tells, is taken over at once); a reader goroutine routes whole
 //     transactions (route.go) and hands them to the writer in parts of at
 //     most about 1,000 changes, bounded by a semaphore on changes;
 //  3. the writer (write.go) cuts batches by max_changes/max_wait, writes

@@ -59,7 +59,21 @@ type Config struct {
 	// Observer is told what the pipeline does (traces, metrics); nil for
 	// none.
 	Observer Observer
-	Log      *slog.Logger
+	// Lease, in a fleet, reports whether this instance holds the source's
+	// lease now, and which. A run that opens the slot records it with its
+	// reader (checkpoint.OwnerKey); a run that finds the slot held by the
+	// reader of a former holder of the lease (the same fleet, an earlier
+	// epoch) ends that reader and opens the slot at once (takeover.go).
+	// nil outside a fleet.
+	Lease func() (Lease, bool)
+	// OwnerTimeout, when positive (checkpoint.owner_timeout), makes each
+	// run keep a heartbeat of its own while it holds the slot
+	// (checkpoint.OwnerKey, rewritten every OwnerTimeout/4), and lets a
+	// run that finds the slot held by the reader a heartbeat names end
+	// that reader once the heartbeat kept one revision for OwnerTimeout
+	// (or the owner's own, when longer).
+	OwnerTimeout time.Duration
+	Log          *slog.Logger
 }
 
 // Observer is told what a pipeline does, for traces and metrics. Routed is
@@ -106,6 +120,7 @@ type Pipeline struct {
 	store          *checkpoint.Store
 	key            string
 	ctlKey         string // the operator's order: checkpoint.ControlKey
+	owner          owner  // ending a stale reader of the slot: takeover.go
 	interval       time.Duration
 	shutdown       time.Duration
 	confirmDelay   time.Duration // see confirm.go
@@ -134,6 +149,7 @@ func New(cfg Config) *Pipeline {
 		store: cfg.Store, key: checkpoint.Key(cfg.Bridge, cfg.Source), ctlKey: checkpoint.ControlKey(cfg.Bridge, cfg.Source), interval: cfg.Interval,
 		shutdown: cfg.Shutdown, confirmDelay: cfg.ConfirmDelay, log: cfg.Log, run: cfg.Run,
 		obs: cfg.Observer, slot: cfg.Slot, snap: cfg.Snapshots,
+		owner: owner{lease: cfg.Lease, timeout: cfg.OwnerTimeout, key: checkpoint.OwnerKey(cfg.Bridge, cfg.Source)},
 	}
 	if p.obs == nil {
 		p.obs = nopObserver{}
@@ -249,6 +265,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 
 	var bo retry.Backoff
 	var refused refusals // refused.go
+	standby := false     // the last run found the slot held by another reader
 	for {
 		// The order as recorded now is authoritative at each run's start;
 		// the watch follows it while the run streams.
@@ -267,7 +284,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		if err == nil {
 			progressed, err = p.runOnce(ctx)
 		}
-		p.ready.Store(false)
+		opened := p.ready.Swap(false) // the run held the slot
 		p.obs.RunEnded(ctx, err, isFatal(err))
 		if ctx.Err() != nil {
 			p.runEnded(nil, StateStopped)
@@ -279,6 +296,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			return nil
 		}
 		if err == nil {
+			standby = false
 			continue // ended at a transaction boundary: a pause, a drain, a resync
 		}
 		if isFatal(err) {
@@ -287,13 +305,11 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			p.runEnded(err, stopState(err))
 			return fmt.Errorf("source %q: %w", p.source, err)
 		}
-		if progressed {
-			bo.Reset()
-		}
 		if id, times := refused.note(err); times > 1 {
 			err = refusedAgain(id, times, err)
 		}
-		d := bo.Next(err)
+		d := p.owner.delay(&bo, err, progressed, opened && standby) // takeover.go
+		standby = retryState(err) == StateStandby
 		p.runEnded(err, retryState(err))
 		p.log.Warn("run ended; restarting", "err", err, "attempt", bo.Attempt(), "in", d.String())
 		select {
@@ -338,6 +354,11 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 
 	// Sinks: connect, then learn what they already hold past the checkpoint.
 	skip := make([]map[cdc.Pos]struct{}, len(p.sinks))
+	type heldPast struct {
+		sink string
+		n    int
+	}
+	var held []heldPast // logged once the slot is this run's
 	for i, s := range p.sinks {
 		if err := s.sink.Connect(ctx); err != nil {
 			return false, fmt.Errorf("connecting sink %q: %w", s.name, err)
@@ -348,18 +369,14 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 				return false, fmt.Errorf("reading what sink %q holds after the checkpoint: %w", s.name, err)
 			}
 			if len(d) > 0 {
-				p.log.Info("sink already holds changes past the checkpoint; they will not be sent again", "sink", s.name, "count", len(d))
+				held = append(held, heldPast{s.name, len(d)})
 				skip[i] = d
 			}
 		}
 	}
 
-	src, err := p.newSource()
+	src, evicted, err := p.open(ctx, st.LSN) // takeover.go: a stale reader of the slot may be ended
 	if err != nil {
-		return false, fatal{err}
-	}
-	if err := src.Open(ctx, st.LSN); err != nil {
-		_ = src.Close(context.Background())
 		if lost := (*sources.SlotLostError)(nil); errors.As(err, &lost) {
 			return false, p.resyncLostSlot(ctx, st, rev, lost) // control.go; nil: the next run streams the new epoch
 		}
@@ -376,16 +393,22 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 		if err != nil {
 			return false, p.bucketGone(fmt.Errorf("loading checkpoint %q: %w", p.key, err))
 		}
-		return false, fmt.Errorf("checkpoint %q moved from revision %d to %d while this run opened the slot (the slot's previous owner saved it last); starting again from it", p.key, rev, now)
+		return false, &movedError{key: p.key, from: rev, to: now} // takeover.go: the next run starts at once
 	}
-	if st.Paused {
-		// The source was paused; this run resumes it.
+	if st.Paused || evicted {
+		// The source was paused, and this run resumes it; or this run
+		// ended the slot's previous reader, whose run may wake up and save
+		// what it had: a revision of this run's makes that save a fence.
 		st.Paused, st.Run, st.UpdatedAt = false, p.run, time.Now().UTC()
 		if rev, err = p.store.Save(ctx, p.key, st, rev); err != nil {
 			_ = src.Close(context.Background())
-			return false, fmt.Errorf("saving checkpoint %q as resumed: %w", p.key, err)
+			return false, fmt.Errorf("saving checkpoint %q as this run's: %w", p.key, err)
 		}
 	}
+	for _, h := range held { // once per run that owns the slot, not at every attempt of a standby
+		p.log.Info("sink already holds changes past the checkpoint; they will not be sent again", "sink", h.sink, "count", h.n)
+	}
+	defer p.beat(ctx, src)() // takeover.go: the owner record (a heartbeat with owner_timeout), until the slot is let go
 	p.ready.Store(true)
 	p.ops.mu.Lock()
 	p.ops.holder, p.ops.epoch = true, st.Epoch

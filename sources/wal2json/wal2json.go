@@ -85,6 +85,14 @@ func (s *Source) Idle() (safe, after cdc.LSN, ok bool) { return s.inner.Idle() }
 // Close implements sources.Source.
 func (s *Source) Close(ctx context.Context) error { return s.inner.Close(ctx) }
 
+// Reader implements sources.Evicter.
+func (s *Source) Reader() sources.SlotReader { return s.inner.Reader() }
+
+// Evict implements sources.Evicter.
+func (s *Source) Evict(ctx context.Context, holder sources.SlotReader) error {
+	return s.inner.Evict(ctx, holder)
+}
+
 // Check implements sources.Checker.
 func (s *Source) Check(ctx context.Context, req sources.CheckRequest) []config.Check {
 	return s.inner.Check(ctx, req)
@@ -330,3 +338,5 @@ func (s *Source) ReadChunk(ctx context.Context, t sources.SnapshotTable, after [
 }
 
 var _ sources.Snapshotter = (*Source)(nil)
+
+var _ sources.Evicter = (*Source)(nil)

@@ -64,6 +64,7 @@ type Source struct {
 	cat      *pgx.Conn
 	repl     *pgconn.PgConn
 	database string
+	reader   sources.SlotReader // this source's walsender, once streaming (evict.go)
 
 	txns   chan []*cdc.Txn // runs of transactions, see run
 	ready  []*cdc.Txn      // the rest of the run Read took last; Read's goroutine only
@@ -174,8 +175,9 @@ func (s *Source) Open(ctx context.Context, from cdc.LSN) (err error) {
 
 	if err := pglogrepl.StartReplication(ctx, s.repl, s.cfg.Slot, pglogrepl.LSN(start),
 		pglogrepl.StartReplicationOptions{PluginArgs: s.plugin.Args()}); err != nil {
-		return s.explain(fmt.Errorf("starting replication on slot %q at %s: %w", s.cfg.Slot, start, err))
+		return s.busy(ctx, s.explain(fmt.Errorf("starting replication on slot %q at %s: %w", s.cfg.Slot, start, err)))
 	}
+	s.reader = s.ownReader(ctx)
 	s.log.Info("streaming", "slot", s.cfg.Slot, "from", start.String(), "plugin", s.plugin.Name())
 
 	rctx, cancel := context.WithCancel(context.Background())
