@@ -161,6 +161,7 @@ func TestFastBatchFenced(t *testing.T) {
 	require.NoError(t, err)
 	_, err = js.Publish(t.Context(), all[350].Subject, all[350].Payload, jetstream.WithMsgID(all[350].ID()))
 	require.NoError(t, err)
+	require.NoError(t, owner.Connect(t.Context())) // a new run, whose read starts the chain after it
 	_, err = owner.Delivered(t.Context(), producer, owner.Cursor())
 	require.NoError(t, err)
 	err = owner.Write(t.Context(), all[300:400])

@@ -97,11 +97,39 @@ var ErrFenced = errors.New("natsjs: fenced: the stream holds messages published 
 // the epoch before a deleted checkpoint or a resync, snapshot reads) are
 // not another producer's: they are this source's history, and an instance
 // still publishing them is a zombie, so the fence stays on.
+//
+// A run may call Delivered more than once before it writes (the stream's
+// producer, then a running snapshot's): only the first read of a run
+// starts the chain. A later one leaves it where the first put it, so that
+// messages stored between the two reads (a killed instance's publishes
+// the server applied late), which the first read's result does not list,
+// make the run's first publish fail (ErrFenced) instead of being
+// published again. A run begins with Connect; a Write ends the reads.
 type fence struct {
 	mu     sync.Mutex
 	last   uint64 // the stream's last sequence as the sink knows it
 	synced bool   // last is known
+	read   bool   // a Delivered started the chain, and no Connect or Write came since
 	shared bool   // another writer was seen in the stream: fence off
+}
+
+// newRun forgets that a read started the chain: the next Delivered starts
+// it again (Connect, at the start of every run).
+func (f *fence) newRun() {
+	f.mu.Lock()
+	f.read = false
+	f.mu.Unlock()
+}
+
+// syncRead starts the chain at the stream's last sequence seq as a
+// Delivered read it, unless a read of the same run started it already.
+func (f *fence) syncRead(seq uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.read && f.synced {
+		return
+	}
+	f.last, f.synced, f.read = seq, true, true
 }
 
 // foundOther records that the stream holds a message another producer
@@ -168,6 +196,7 @@ func (f *fence) isSynced() bool {
 func (f *fence) done(w *write) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.read = false
 	if w.err.Failed != nil {
 		f.synced = false
 		return

@@ -306,3 +306,42 @@ func TestFenceRedoAfterDuplicateWindow(t *testing.T) {
 	require.NoError(t, owner.Write(t.Context(), all[27:]))
 	require.Equal(t, ids(all), storedIDs(t, srv.URL(), "CDC"))
 }
+
+// TestFenceSecondReadOfARun: a run reads what the stream holds twice
+// before it writes (its stream's producer, then a running snapshot's).
+// Changes another instance stored between the two reads (a killed
+// bridge's publishes the server applied late) are in neither result: the
+// second read must not move the chain past them, so the run's first
+// publish is refused (ErrFenced) instead of storing them again once the
+// duplicate window has passed. The next run reads again and continues.
+func TestFenceSecondReadOfARun(t *testing.T) {
+	srv := natsembed.StartT(t, natsembed.Options{})
+	const window = 200 * time.Millisecond
+	opts := map[string]any{"duplicate_window": window.String()}
+	all := txs(producer, 0x1000, 9, 3)
+	killed := connected(t, srv, opts)
+	require.NoError(t, killed.Write(t.Context(), all[:9]))
+
+	next := connected(t, srv, opts)
+	held, err := next.Delivered(t.Context(), producer, "")
+	require.NoError(t, err)
+	require.Len(t, held, 9)
+	require.NoError(t, killed.Write(t.Context(), all[9:18])) // applied late
+	_, err = next.Delivered(t.Context(), producer+".snap-i1", "")
+	require.NoError(t, err)
+	time.Sleep(3 * window) // past the duplicate window
+
+	err = next.Write(t.Context(), all[9:27])
+	require.ErrorIs(t, err, ErrFenced, "the late changes are in neither read: the first publish must be refused")
+	require.Equal(t, ids(all[:18]), storedIDs(t, srv.URL(), "CDC"), "nothing stored twice")
+
+	// The next run connects, reads both, and continues after the late ones.
+	require.NoError(t, next.Connect(t.Context()))
+	held, err = next.Delivered(t.Context(), producer, "")
+	require.NoError(t, err)
+	require.Len(t, held, 18)
+	_, err = next.Delivered(t.Context(), producer+".snap-i1", "")
+	require.NoError(t, err)
+	require.NoError(t, next.Write(t.Context(), all[18:27]))
+	require.Equal(t, ids(all), storedIDs(t, srv.URL(), "CDC"))
+}

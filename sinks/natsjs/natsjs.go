@@ -128,6 +128,7 @@ func (s *Sink) Connect(ctx context.Context) error {
 		s.mu.Unlock()
 		return sinks.Permanent(errClosed)
 	}
+	s.fence.newRun() // the pipeline connects at the start of every run (fence.go)
 	nc, js, acks := s.nc, s.js, s.acks
 	s.mu.Unlock()
 

@@ -85,8 +85,9 @@ func (s *Sink) Delivered(ctx context.Context, producer, cursor string) (_ map[cd
 	}
 	state := st.CachedInfo().State
 	// The chain of expectations restarts at this snapshot: anything stored
-	// after it that Delivered does not list refuses the next publish.
-	s.fence.sync(state.LastSeq)
+	// after it that Delivered does not list refuses the next publish. A
+	// second read of the same run leaves it at the first's (fence.go).
+	s.fence.syncRead(state.LastSeq)
 	out := map[cdc.Pos]struct{}{}
 	start := after + 1
 	if after > state.LastSeq || start < state.FirstSeq {
