@@ -561,8 +561,20 @@ type ConfigSource struct {
 	// variables and flags win over both). `bridge run` watches the key and
 	// reloads when it changes; a version that fails validation is refused
 	// whole and the running configuration goes on. The entry cannot itself
-	// set config. Default "" (none).
+	// set config, and it never reads this machine's files or environment:
+	// a ${file:...} in it is refused, and so is a ${VAR} (or ${VAR:-default})
+	// whose VAR kv_env does not list. Default "" (none).
 	KV string `koanf:"kv"`
+	// KVEnv lists the environment variables the config.kv entry may
+	// reference with ${VAR} or ${VAR:-default}, each expanded with this
+	// process's environment (per-process values: REGION, POD_NAME).
+	// Whoever can write the entry reads every variable listed here on
+	// every bridge (in a subject, say), so list nothing secret: a secret
+	// goes in this file, under the key that needs it, which the entry
+	// then leaves out. Only this file, BRIDGE_CONFIG__KV_ENV and flags can
+	// set it, never the entry. Default empty: the entry references no
+	// variable.
+	KVEnv []string `koanf:"kv_env"`
 	// Watch makes `bridge run` reload the configuration when the file
 	// changes (written, replaced, re-linked as Kubernetes does with a
 	// ConfigMap) and when the config.kv entry gets a new revision. SIGHUP
