@@ -17,7 +17,10 @@ type Config struct {
 	// Name is the bridge name, the first part of every producer id. Required;
 	// letters, digits, '-' and '_' only.
 	Name string `koanf:"name"`
-	// DataDir holds local state (the embedded NATS server's store). Default "./data".
+	// DataDir holds local state: the embedded NATS server's store, its
+	// address and the key its clients authenticate with
+	// (embedded-nats.nk, mode 0600). Created with mode 0700 when missing.
+	// Default "./data".
 	DataDir string `koanf:"data_dir"`
 	// NATS is the default NATS connection for the checkpoint store and NATS sinks.
 	NATS NATS `koanf:"nats"`
@@ -134,7 +137,11 @@ type NATSTLS struct {
 // Enabled reports whether t sets any key, which makes TLS required.
 func (t NATSTLS) Enabled() bool { return t != NATSTLS{} }
 
-// Embedded configures the in-process nats-server.
+// Embedded configures the in-process nats-server. It admits only clients
+// that authenticate: with nats.user and password, or nats.token, when set;
+// otherwise with the nkey the bridge keeps in <data_dir>/embedded-nats.nk
+// (made at the first start, mode 0600), which the bridge, its helper
+// commands and `nats --nkey <data_dir>/embedded-nats.nk` use.
 type Embedded struct {
 	// Host to listen on. Default "127.0.0.1" (this machine only). Another
 	// address requires nats.user and password, or nats.token, which the
