@@ -26,7 +26,7 @@ type resolver struct {
 	// refuse, when set, is asked about every reference before it is
 	// resolved, used or not (in a default that is not taken, say): the
 	// variable name, or file true for a ${file:...}. An error refuses it,
-	// and is expand's error. A document from NATS uses it (docRefusal).
+	// and is expand's error. A document from NATS uses it (loader.docResolver).
 	refuse func(name string, file bool) error
 }
 
