@@ -1,6 +1,8 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -9,7 +11,7 @@ import (
 
 // TestWithDocument layers a KV document over the file: its keys win, maps
 // merge key by key, lists are replaced, env variables still win, and its
-// strings are interpolated.
+// strings are interpolated with the variables config.kv_env lists.
 func TestWithDocument(t *testing.T) {
 	doc := `
 sinks:
@@ -19,8 +21,8 @@ routes:
     subject: "x.${TENANT}.{{.Table}}"
 checkpoint: { interval: 3s }
 `
-	cfg, err := loadYAML(t, base+"config: { kv: bridge_config/shop }\n",
-		WithDocument("kv bridge_config/shop", []byte(doc)), environ("TENANT=t1", "BRIDGE_CHECKPOINT__INTERVAL=5s"))
+	cfg, err := loadYAML(t, base+"config: { kv: bridge_config/shop, kv_env: [TENANT] }\n",
+		WithDocument("kv bridge_config/shop revision 3", []byte(doc)), environ("TENANT=t1", "BRIDGE_CHECKPOINT__INTERVAL=5s"))
 	require.NoError(t, err)
 	require.Contains(t, cfg.Sinks, "main", "the file's sinks stay")
 	require.Contains(t, cfg.Sinks, "other", "the document's sinks merge in")
@@ -76,4 +78,90 @@ func TestRevision(t *testing.T) {
 	d, err := loadYAML(t, strings.Replace(base, "stream: CDC", "stream: CDC2", 1))
 	require.NoError(t, err)
 	require.NotEqual(t, a.Revision(), d.Revision(), "a plugin block's value counts")
+}
+
+// TestDocumentReadsNoSecrets: whoever can write the config.kv entry must not
+// read this machine's files or environment through it (a subject
+// "x.${file:/run/secrets/pg_password}" published the secret). A
+// ${file:...} is refused wherever it is, and so is a variable config.kv_env
+// does not list, each at its key, naming the entry and the fix, and never
+// the secret; the local file keeps both, and $$ is still a $.
+func TestDocumentReadsNoSecrets(t *testing.T) {
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "pg_password")
+	require.NoError(t, os.WriteFile(secret, []byte("hunter2-file\n"), 0o600))
+	env := environ("PG_PASSWORD=hunter2-env", "REGION=eu", "SECRETS="+dir)
+	const name = "kv bridge_config/shop revision 7"
+	load := func(t *testing.T, file, doc string) (*Config, error) {
+		t.Helper()
+		return loadYAML(t, base+file, WithDocument(name, []byte(doc)), env)
+	}
+	noSecret := func(t *testing.T, err error) {
+		t.Helper()
+		require.NotContains(t, err.Error(), "hunter2")
+	}
+
+	t.Run("files", func(t *testing.T) {
+		for _, ref := range []string{
+			"${file:" + secret + "}",
+			"${file:${SECRETS}/pg_password}",
+			"${REGION:-${file:" + secret + "}}", // even in a default that is not taken
+			"a.${MISSING:-${file:" + secret + "}}.b",
+		} {
+			_, err := load(t, "config: { kv: bridge_config/shop, kv_env: [REGION, SECRETS, MISSING] }\n",
+				"routes:\n  - sinks: [main]\n    subject: \"x.{{.Table}}."+ref+"\"\n")
+			lines := problems(t, err)
+			require.Equal(t, []string{"routes[0].subject: " + name + " may not read files (${file:...}): whoever can write that entry would read this machine's files through it; " +
+				"set this key in the local file, where ${file:...} works, and leave it out of the entry"}, lines, ref)
+			noSecret(t, err)
+		}
+	})
+
+	t.Run("variables not listed", func(t *testing.T) {
+		for _, ref := range []string{"${PG_PASSWORD}", "${PG_PASSWORD:-none}", "${REGION:-${PG_PASSWORD}}", "${UNSET:-x}"} {
+			_, err := load(t, "config: { kv: bridge_config/shop, kv_env: [REGION] }\n",
+				"sources:\n  shop:\n    config: { dsn: \"postgres://app:"+ref+"@db/shop\" }\n")
+			lines := problems(t, err)
+			require.Len(t, lines, 1, ref)
+			v := "PG_PASSWORD"
+			if ref == "${UNSET:-x}" {
+				v = "UNSET"
+			}
+			require.Equal(t, "sources.shop.config.dsn: "+name+" may not read environment variable "+v+" (${"+v+"}): whoever can write that entry would read it on every bridge; "+
+				"set this key in the local file or a BRIDGE_* variable and leave it out of the entry, or, if "+v+" holds no secret, list it in config.kv_env of the local file", lines[0], ref)
+			noSecret(t, err)
+		}
+	})
+
+	t.Run("the local file keeps them", func(t *testing.T) {
+		cfg, err := load(t, "config: { kv: bridge_config/shop, kv_env: [REGION] }\n"+
+			"http: { token: \"${file:"+secret+"}-${PG_PASSWORD}\" }\n",
+			"routes:\n  - sinks: [main]\n    subject: \"x.${REGION}.${REGION:-us}.$${{.Table}}\"\n")
+		require.NoError(t, err)
+		require.Equal(t, "hunter2-file-hunter2-env", cfg.HTTP.Token, "the file reads files and variables")
+		require.Equal(t, "x.eu.eu.${{.Table}}", cfg.Routes[0].Subject, "the entry reads what kv_env lists, and $$ is a $")
+	})
+
+	t.Run("kv_env from the environment, never from the entry", func(t *testing.T) {
+		cfg, err := loadYAML(t, base+"config: { kv: bridge_config/shop }\n",
+			WithDocument(name, []byte("routes:\n  - sinks: [main]\n    subject: \"x.${REGION}\"\n")),
+			environ("REGION=eu", "BRIDGE_CONFIG__KV_ENV=REGION"))
+		require.NoError(t, err)
+		require.Equal(t, "x.eu", cfg.Routes[0].Subject)
+
+		_, err = load(t, "config: { kv: bridge_config/shop }\n",
+			"config: { kv_env: [PG_PASSWORD] }\nroutes:\n  - sinks: [main]\n    subject: \"x.${PG_PASSWORD}\"\n")
+		joined := strings.Join(problems(t, err), "\n")
+		require.Contains(t, joined, "config: "+name+" sets config")
+		require.Contains(t, joined, "routes[0].subject: "+name+" may not read environment variable PG_PASSWORD")
+		noSecret(t, err)
+	})
+
+	t.Run("kv_env names", func(t *testing.T) {
+		_, err := loadYAML(t, base+"config: { kv: b/k, kv_env: [REGION, 1X, \"A-B\"] }\n")
+		require.Equal(t, []string{
+			`config.kv_env[1]: "1X" is not a variable name: a letter or _, then letters, digits and _ (the NAME of ${NAME})`,
+			`config.kv_env[2]: "A-B" is not a variable name: a letter or _, then letters, digits and _ (the NAME of ${NAME})`,
+		}, problems(t, err))
+	})
 }

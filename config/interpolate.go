@@ -23,6 +23,11 @@ type resolver struct {
 	// file returns the content of the file at path, or an error naming the
 	// file and never the content.
 	file func(path string) (string, error)
+	// refuse, when set, is asked about every reference before it is
+	// resolved, used or not (in a default that is not taken, say): the
+	// variable name, or file true for a ${file:...}. An error refuses it,
+	// and is expand's error. A document from NATS uses it (loader.docResolver).
+	refuse func(name string, file bool) error
 }
 
 // unsetError reports a ${NAME} reference to an unset variable without a
@@ -143,6 +148,9 @@ func expandFrom(s string, i int, inner bool, r resolver) (out string, end int, s
 		case j >= len(s):
 			return "", 0, false, nil, fmt.Errorf("unterminated ${%s at offset %d", name, start)
 		case s[j] == '}':
+			if err := r.check(name, false); err != nil {
+				return "", 0, false, nil, err
+			}
 			v, ok := r.env(name)
 			if !ok && missing == nil {
 				missing = &unsetError{name: name}
@@ -150,6 +158,9 @@ func expandFrom(s string, i int, inner bool, r resolver) (out string, end int, s
 			b.WriteString(v)
 			i = j + 1
 		case strings.HasPrefix(s[j:], ":-"):
+			if err := r.check(name, false); err != nil {
+				return "", 0, false, nil, err
+			}
 			v, ok := r.env(name)
 			use := !ok || v == ""
 			dr := r
@@ -172,6 +183,9 @@ func expandFrom(s string, i int, inner bool, r resolver) (out string, end int, s
 			b.WriteString(v)
 			i = k + 1
 		case name == "file" && s[j] == ':':
+			if err := r.check("", true); err != nil {
+				return "", 0, false, nil, err
+			}
 			path, k, _, pathMissing, err := expandFrom(s, j+1, true, r)
 			if err != nil {
 				return "", 0, false, nil, err
@@ -203,6 +217,24 @@ func expandFrom(s string, i int, inner bool, r resolver) (out string, end int, s
 		return "", len(s), false, nil, nil // the caller reports the missing brace
 	}
 	return b.String(), i, substituted, missing, nil
+}
+
+// check returns r.refuse's verdict on a reference, nil without refuse.
+func (r resolver) check(name string, file bool) error {
+	if r.refuse == nil {
+		return nil
+	}
+	return r.refuse(name, file)
+}
+
+// isVarName reports whether s is a variable name as ${NAME} reads it.
+func isVarName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !isNameByte(s[i], i == 0) {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // isNameByte reports whether c may appear in a variable name; digits may not

@@ -96,8 +96,11 @@ const docLines = 1 << 20
 // WithDocument layers the YAML text b over the file, under the layers of
 // the environment and the overrides: it is how the entry config.kv names
 // reaches the config. name says where b comes from in messages ("kv
-// bridge_config/shop"). b may not set config (the source of b itself);
-// its keys merge as the file's do, and its strings are interpolated.
+// bridge_config/shop revision 7"). b may not set config (the source of b
+// itself); its keys merge as the file's do. Its strings are interpolated,
+// except that b may not read this machine's secrets: a ${file:...} is an
+// error at its key, and so is a ${VAR} or ${VAR:-default} whose VAR
+// config.kv_env (of the other layers) does not list.
 func WithDocument(name string, b []byte) Option {
 	return func(o *options) { o.doc = &document{name: name, b: b} }
 }
@@ -194,6 +197,10 @@ func Load(path string, opts ...Option) (*Config, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	return load(path, o)
+}
+
+func load(path string, o options) (*Config, error) {
 	l := loader{texts: map[string]string{}, vars: map[string]string{}, fromEnv: map[string]string{}, hints: map[string]string{}, overridden: map[string]bool{}}
 	for _, kv := range o.environ() {
 		if k, v, ok := strings.Cut(kv, "="); ok {
@@ -216,7 +223,7 @@ func Load(path string, opts ...Option) (*Config, error) {
 			return nil, err
 		}
 		lines = ls
-		l.interpolate("", m)
+		l.interpolate("", m, l.resolver())
 		if err := k.Load(confmap.Provider(m, ""), nil); err != nil {
 			return nil, fmt.Errorf("merging config file %s: %w", path, err)
 		}
@@ -236,7 +243,15 @@ func Load(path string, opts ...Option) (*Config, error) {
 		for p, n := range ls {
 			lines[p] = docLines + n // its value wins
 		}
-		l.interpolate("", m)
+		// The variables it may read are config.kv_env's, which only the
+		// other layers set (it cannot set config): load them alone.
+		without := o
+		without.doc = nil
+		var allowed []string
+		if c, _ := load(path, without); c != nil {
+			allowed = c.Config.KVEnv
+		}
+		l.interpolate("", m, l.docResolver(d.name, allowed))
 		if err := k.Load(confmap.Provider(m, ""), nil); err != nil {
 			return nil, fmt.Errorf("merging %s: %w", d.name, err)
 		}
@@ -328,9 +343,36 @@ func (l *loader) readFile(path string) (string, error) {
 	return f.content, f.err
 }
 
-// interpolate expands, in place, every string in the tree v found at path,
-// recording errors, and drops null values from maps.
-func (l *loader) interpolate(path string, v any) any {
+// resolver resolves the references of the file: every variable, every
+// file.
+func (l *loader) resolver() resolver { return resolver{env: l.lookup, file: l.readFile} }
+
+// docResolver resolves the references of a document from NATS (name, e.g.
+// "kv bridge_config/shop revision 7"; WithDocument): whoever can write the
+// entry must not read this machine's secrets through it, in a value the
+// bridge publishes (a subject) or sends elsewhere (a URL). So it refuses
+// every ${file:...}, and every variable but those allowed (config.kv_env);
+// each refusal names the document and says where the value belongs.
+func (l *loader) docResolver(name string, allowed []string) resolver {
+	r := l.resolver()
+	r.refuse = func(v string, file bool) error {
+		if file {
+			return fmt.Errorf("%s may not read files (${file:...}): whoever can write that entry would read this machine's files through it; "+
+				"set this key in the local file, where ${file:...} works, and leave it out of the entry", name)
+		}
+		if slices.Contains(allowed, v) {
+			return nil
+		}
+		return fmt.Errorf("%s may not read environment variable %s (${%s}): whoever can write that entry would read it on every bridge; "+
+			"set this key in the local file or a %s* variable and leave it out of the entry, or, if %s holds no secret, list it in config.kv_env of the local file",
+			name, v, v, EnvPrefix, v)
+	}
+	return r
+}
+
+// interpolate expands, in place, every string in the tree v found at path
+// with r, recording errors, and drops null values from maps.
+func (l *loader) interpolate(path string, v any, r resolver) any {
 	switch x := v.(type) {
 	case map[string]any:
 		for k, e := range x {
@@ -338,7 +380,7 @@ func (l *loader) interpolate(path string, v any) any {
 				delete(x, k)
 				continue
 			}
-			x[k] = l.interpolate(joinPath(path, k), e)
+			x[k] = l.interpolate(joinPath(path, k), e, r)
 		}
 	case map[any]any: // a mapping with non-string keys
 		m := make(map[string]any, len(x))
@@ -349,13 +391,13 @@ func (l *loader) interpolate(path string, v any) any {
 			}
 			m[key] = e
 		}
-		return l.interpolate(path, m)
+		return l.interpolate(path, m, r)
 	case []any:
 		for i, e := range x {
-			x[i] = l.interpolate(indexPath(path, i), e)
+			x[i] = l.interpolate(indexPath(path, i), e, r)
 		}
 	case string:
-		s, substituted, err := expand(x, resolver{env: l.lookup, file: l.readFile})
+		s, substituted, err := expand(x, r)
 		if err != nil {
 			l.errs.add(path, "%v", err)
 			return x

@@ -17,7 +17,10 @@ type Config struct {
 	// Name is the bridge name, the first part of every producer id. Required;
 	// letters, digits, '-' and '_' only.
 	Name string `koanf:"name"`
-	// DataDir holds local state (the embedded NATS server's store). Default "./data".
+	// DataDir holds local state: the embedded NATS server's store, its
+	// address and the key its clients authenticate with
+	// (embedded-nats.nk, mode 0600). Created with mode 0700 when missing.
+	// Default "./data".
 	DataDir string `koanf:"data_dir"`
 	// NATS is the default NATS connection for the checkpoint store and NATS sinks.
 	NATS NATS `koanf:"nats"`
@@ -134,7 +137,11 @@ type NATSTLS struct {
 // Enabled reports whether t sets any key, which makes TLS required.
 func (t NATSTLS) Enabled() bool { return t != NATSTLS{} }
 
-// Embedded configures the in-process nats-server.
+// Embedded configures the in-process nats-server. It admits only clients
+// that authenticate: with nats.user and password, or nats.token, when set;
+// otherwise with the nkey the bridge keeps in <data_dir>/embedded-nats.nk
+// (made at the first start, mode 0600), which the bridge, its helper
+// commands and `nats --nkey <data_dir>/embedded-nats.nk` use.
 type Embedded struct {
 	// Host to listen on. Default "127.0.0.1" (this machine only). Another
 	// address requires nats.user and password, or nats.token, which the
@@ -561,8 +568,20 @@ type ConfigSource struct {
 	// variables and flags win over both). `bridge run` watches the key and
 	// reloads when it changes; a version that fails validation is refused
 	// whole and the running configuration goes on. The entry cannot itself
-	// set config. Default "" (none).
+	// set config, and it never reads this machine's files or environment:
+	// a ${file:...} in it is refused, and so is a ${VAR} (or ${VAR:-default})
+	// whose VAR kv_env does not list. Default "" (none).
 	KV string `koanf:"kv"`
+	// KVEnv lists the environment variables the config.kv entry may
+	// reference with ${VAR} or ${VAR:-default}, each expanded with this
+	// process's environment (per-process values: REGION, POD_NAME).
+	// Whoever can write the entry reads every variable listed here on
+	// every bridge (in a subject, say), so list nothing secret: a secret
+	// goes in this file, under the key that needs it, which the entry
+	// then leaves out. Only this file, BRIDGE_CONFIG__KV_ENV and flags can
+	// set it, never the entry. Default empty: the entry references no
+	// variable.
+	KVEnv []string `koanf:"kv_env"`
 	// Watch makes `bridge run` reload the configuration when the file
 	// changes (written, replaced, re-linked as Kubernetes does with a
 	// ConfigMap) and when the config.kv entry gets a new revision. SIGHUP

@@ -96,6 +96,11 @@ func (c *Config) validate(known Errors) Errors {
 			add("config.kv", "key %q must match %s (a JetStream KV key)", key, kvKeyRE)
 		}
 	}
+	for i, name := range c.Config.KVEnv {
+		if !isVarName(name) {
+			add(indexPath("config.kv_env", i), "%q is not a variable name: a letter or _, then letters, digits and _ (the NAME of ${NAME})", name)
+		}
+	}
 	checkPositive(add, "checkpoint.interval", c.Checkpoint.Interval)
 	checkPositive(add, "shutdown.timeout", c.Shutdown.Timeout)
 	if c.Checkpoint.ConfirmDelay < 0 {

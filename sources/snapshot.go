@@ -86,8 +86,9 @@ type Snapshotter interface {
 	// SnapshotOptions returns the configured settings.
 	SnapshotOptions() SnapshotOptions
 	// SnapshotTables resolves names ("schema.table"; empty: every table the
-	// source streams) to tables with their chunk keys. A table without a
-	// primary key or replica identity index is an error naming it and the fix.
+	// source streams) to tables with their chunk keys. A table the source
+	// does not stream, or without a primary key or replica identity index,
+	// is an error naming it and the fix.
 	SnapshotTables(ctx context.Context, names []string) ([]SnapshotTable, error)
 	// ReadChunk emits a low watermark, reads up to limit rows of t whose key
 	// is after after (text values; nil: from the start) and not after

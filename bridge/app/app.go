@@ -287,9 +287,12 @@ func (a *App) Start(ctx context.Context) error {
 // embedded server only because no bridge runs, and says so.
 //
 // The embedded server listens on nats.embedded.host (127.0.0.1 unless
-// set); with nats.user and password, or nats.token, it requires them of
-// every client (config.Validate refuses a host beyond loopback without
-// them).
+// set) and admits only clients that authenticate: with nats.user and
+// password, or nats.token, those (config.Validate refuses a host beyond
+// loopback without them); otherwise the user key in data_dir
+// (natsembed.UserKey, made at the first start), which the App's own
+// connections and sinks use, and the helper commands find
+// (status.FindNATS).
 func (a *App) startNATS(helper bool) (sinks.NATSEnv, error) {
 	nc := a.cfg.NATS
 	conn, err := natsconn.Resolve("nats", nc.URL, nc.NATSClient)
@@ -306,8 +309,32 @@ func (a *App) startNATS(helper bool) (sinks.NATSEnv, error) {
 	if store == "" {
 		store = filepath.Join(a.cfg.DataDir, "nats")
 	}
-	srv, err := natsembed.Start(natsembed.Options{Host: nc.Embedded.Host, Port: nc.Embedded.Port, StoreDir: store, SyncAlways: nc.Embedded.SyncAlways,
-		User: nc.User, Password: nc.Password, Token: nc.Token})
+	warn, err := natsembed.PrepareDataDir(a.cfg.DataDir)
+	if err != nil {
+		return ne, err
+	}
+	if warn != "" {
+		a.log.Warn(warn)
+	}
+	so := natsembed.Options{Host: nc.Embedded.Host, Port: nc.Embedded.Port, StoreDir: store, SyncAlways: nc.Embedded.SyncAlways,
+		User: nc.User, Password: nc.Password, Token: nc.Token}
+	auth := "nats.user and password"
+	if nc.User == "" && nc.Token != "" {
+		auth = "nats.token"
+	}
+	if nc.User == "" && nc.Token == "" {
+		key, pub, replaced, err := natsembed.UserKey(a.cfg.DataDir)
+		if err != nil {
+			return ne, fmt.Errorf("data_dir: %w", err)
+		}
+		if replaced != "" {
+			a.log.Warn("replaced the embedded NATS server's key: clients holding the old one must read the new one", "key", key, "why", replaced)
+		}
+		so.UserNKey = pub
+		conn.NKeySeedFile, ne.NKeySeedFile = key, key
+		auth = "the key in " + key + " (nats --nkey " + key + ")"
+	}
+	srv, err := natsembed.Start(so)
 	if err != nil {
 		return ne, fmt.Errorf("starting embedded NATS (nats.embedded in bridge.yaml; store %s): %w", store, err)
 	}
@@ -320,13 +347,13 @@ func (a *App) startNATS(helper bool) (sinks.NATSEnv, error) {
 		reach = "other machines too (" + host + "; clients must authenticate with nats.user and password or nats.token)"
 	}
 	if helper {
-		a.log.Info("started the embedded NATS server for this command: no bridge is running", "url", ne.URL, "store_dir", store, "reachable_from", reach)
+		a.log.Info("started the embedded NATS server for this command: no bridge is running", "url", ne.URL, "store_dir", store, "reachable_from", reach, "clients_authenticate_with", auth)
 		return ne, nil
 	}
 	if a.dropAddr, err = natsembed.WriteAddr(a.cfg.DataDir, srv); err != nil {
 		return ne, fmt.Errorf("data_dir: %w", err)
 	}
-	a.log.Info("embedded NATS server started", "url", ne.URL, "store_dir", store, "reachable_from", reach)
+	a.log.Info("embedded NATS server started", "url", ne.URL, "store_dir", store, "reachable_from", reach, "clients_authenticate_with", auth)
 	return ne, nil
 }
 

@@ -46,13 +46,13 @@ func LoadConfig(ctx context.Context, path string, opts ...config.Option) (*confi
 	// The file alone may well be incomplete (no sources): its problems
 	// are judged with the entry layered over it.
 	bucket, key, _ := cfg.Config.KVLocation()
-	name := "kv " + bucket + "/" + key
 	doc, rev, err := fetchConfig(ctx, cfg, bucket, key)
 	if err != nil {
 		return cfg, "", 0, config.Errors{&config.FieldError{Path: "config.kv", Msg: err.Error()}}
 	}
+	name := fmt.Sprintf("kv %s/%s revision %d", bucket, key, rev)
 	cfg, err = config.Load(path, append(append([]config.Option{}, opts...), config.WithDocument(name, doc))...)
-	return cfg, fmt.Sprintf("file %s + %s revision %d", path, name, rev), rev, err
+	return cfg, "file " + path + " + " + name, rev, err
 }
 
 // fetchConfig reads the config.kv entry through cfg's nats section.

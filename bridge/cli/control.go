@@ -25,17 +25,16 @@ import (
 	"github.com/bridgecdc/bridge/bridge/status"
 	"github.com/bridgecdc/bridge/config"
 	"github.com/bridgecdc/bridge/internal/natsconn"
-	"github.com/bridgecdc/bridge/sinks"
 )
 
 // dialNATS connects to cfg's NATS server for a helper command (nats.url,
 // or the embedded server of the running bridge).
 func dialNATS(cfg *config.Config, what string) (*nats.Conn, error) {
-	url, err := status.FindNATS(cfg)
+	ne, err := status.FindNATS(cfg)
 	if err != nil {
 		return nil, err
 	}
-	conn := natsconn.Env(sinks.NATSEnv{URL: url, NATSClient: cfg.NATS.NATSClient})
+	conn := natsconn.Env(ne)
 	// Permission errors are read from the connection (control.Client);
 	// not printed here.
 	nc, err := natsconn.Connect(conn, "bridge "+cfg.Name+" "+what, nats.Timeout(5*time.Second), nats.MaxReconnects(0),

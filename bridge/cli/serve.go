@@ -21,7 +21,6 @@ import (
 	"github.com/bridgecdc/bridge/config"
 	"github.com/bridgecdc/bridge/internal/natsconn"
 	"github.com/bridgecdc/bridge/internal/reload"
-	"github.com/bridgecdc/bridge/sinks"
 )
 
 // serveOverrides returns the serve keys set by the flags given on cmd's
@@ -113,11 +112,11 @@ section. See docs/feeds.md.`,
 			if cmd.Flags().Changed("where") {
 				sc.Where = flagWhere // --where "" serves without a condition
 			}
-			url, err := status.FindNATS(cfg)
+			ne, err := status.FindNATS(cfg)
 			if err != nil {
 				return err
 			}
-			conn := natsconn.Env(sinks.NATSEnv{URL: url, NATSClient: cfg.NATS.NATSClient})
+			conn := natsconn.Env(ne)
 			conn.Warn(log)
 			nc, err := natsconn.Connect(conn, "bridge "+cfg.Name+" serve", nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
 			if err != nil {

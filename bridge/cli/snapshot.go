@@ -28,7 +28,6 @@ import (
 	"github.com/bridgecdc/bridge/bridge/status"
 	"github.com/bridgecdc/bridge/config"
 	"github.com/bridgecdc/bridge/internal/natsconn"
-	"github.com/bridgecdc/bridge/sinks"
 	"github.com/bridgecdc/bridge/sources"
 )
 
@@ -90,11 +89,11 @@ snapshot running now, such as the initial one.`,
 				ctx, cancel = context.WithTimeout(ctx, timeout)
 				defer cancel()
 			}
-			url, err := status.FindNATS(cfg)
+			ne, err := status.FindNATS(cfg)
 			if err != nil {
 				return fmt.Errorf("the snapshot request goes through NATS: %w", err)
 			}
-			conn := natsconn.Env(sinks.NATSEnv{URL: url, NATSClient: cfg.NATS.NATSClient})
+			conn := natsconn.Env(ne)
 			nc, err := natsconn.Connect(conn, "bridge "+cfg.Name+" snapshot", nats.Timeout(5*time.Second))
 			if err != nil {
 				return err

@@ -211,7 +211,7 @@ func bridgeNATS(cfg *config.Config) (sinks.NATSEnv, section) {
 		return ne, sec
 	}
 	sec.title = "embedded NATS (nats.url is empty) and checkpoint bucket " + cfg.Checkpoint.Bucket
-	url, err := status.FindNATS(cfg)
+	found, err := status.FindNATS(cfg)
 	if err != nil {
 		store := n.Embedded.StoreDir
 		if store == "" {
@@ -221,8 +221,7 @@ func bridgeNATS(cfg *config.Config) (sinks.NATSEnv, section) {
 			What: fmt.Sprintf("no bridge is running with this data_dir: `bridge run` starts its embedded NATS server (store %s) and creates the streams and the bucket in it; they are checked while it runs", store)})
 		return sinks.NATSEnv{}, sec
 	}
-	ne.URL = url
-	return ne, sec
+	return found, sec
 }
 
 // checkpointChecks checks the bridge's NATS server and the checkpoint

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -207,6 +208,79 @@ func TestEmbeddedNATSAuth(t *testing.T) {
 		defer a.Close()
 		require.Contains(t, logs.String(), `msg="embedded NATS server started" url=nats://127.0.0.1:`)
 		require.Contains(t, logs.String(), `reachable_from="this machine only (loopback; nats.embedded.host)"`)
+	})
+
+	t.Run("a key by default, which the bridge and its commands use", func(t *testing.T) {
+		path := embedded("embkey", "")
+		edit(t, path, "      message_prefixes: [\"app\"]\n", "      message_prefixes: [\"app\"]\n      snapshot: { request_poll: 200ms }\n")
+		data := filepath.Join(e.dir, "data")
+		key := filepath.Join(data, natsembed.KeyFile)
+		var logs syncBuf
+		cfg, err := config.Load(path, app.ConfigOptions()...)
+		require.NoError(t, err)
+		a, err := app.New(cfg, app.WithLogger(appLogger(t, &logs)), app.WithConfigFile(path, app.ConfigOptions()...))
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		require.NoError(t, a.Start(ctx))
+		done := make(chan error, 1)
+		go func() { done <- a.Run(ctx) }()
+		stopped := false
+		defer func() {
+			if !stopped { // a failed check: let the next subtest have the store
+				cancel()
+				<-done
+			}
+		}()
+		require.Contains(t, logs.String(), `clients_authenticate_with="the key in `+key+` (nats --nkey `+key+`)"`)
+		for p, want := range map[string]os.FileMode{data: 0o700, key: 0o600, filepath.Join(data, natsembed.AddrFile): 0o600} {
+			fi, err := os.Stat(p)
+			require.NoError(t, err)
+			require.Equal(t, want, fi.Mode().Perm(), p)
+		}
+
+		url := a.NATSURL()
+		_, err = nats.Connect(url)
+		require.ErrorIs(t, err, nats.ErrAuthorization, "a client without the key is refused: another user of the machine, a sidecar")
+		waitSlotActive(t, e, "slot_embkey")
+		e.pg.ExecT(t, `INSERT INTO items VALUES (11), (12)`)
+		withKey, err := nats.NkeyOptionFromSeed(key)
+		require.NoError(t, err)
+		waitMsgs(t, url, "CDC_embkey", 2, []nats.Option{withKey}, "the bridge streams into its embedded server with the key")
+
+		// The commands that talk to the embedded server find the key.
+		for _, args := range [][]string{
+			{"status"},
+			{"pause", "app", "--reason", "key"},
+			{"resume", "app"},
+			{"reload"},
+			{"snapshot", "--tables", "public.items"},
+			{"validate", "--connect"},
+		} {
+			code, out, errOut := execCLI(t, append(args, "-c", path)...)
+			require.Equal(t, 0, code, "bridge %v:\nstdout: %s\nstderr: %s", args, out, errOut)
+			require.NotContains(t, out+errOut, "Authorization Violation", args)
+		}
+		code, out, _ := execCLI(t, "status", "-c", path)
+		require.Equal(t, 0, code)
+		require.Contains(t, out, "CDC_embkey (sink js): 4 messages", "two inserts and a snapshot of both rows")
+
+		var serveOut, serveErr syncBuf
+		sctx, scancel := context.WithCancel(ctx)
+		served := make(chan error, 1)
+		go func() {
+			cmd := cli.NewCommand(&serveOut, &serveErr)
+			cmd.SetArgs([]string{"serve", "-c", path, "--stream", "CDC_embkey", "--listen", "127.0.0.1:0"})
+			served <- cmd.ExecuteContext(sctx)
+		}()
+		require.Eventually(t, func() bool { return strings.Contains(serveErr.String(), "serving feeds") }, 30*time.Second, 20*time.Millisecond,
+			"bridge serve reads the embedded server with the key: %s", serveErr.String())
+		scancel()
+		require.NoError(t, <-served)
+
+		cancel()
+		stopped = true
+		require.NoError(t, <-done)
 	})
 
 	t.Run("beyond loopback only with a user", func(t *testing.T) {

@@ -345,6 +345,21 @@ routes:
 	ms = e.waitCount("CDC_kvc", 3, 30*time.Second)
 	require.Equal(t, "cdc.kvc.v2.public.k", ms[2].Subject)
 	require.Equal(t, rev2, a.Pipelines()[0].Status().ConfigRev)
+
+	// A revision that reads a file of this machine is refused by the
+	// running bridge and the CLI alike: the secret reaches no subject.
+	secret := filepath.Join(e.dir, "pg_password")
+	require.NoError(t, os.WriteFile(secret, []byte("hunter2\n"), 0o600))
+	_, err = kv.Put(ctx, "kvc", []byte(strings.Replace(shared(4, "js"), "cdc.kvc.v4.", "cdc.kvc.${file:"+secret+"}.", 1)))
+	require.NoError(t, err)
+	code, out, _ = execCLI(t, "reload", "-c", local)
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, "routes[0].subject: kv bridge_config/kvc revision 4 may not read files (${file:...})")
+	require.NotContains(t, out, "hunter2")
+	e.pg.ExecT(t, `INSERT INTO k VALUES (4)`)
+	ms = e.waitCount("CDC_kvc", 4, 30*time.Second)
+	require.Equal(t, "cdc.kvc.v2.public.k", ms[3].Subject)
+	require.Equal(t, rev2, a.Pipelines()[0].Status().ConfigRev)
 	checkOrdered(t, ms)
 
 	// An entry that cannot set config.

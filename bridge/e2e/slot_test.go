@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/bridgecdc/bridge/bridge/app"
 	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/internal/natsembed"
 	"github.com/bridgecdc/bridge/internal/pgtest"
 )
 
@@ -247,7 +249,9 @@ func TestOperatorResyncEmbeddedNATS(t *testing.T) {
 	r = e.start(cfg)
 	waitReady(t, r)
 	e.pg.ExecT(t, `INSERT INTO re VALUES (2)`)
-	nc, err := nats.Connect(r.app.NATSURL())
+	key, err := nats.NkeyOptionFromSeed(filepath.Join(e.dir, "data", natsembed.KeyFile)) // the embedded server's
+	require.NoError(t, err)
+	nc, err := nats.Connect(r.app.NATSURL(), key)
 	require.NoError(t, err)
 	defer nc.Close()
 	js, err := jetstream.New(nc)

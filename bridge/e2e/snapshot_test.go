@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -438,16 +440,78 @@ func TestSnapshotModes(t *testing.T) {
 	require.Contains(t, out.String(), "(initial)")
 }
 
-var chunkLogRE = regexp.MustCompile(`msg="snapshot chunk read" .*table=public\.big after=(\S*)`)
+// chunkQuery is a snapshot chunk query of table public.big as Postgres
+// logged it (log_statement = all): the backend that ran it and the key
+// the chunk starts after ("" for the table's first row).
+type chunkQuery struct {
+	pid   string
+	after string
+}
+
+var (
+	// SELECT <columns> FROM "public"."big" [WHERE ("id") > ($1::bigint) [AND ...]] ORDER BY "id" LIMIT $n,
+	// as sources/internal/pgrepl reads a chunk; log_line_prefix '[%p] '.
+	chunkExecRE   = regexp.MustCompile(`^\[(\d+)\] LOG:  execute [^:]*: SELECT .* FROM "public"\."big"( WHERE \("id"\) > \(\$1::bigint\))?.* ORDER BY "id" LIMIT \$\d+$`)
+	chunkParamsRE = regexp.MustCompile(`^\[(\d+)\] DETAIL:  parameters: \$1 = '([^']*)'`)
+)
+
+// chunkLog follows a Postgres server log for chunkQuery entries.
+type chunkLog struct {
+	path    string
+	off     int64
+	partial string
+	wait    map[string]bool // pid → its execute line awaits its parameters; true: the chunk has an after
+	got     []chunkQuery
+}
+
+// queries reads what the log gained and returns every chunk query so far,
+// in the log's order.
+func (l *chunkLog) queries(t *testing.T) []chunkQuery {
+	t.Helper()
+	f, err := os.Open(l.path)
+	require.NoError(t, err)
+	defer f.Close()
+	b, err := io.ReadAll(io.NewSectionReader(f, l.off, 1<<40))
+	require.NoError(t, err)
+	l.off += int64(len(b))
+	text := l.partial + string(b)
+	i := strings.LastIndexByte(text, '\n')
+	if i < 0 {
+		l.partial = text
+		return l.got
+	}
+	l.partial = text[i+1:]
+	if l.wait == nil {
+		l.wait = map[string]bool{}
+	}
+	for _, line := range strings.Split(text[:i], "\n") {
+		if m := chunkExecRE.FindStringSubmatch(line); m != nil {
+			if m[2] == "" {
+				l.got = append(l.got, chunkQuery{pid: m[1]}) // from the start: its parameter is the limit
+			} else {
+				l.wait[m[1]] = true
+			}
+			continue
+		}
+		if m := chunkParamsRE.FindStringSubmatch(line); m != nil && l.wait[m[1]] {
+			delete(l.wait, m[1])
+			l.got = append(l.got, chunkQuery{pid: m[1], after: m[2]})
+		}
+	}
+	return l.got
+}
 
 // TestSnapshotKill9Resumes kills a bridge process mid-snapshot with
 // SIGKILL, several times, while a writer changes rows; each restart goes on
 // after the last checkpointed chunk, never re-reading a chunk before it, and
 // the stream ends consistent with the table. Rows of chunks read again are
-// deduplicated by their ids.
+// deduplicated by their ids. Where each process reads is what it asked
+// Postgres (the server's statement log: the chunk queries and their keys),
+// not what it logs, since the bridge logs no keys.
 func TestSnapshotKill9Resumes(t *testing.T) {
 	bin := bridgeBinary(t)
-	e := newEnv(t)
+	e := newEnvPG(t, map[string]string{"log_statement": "all", "log_line_prefix": "'[%p] '"})
+	pgLog := &chunkLog{path: filepath.Join(e.pg.Dir, "log")}
 	n := 20000 * killFactor(t)
 	e.pg.ExecT(t, `CREATE TABLE big (id bigint PRIMARY KEY, v bigint NOT NULL, pad text)`,
 		fmt.Sprintf(`INSERT INTO big SELECT g, g, repeat('z', 200) FROM generate_series(1, %d) g`, n), `ANALYZE big`)
@@ -470,6 +534,13 @@ func TestSnapshotKill9Resumes(t *testing.T) {
 		require.NoError(t, cmd.Start())
 		return &proc{cmd: cmd, out: &bytes.Buffer{}}
 	}
+	// A restarted process: the backends that read chunks before it (the
+	// killed processes'), and the key it must resume after.
+	type restart struct {
+		before   map[string]bool
+		resumeAt string
+	}
+	var restarts []restart
 	kills := 0
 	p := start()
 	waitSlotActive(t, e, "slot_skill")
@@ -495,32 +566,47 @@ func TestSnapshotKill9Resumes(t *testing.T) {
 		if before.Current == nil {
 			break
 		}
-		resumeAt := strings.Join(before.Current.Tables[0].After, ",")
+		r := restart{before: map[string]bool{}, resumeAt: strings.Join(before.Current.Tables[0].After, ",")}
+		for _, q := range pgLog.queries(t) {
+			r.before[q.pid] = true
+		}
+		restarts = append(restarts, r)
 		p = start()
 		// The first chunk the new process reads starts at the checkpointed key.
 		deadline = time.Now().Add(2 * time.Minute)
-		for {
-			if m := chunkLogRE.FindStringSubmatch(out.String()); m != nil {
-				require.Equal(t, resumeAt, m[1], "after kill %d the bridge must resume at the last checkpointed chunk", kills)
-				break
+		for first := false; !first; {
+			for _, q := range pgLog.queries(t) {
+				if !r.before[q.pid] {
+					require.Equal(t, r.resumeAt, q.after, "after kill %d the bridge must resume at the last checkpointed chunk (backend %s)", kills, q.pid)
+					first = true
+					break
+				}
 			}
-			st, _ := e.snapState("skill")
-			if st.Current == nil {
+			if st, _ := e.snapState("skill"); st.Current == nil {
 				break
 			}
 			require.False(t, time.Now().After(deadline), "the restarted bridge read no chunk:\n%s", out.String())
 			time.Sleep(50 * time.Millisecond)
 		}
-		// And it never reads a chunk before it.
-		for _, m := range chunkLogRE.FindAllStringSubmatch(out.String(), -1) {
-			if m[1] != "" && resumeAt != "" {
-				require.GreaterOrEqual(t, atoi(m[1]), atoi(resumeAt))
-			}
-		}
 	}
 	st := e.waitSnapshotDone("skill", 5*time.Minute, nil)
 	w.halt()
-	t.Logf("killed the bridge %d times during the snapshot; chunks per table: %d", kills, st.Last.Tables[0].Chunks)
+	// And no restarted process ever read a chunk before it: its backends
+	// are those that were not reading before its start, but were before
+	// the next restart.
+	qs := pgLog.queries(t)
+	for i, r := range restarts {
+		for _, q := range qs {
+			if r.before[q.pid] || i+1 < len(restarts) && !restarts[i+1].before[q.pid] {
+				continue
+			}
+			if q.after != "" && r.resumeAt != "" {
+				require.GreaterOrEqual(t, atoi(q.after), atoi(r.resumeAt), "restart %d read a chunk before where it resumed (backend %s)", i+1, q.pid)
+			}
+		}
+	}
+	require.NotEmpty(t, qs, "the statement log holds the chunk queries")
+	t.Logf("killed the bridge %d times during the snapshot; chunks per table: %d; chunk queries: %d", kills, st.Last.Tables[0].Chunks, len(qs))
 	ms := e.marker("CDC_skill")
 	checkSnapshotStream(t, e, "skill", ms, []string{"public.big"}, w)
 	p.term(t)

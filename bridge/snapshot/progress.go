@@ -30,7 +30,11 @@ func (m *Manager) setLive(run *Run) {
 	}
 }
 
-func (m *Manager) chunkRead(table string, estimate int64, after []string) {
+// chunkRead counts a read of chunk id of table, which starts at the table's
+// first row when fromStart. Its debug line names the chunk as "snapshot
+// chunk sent" does, never its keys: they are the table's data (a token's
+// hash, an email address), which logs must not carry.
+func (m *Manager) chunkRead(table string, estimate int64, id string, fromStart bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l := m.live[table]
@@ -42,7 +46,7 @@ func (m *Manager) chunkRead(table string, estimate int64, after []string) {
 		l.started = time.Now()
 	}
 	l.chunkReads++
-	m.log.Debug("snapshot chunk read", "table", table, "after", strings.Join(after, ","))
+	m.log.Debug("snapshot chunk read", "table", table, "chunk", id, "from_start", fromStart, "reads", l.chunkReads)
 }
 
 func (m *Manager) emittedRows(table string, rows int64, done bool) {

@@ -224,7 +224,7 @@ func (r *snapRun) readChunk(ctx context.Context, ti int, tbl sources.SnapshotTab
 	r.mu.Lock()
 	r.pending = p
 	r.mu.Unlock()
-	r.m.chunkRead(tbl.Name(), tbl.Estimate, after)
+	r.m.chunkRead(tbl.Name(), tbl.Estimate, p.id, after == nil)
 	limit := r.m.opts.ChunkSize
 	ch, err := r.sn.ReadChunk(ctx, tbl, after, limit, p.id)
 	if err == nil {

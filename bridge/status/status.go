@@ -158,9 +158,8 @@ type Stream struct {
 // read.
 func Query(ctx context.Context, cfg *config.Config) *Report {
 	rep := &Report{Bridge: cfg.Name, OK: true}
-	url, natsErr := FindNATS(cfg)
-	rep.NATS = config.Redact(url)
-	env := sinks.NATSEnv{URL: url, NATSClient: cfg.NATS.NATSClient}
+	env, natsErr := FindNATS(cfg)
+	rep.NATS = config.Redact(env.URL)
 	base := natsconn.Env(env)
 	type conn struct {
 		c  natsconn.Conn
@@ -388,22 +387,27 @@ func (rep *Report) Merge(subject string, replies []control.StatusReply, err erro
 	}
 }
 
-// FindNATS returns the URL of cfg's NATS server for a helper command
-// (status, serve, snapshot): nats.url, or, when it is empty, the embedded
-// server of a running `bridge run`, found through the address it records
-// in data_dir (or the configured nats.embedded host and port). It never
-// starts a server: with nats.url empty and no bridge running there is no
-// NATS, and the error says what to start.
-func FindNATS(cfg *config.Config) (string, error) {
+// FindNATS returns how a helper command (status, serve, snapshot, pause,
+// reload, validate --connect...) reaches cfg's NATS server: nats.url (or
+// nats.context's) with the nats section's credentials, or, when they are
+// empty, the embedded server of a running `bridge run`, found through the
+// address it records in data_dir (or the configured nats.embedded host and
+// port), with the key it requires (natsembed.KeyFile in data_dir) unless
+// nats.user or nats.token are set. It never starts a server: with nats.url
+// empty and no bridge running there is no NATS, and the error says what to
+// start.
+func FindNATS(cfg *config.Config) (sinks.NATSEnv, error) {
+	ne := sinks.NATSEnv{URL: cfg.NATS.URL, NATSClient: cfg.NATS.NATSClient}
 	if cfg.NATS.URL != "" {
-		return cfg.NATS.URL, nil
+		return ne, nil
 	}
 	if cfg.NATS.Context != "" {
 		c, err := natsconn.Resolve("nats", "", cfg.NATS.NATSClient)
 		if err != nil {
-			return "", err
+			return ne, err
 		}
-		return c.URL, nil
+		ne.URL = c.URL
+		return ne, nil
 	}
 	e := cfg.NATS.Embedded
 	host := e.Host
@@ -422,9 +426,15 @@ func FindNATS(cfg *config.Config) (string, error) {
 		if fallback != "" {
 			where = fallback + " nor " + where
 		}
-		return "", fmt.Errorf("nats.url is empty, so NATS is the embedded server of `bridge run`, and none is running (nothing at %s): start `bridge run` with this config first, or set nats.url to a NATS server", where)
+		return ne, fmt.Errorf("nats.url is empty, so NATS is the embedded server of `bridge run`, and none is running (nothing at %s): start `bridge run` with this config first, or set nats.url to a NATS server", where)
 	}
-	return url, nil
+	ne.URL = url
+	if ne.User == "" && ne.Token == "" {
+		if ne.NKeySeedFile, err = natsembed.ClientKey(cfg.DataDir); err != nil {
+			return ne, err
+		}
+	}
+	return ne, nil
 }
 
 // Print writes rep for people.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/bridgecdc/bridge/bridge/app"
 	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/internal/natsembed"
 	"github.com/bridgecdc/bridge/internal/pgtest"
 	_ "github.com/bridgecdc/bridge/plugins"
 )
@@ -49,7 +50,7 @@ func run() error {
 		return err
 	}
 
-	cfgPath := filepath.Join(dir, "bridge.yaml")
+	cfgPath, dataDir := filepath.Join(dir, "bridge.yaml"), filepath.Join(dir, "data")
 	yaml := fmt.Sprintf(`name: demo
 data_dir: %s
 nats:
@@ -68,7 +69,7 @@ sinks:
 routes:
   - sinks: [jetstream]
     subject: "cdc.{{.Source}}.{{.Schema}}.{{.Table}}"
-`, filepath.Join(dir, "data"), pg.DSN(""))
+`, dataDir, pg.DSN(""))
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
 		return err
 	}
@@ -118,7 +119,13 @@ routes:
 	}
 
 	step("reading the JetStream stream CDC")
-	nc, err := nats.Connect(br.NATSURL())
+	// The embedded server admits only holders of the key the bridge keeps
+	// in data_dir (the nats CLI: nats --nkey <data_dir>/embedded-nats.nk).
+	key, err := nats.NkeyOptionFromSeed(filepath.Join(dataDir, natsembed.KeyFile))
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(br.NATSURL(), key)
 	if err != nil {
 		return err
 	}

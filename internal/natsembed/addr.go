@@ -30,12 +30,12 @@ func WriteAddr(dir string, s *Server) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("recording the embedded server's address in %s: %w", dir, err)
 	}
 	p := filepath.Join(dir, AddrFile)
 	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return nil, fmt.Errorf("recording the embedded server's address: %w", err)
 	}
 	if err := os.Rename(tmp, p); err != nil {

@@ -43,9 +43,14 @@ type Options struct {
 	Logf func(format string, args ...any)
 
 	// User and Password, or Token, when set, are required of every client
-	// (the bridge's embedded server beyond loopback: nats.user and
-	// nats.password, or nats.token).
+	// (the bridge's embedded server when nats.user and nats.password, or
+	// nats.token, are set).
 	User, Password, Token string
+	// UserNKey, when set, is the public key of a user every client may
+	// authenticate as by signing the server's challenge with its seed (the
+	// bridge's own key, UserKey); the server then admits no one else but
+	// the users above.
+	UserNKey string
 
 	// Nkeys are users authenticating with nkeys, with their permissions.
 	// For tests.
@@ -102,8 +107,9 @@ func Start(o Options) (*Server, error) {
 	case o.Token != "":
 		so.Authorization = o.Token
 	}
-	if len(o.Nkeys) > 0 {
-		so.Nkeys = o.Nkeys
+	so.Nkeys = append(so.Nkeys, o.Nkeys...)
+	if o.UserNKey != "" {
+		so.Nkeys = append(so.Nkeys, &server.NkeyUser{Nkey: o.UserNKey})
 	}
 	if o.TLS != nil {
 		so.TLS, so.TLSConfig, so.TLSTimeout = true, o.TLS, 5

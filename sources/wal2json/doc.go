@@ -12,7 +12,11 @@
 // error with that command, and so is a bytea_output other than 'hex'
 // (wal2json strips the first two characters of a bytea's text). Large
 // transactions spill to disk past spill_changes/spill_bytes, as with
-// pgoutput.
+// pgoutput. A snapshot reads only tables the stream carries: those in
+// tables (exact names), or every logged table when it is empty, never an
+// unlogged, temporary or partitioned one (wal2json streams a partitioned
+// table's changes under its partitions' names); any other is refused with
+// the fix, as pgoutput refuses a table outside its publication.
 //
 // Differences from pgoutput, forced by wal2json 2.5 and earlier:
 //

@@ -164,12 +164,22 @@ func (s *Source) SnapshotTables(ctx context.Context, names []string) ([]sources.
 			names = list
 		}
 	}
+	// Without a publication (wal2json) what streams is tables, its
+	// add-tables filter: those exact names; all tables when empty.
+	var configured map[string]bool
+	if !pgoutput && len(s.cfg.Tables) > 0 {
+		configured = map[string]bool{}
+		for _, n := range s.cfg.Tables {
+			configured[n] = true
+		}
+	}
 	if len(names) == 0 {
 		names = s.cfg.Tables
 	}
 	if len(names) == 0 {
+		// Unlogged and temporary tables write no WAL: nothing of theirs streams.
 		rows, err := c.Query(ctx, `SELECT n.nspname::text || '.' || c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-			WHERE c.relkind = 'r' AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%' ORDER BY 1`)
+			WHERE c.relkind = 'r' AND c.relpersistence = 'p' AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%' ORDER BY 1`)
 		if err != nil {
 			return nil, fmt.Errorf("listing tables: %w", err)
 		}
@@ -191,21 +201,37 @@ func (s *Source) SnapshotTables(ctx context.Context, names []string) ([]sources.
 			})
 			continue
 		}
+		if configured != nil && !configured[schema+"."+table] {
+			errs = append(errs, &SetupError{
+				What: fmt.Sprintf("table %s.%s is not in sources.%s.config.tables (wal2json's add-tables filter), so its changes are not streamed and a snapshot of it could not be kept consistent", schema, table, s.name),
+				Fix:  fmt.Sprintf("add %s.%s to sources.%s.config.tables (a reload applies it), or leave it out of the snapshot", schema, table, s.name),
+			})
+			continue
+		}
 		var est float64
 		var pk, ri []string
-		err := c.QueryRow(ctx, `SELECT c.reltuples::float8,
+		var kind, persistence string
+		err := c.QueryRow(ctx, `SELECT c.reltuples::float8, c.relkind::text, c.relpersistence::text,
 			coalesce((SELECT array_agg(a.attname::text ORDER BY k.ord) FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY k(attnum, ord)
 				JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum WHERE i.indrelid = c.oid AND i.indisprimary), '{}'),
 			coalesce((SELECT array_agg(a.attname::text ORDER BY k.ord) FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY k(attnum, ord)
 				JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum WHERE i.indrelid = c.oid AND i.indisreplident), '{}')
 			FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`,
-			schema, table).Scan(&est, &pk, &ri)
+			schema, table).Scan(&est, &kind, &persistence, &pk, &ri)
 		if errors.Is(err, pgx.ErrNoRows) {
 			errs = append(errs, &SetupError{What: fmt.Sprintf("table %s.%s does not exist", schema, table), Fix: "check the name (schema.table) given to the snapshot"})
 			continue
 		}
 		if err != nil {
 			return nil, fmt.Errorf("reading the key of %s.%s: %w", schema, table, err)
+		}
+		if !pgoutput {
+			if se, err := unstreamed(ctx, c, schema, table, kind, persistence); err != nil {
+				return nil, err
+			} else if se != nil {
+				errs = append(errs, se)
+				continue
+			}
 		}
 		key := pk
 		if len(key) == 0 {
@@ -234,6 +260,46 @@ func (s *Source) SnapshotTables(ctx context.Context, names []string) ([]sources.
 		return nil, errors.Join(errs...)
 	}
 	return out, nil
+}
+
+// unstreamed returns why the changes of table schema.table (of relkind
+// kind and relpersistence persistence) never reach a source without a
+// publication (wal2json), nil when they do: an unlogged or temporary table
+// writes no WAL, and a partitioned table's changes are decoded under the
+// names of its partitions.
+func unstreamed(ctx context.Context, c *pgx.Conn, schema, table, kind, persistence string) (*SetupError, error) {
+	q := pgx.Identifier{schema, table}.Sanitize()
+	switch {
+	case kind == "p":
+		rows, err := c.Query(ctx, `SELECT n.nspname::text || '.' || c.relname::text FROM pg_partition_tree($1::regclass) t
+			JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE t.isleaf ORDER BY 1`, q)
+		if err != nil {
+			return nil, fmt.Errorf("listing the partitions of %s.%s: %w", schema, table, err)
+		}
+		leaves, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, fmt.Errorf("listing the partitions of %s.%s: %w", schema, table, err)
+		}
+		fix := "it has no partition yet: leave it out of the snapshot"
+		if len(leaves) > 0 {
+			fix = "snapshot its partitions instead (--tables " + strings.Join(leaves, ",") + ")"
+		}
+		return &SetupError{
+			What: fmt.Sprintf("table %s.%s is partitioned: wal2json streams its rows' changes under the names of its partitions, so a snapshot of it under its own name could not be kept consistent", schema, table),
+			Fix:  fix,
+		}, nil
+	case persistence == "u":
+		return &SetupError{
+			What: fmt.Sprintf("table %s.%s is unlogged: its changes are not written to the WAL, so they are never streamed and a snapshot of it could not be kept consistent", schema, table),
+			Fix:  fmt.Sprintf("ALTER TABLE %s SET LOGGED; or leave it out of the snapshot", q),
+		}, nil
+	case persistence != "p":
+		return &SetupError{
+			What: fmt.Sprintf("table %s.%s is temporary: its changes are never streamed", schema, table),
+			Fix:  "leave it out of the snapshot",
+		}, nil
+	}
+	return nil, nil
 }
 
 // meta returns (and caches) the columns and queries of t. Called with
