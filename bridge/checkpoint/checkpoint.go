@@ -108,6 +108,30 @@ type Store struct {
 	bucket string
 }
 
+// untilReconnect returns ctx, canceled with cause nats.ErrDisconnected when
+// s's connection starts reconnecting or closes, and the function that
+// releases it.
+func (s *Store) untilReconnect(ctx context.Context) (context.Context, func()) {
+	if s.nc == nil {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	ch := s.nc.StatusChanged(nats.RECONNECTING, nats.CLOSED)
+	go func() {
+		select {
+		case _, ok := <-ch:
+			if ok {
+				cancel(nats.ErrDisconnected)
+			}
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() {
+		cancel(nil)
+		s.nc.RemoveStatusListener(ch)
+	}
+}
+
 // denied returns, for err, the failure of a round trip on nc that got no
 // answer because the server refused a permission, the error naming the
 // subject and the permission to grant (natsconn.PermissionDenied); else err.
@@ -173,11 +197,21 @@ func (s *Store) Load(ctx context.Context, key string) (State, uint64, error) {
 // epoch, LSN, cursors and system id), Save returns it as a success instead
 // of ErrFenced; if it holds another state of this same run, st is written
 // on top of it (compare-and-set at that revision). ctx bounds the round
-// trips.
-func (s *Store) Save(ctx context.Context, key string, st State, rev uint64) (uint64, error) {
+// trips; a Save during which the connection is lost (a reset, or a link
+// the pings took for dead) fails at once with nats.ErrDisconnected
+// instead of waiting for ctx's deadline: its request will never be
+// answered.
+func (s *Store) Save(ctx context.Context, key string, st State, rev uint64) (_ uint64, err error) {
 	if st.UpdatedAt.IsZero() {
 		st.UpdatedAt = time.Now().UTC()
 	}
+	ctx, stop := s.untilReconnect(ctx)
+	defer func() {
+		if err != nil && errors.Is(context.Cause(ctx), nats.ErrDisconnected) && !errors.Is(err, nats.ErrDisconnected) {
+			err = fmt.Errorf("%w (%w)", err, nats.ErrDisconnected)
+		}
+		stop()
+	}()
 	b, err := json.Marshal(st)
 	if err != nil {
 		return 0, fmt.Errorf("encoding checkpoint %q: %w", key, err)
