@@ -109,11 +109,13 @@ type Store struct {
 }
 
 // untilReconnect returns ctx, canceled with cause nats.ErrDisconnected when
-// s's connection starts reconnecting or closes, and the function that
-// releases it.
-func (s *Store) untilReconnect(ctx context.Context) (context.Context, func()) {
+// s's connection starts reconnecting or closes (a round trip under way
+// then is never answered), and stop, which releases it and returns the
+// error of the round trip, marked as nats.ErrDisconnected when the
+// connection was lost.
+func (s *Store) untilReconnect(ctx context.Context) (context.Context, func(context.Context, error) error) {
 	if s.nc == nil {
-		return ctx, func() {}
+		return ctx, func(_ context.Context, err error) error { return err }
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	ch := s.nc.StatusChanged(nats.RECONNECTING, nats.CLOSED)
@@ -126,9 +128,13 @@ func (s *Store) untilReconnect(ctx context.Context) (context.Context, func()) {
 		case <-ctx.Done():
 		}
 	}()
-	return ctx, func() {
+	return ctx, func(ctx context.Context, err error) error {
+		if err != nil && errors.Is(context.Cause(ctx), nats.ErrDisconnected) && !errors.Is(err, nats.ErrDisconnected) {
+			err = fmt.Errorf("%w (%w)", err, nats.ErrDisconnected)
+		}
 		cancel(nil)
 		s.nc.RemoveStatusListener(ch)
+		return err
 	}
 }
 
@@ -170,8 +176,11 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, replicas i
 
 // Load returns the state under key and its revision; a missing (or
 // deleted) key gives the zero State and revision 0, which Save then
-// creates. ctx bounds the round trip.
-func (s *Store) Load(ctx context.Context, key string) (State, uint64, error) {
+// creates. ctx bounds the round trip; a lost connection ends it at once
+// with nats.ErrDisconnected (as for Save).
+func (s *Store) Load(ctx context.Context, key string) (_ State, _ uint64, err error) {
+	ctx, stop := s.untilReconnect(ctx)
+	defer func() { err = stop(ctx, err) }()
 	e, err := s.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return State{}, 0, nil
@@ -206,12 +215,7 @@ func (s *Store) Save(ctx context.Context, key string, st State, rev uint64) (_ u
 		st.UpdatedAt = time.Now().UTC()
 	}
 	ctx, stop := s.untilReconnect(ctx)
-	defer func() {
-		if err != nil && errors.Is(context.Cause(ctx), nats.ErrDisconnected) && !errors.Is(err, nats.ErrDisconnected) {
-			err = fmt.Errorf("%w (%w)", err, nats.ErrDisconnected)
-		}
-		stop()
-	}()
+	defer func() { err = stop(ctx, err) }()
 	b, err := json.Marshal(st)
 	if err != nil {
 		return 0, fmt.Errorf("encoding checkpoint %q: %w", key, err)
