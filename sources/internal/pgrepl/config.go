@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/internal/pgnet"
 )
 
 // Config is the configuration block shared by Postgres sources.
@@ -117,7 +118,7 @@ func (c *Config) Validate() error {
 	var errs []error
 	if c.DSN == "" {
 		errs = append(errs, config.Field("dsn", "must be set (for example postgres://user@host:5432/db)"))
-	} else if _, err := pgconn.ParseConfig(c.DSN); err != nil {
+	} else if pc, err := pgconn.ParseConfig(c.DSN); err != nil {
 		// ParseConfig reads the DSN (and PG* variables, a passfile or a
 		// service file it names) without connecting; its error hides the
 		// password.
@@ -126,6 +127,8 @@ func (c *Config) Validate() error {
 			hint = "sslrootcert, sslcert and sslkey must name PEM files the bridge can read (sslcert and sslkey together)"
 		}
 		errs = append(errs, config.Field("dsn", "%s; %s", config.Redact(err.Error()), hint))
+	} else if _, err := pgnet.Take(pc.RuntimeParams); err != nil {
+		errs = append(errs, config.Field("dsn", "%s: libpq's TCP parameter, which the bridge applies to its own sockets", err))
 	}
 	if !identRE.MatchString(c.Slot) {
 		errs = append(errs, config.Field("slot", "%q is not a valid slot name: lower-case letters, digits and _ only, at most 63", c.Slot))

@@ -102,11 +102,10 @@ func (s *Source) Open(ctx context.Context, from cdc.LSN) (err error) {
 			s.closeConns()
 		}
 	}()
-	ccfg, err := pgx.ParseConfig(s.cfg.DSN)
+	ccfg, err := s.connConfig("bridge:" + s.name)
 	if err != nil {
-		return fmt.Errorf("parsing dsn of source %q: %w", s.name, err)
+		return err
 	}
-	ccfg.RuntimeParams["application_name"] = "bridge:" + s.name
 	s.cat, err = pgx.ConnectConfig(ctx, ccfg)
 	if err != nil {
 		return fmt.Errorf("connecting to %s: %w", Redact(s.cfg.DSN), explainConnect(s.cfg.DSN, err))
@@ -128,12 +127,10 @@ func (s *Source) Open(ctx context.Context, from cdc.LSN) (err error) {
 		si.Exists = false // dropped: created below
 	}
 
-	rcfg, err := pgconn.ParseConfig(s.cfg.DSN)
+	rcfg, err := s.replConfig("bridge:" + s.name)
 	if err != nil {
-		return fmt.Errorf("parsing dsn of source %q: %w", s.name, err)
+		return err
 	}
-	rcfg.RuntimeParams["replication"] = "database"
-	rcfg.RuntimeParams["application_name"] = "bridge:" + s.name
 	// Values are decoded from text; fix the output formats.
 	rcfg.RuntimeParams["DateStyle"] = "ISO, MDY"
 	rcfg.RuntimeParams["TimeZone"] = "UTC"
