@@ -27,6 +27,7 @@ type Proxy struct {
 
 	mu      sync.Mutex
 	links   map[*link]struct{}
+	n       uint64 // connections accepted
 	stalled chan struct{} // closed while forwarding; replaced by Stall
 	closed  bool
 	wg      sync.WaitGroup
@@ -35,6 +36,7 @@ type Proxy struct {
 // link is one proxied connection: in from the client, out to the target.
 type link struct {
 	in, out net.Conn
+	n       uint64 // accept order
 	// holed is set by BlackHole: bytes read from either side are dropped,
 	// and one side ending is not passed on to the other.
 	holed atomic.Bool
@@ -119,6 +121,25 @@ func (p *Proxy) BlackHole() int {
 	return n
 }
 
+// BlackHoleLatest is BlackHole for the most recently accepted connection
+// that is still open only (for a client that opened several, the last
+// one). It reports whether there was one to black-hole.
+func (p *Proxy) BlackHoleLatest() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var last *link
+	for l := range p.links {
+		if !l.holed.Load() && (last == nil || l.n > last.n) {
+			last = l
+		}
+	}
+	if last == nil {
+		return false
+	}
+	last.holed.Store(true)
+	return true
+}
+
 // Close stops listening, closes every connection and waits for the
 // forwarding goroutines.
 func (p *Proxy) Close() error {
@@ -144,6 +165,8 @@ func (p *Proxy) track(l *link) bool {
 	if p.closed {
 		return false
 	}
+	p.n++
+	l.n = p.n
 	p.links[l] = struct{}{}
 	return true
 }

@@ -181,3 +181,33 @@ func TestBlackHoleSilencesOpenConnectionsOnly(t *testing.T) {
 		require.False(t, ne.Timeout(), "Close ends the black-holed connection")
 	}
 }
+
+// TestBlackHoleLatest black-holes the last connection opened and leaves
+// the earlier one alone.
+func TestBlackHoleLatest(t *testing.T) {
+	p, err := Start(echoServer(t))
+	require.NoError(t, err)
+	defer p.Close()
+	require.False(t, p.BlackHoleLatest(), "no connection yet")
+	c1, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer c1.Close()
+	r1 := bufio.NewReader(c1)
+	_, err = roundTrip(c1, r1, "one", 5*time.Second)
+	require.NoError(t, err)
+	c2, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer c2.Close()
+	r2 := bufio.NewReader(c2)
+	_, err = roundTrip(c2, r2, "two", 5*time.Second)
+	require.NoError(t, err)
+
+	require.True(t, p.BlackHoleLatest())
+	_, err = roundTrip(c2, r2, "lost", 300*time.Millisecond)
+	var ne net.Error
+	require.ErrorAs(t, err, &ne)
+	require.True(t, ne.Timeout(), "the latest connection is silent: %v", err)
+	got, err := roundTrip(c1, r1, "still", 5*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "still\n", got, "the earlier connection is forwarded")
+}
