@@ -71,9 +71,14 @@ type Config struct {
 	OnSlotLost string `koanf:"on_slot_lost"`
 	// ReceiveTimeout is how long the replication connection may stay
 	// silent (no data, no keepalive, though the bridge asks for one every
-	// status_interval) before it is taken as lost and redialled. Default 0:
-	// the larger of 60s and three status_intervals; else at least twice
-	// status_interval.
+	// status_interval) before the bridge asks Postgres, over its catalog
+	// connection, what the walsender does: busy decoding a large
+	// transaction (it answers nothing meanwhile), the bridge waits on and
+	// asks again; idle, gone, sending what never arrives, or no answer
+	// within a few seconds, the connection is taken as lost, its
+	// walsender ended (so the slot is free at once) and the bridge
+	// redials. A duration. Default 0: the larger of 30s and three
+	// status_intervals; else at least twice status_interval.
 	ReceiveTimeout time.Duration `koanf:"receive_timeout"`
 	// HeartbeatInterval, when > 0, writes a non-transactional logical
 	// message (prefix HeartbeatPrefix, never published) into the source's
@@ -84,6 +89,13 @@ type Config struct {
 	// the stream as "read" changes (docs/snapshots.md).
 	Snapshot SnapshotConfig `koanf:"snapshot"`
 }
+
+// DefaultReceiveTimeout is receive_timeout's default (with the default
+// status_interval): a dead replication connection is noticed 20 to 30 s
+// after its link died (the last answer came at most a status_interval
+// before), plus a probe of at most 5 s when the catalog connection died
+// with it.
+const DefaultReceiveTimeout = 30 * time.Second
 
 // HeartbeatPrefix is the pg_logical_emit_message prefix of heartbeats.
 const HeartbeatPrefix = "bridge_heartbeat"
@@ -186,5 +198,5 @@ func (c *Config) receiveTimeout() time.Duration {
 	if c.ReceiveTimeout > 0 {
 		return c.ReceiveTimeout
 	}
-	return max(time.Minute, 3*c.StatusInterval)
+	return max(DefaultReceiveTimeout, 3*c.StatusInterval)
 }
