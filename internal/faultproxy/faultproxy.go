@@ -27,7 +27,7 @@ type Proxy struct {
 
 	mu      sync.Mutex
 	links   map[*link]struct{}
-	n       uint64 // connections accepted
+	n       uint64        // connections accepted
 	stalled chan struct{} // closed while forwarding; replaced by Stall
 	closed  bool
 	wg      sync.WaitGroup
