@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -107,6 +108,43 @@ func TestDeadReplicationLinkOnly(t *testing.T) {
 		return !active
 	}, time.Minute, 50*time.Millisecond, "the walsender of the dead connection still holds the slot")
 }
+
+// TestBusyWalsenderCatalogClosed: while a walsender replays a large
+// transaction it answers nothing, and with the catalog connection closed
+// by the server meanwhile (idle_session_timeout) the source asks over a
+// new connection, finds the walsender busy and waits: the next change
+// arrives without the connection being taken as lost.
+func TestBusyWalsenderCatalogClosed(t *testing.T) {
+	pg := pgtest.StartT(t, pgtest.Options{Settings: map[string]string{"idle_session_timeout": "'1s'"}})
+	pg.ExecT(t, `CREATE TABLE t (id int PRIMARY KEY)`, `CREATE TABLE churn (id int, pad text)`)
+	var logs strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		t.Log(strings.TrimRight(string(p), "\n"))
+		return logs.Write(p)
+	}), nil))
+	block := map[string]any{"dsn": pg.DSN(""), "tables": []any{"public.t"}, "status_interval": "200ms", "receive_timeout": "1s"}
+	src, err := pgoutput.New((&config.Config{}).Decoder("sources.dc.config", block), sources.Env{Name: "dc", Logger: log})
+	require.NoError(t, err)
+	defer src.Close(context.Background())
+	require.NoError(t, openErr(t, src, 0))
+	time.Sleep(2 * time.Second) // the server closes the idle catalog connection
+	pg.ExecT(t, `INSERT INTO churn SELECT g, repeat('x', 40) FROM generate_series(1, 500000) g`, `INSERT INTO t VALUES (1)`)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	txn, err := src.Read(ctx)
+	require.NoError(t, err)
+	require.Len(t, txn.Changes, 1)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Contains(t, logs.String(), "its walsender is busy", "the walsender was never silent for receive_timeout: the test proves nothing")
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // testLog logs through t.Log.
 func testLog(t *testing.T) *slog.Logger {

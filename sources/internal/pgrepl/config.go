@@ -77,7 +77,7 @@ type Config struct {
 	// asks again; idle, gone, sending what never arrives, or no answer
 	// within a few seconds, the connection is taken as lost, its
 	// walsender ended (so the slot is free at once) and the bridge
-	// redials. A duration. Default 0: the larger of 30s and three
+	// redials. A duration. Default 0: the larger of 20s and two
 	// status_intervals; else at least twice status_interval.
 	ReceiveTimeout time.Duration `koanf:"receive_timeout"`
 	// HeartbeatInterval, when > 0, writes a non-transactional logical
@@ -91,11 +91,13 @@ type Config struct {
 }
 
 // DefaultReceiveTimeout is receive_timeout's default (with the default
-// status_interval): a dead replication connection is noticed 20 to 30 s
+// status_interval): a dead replication connection is noticed 10 to 20 s
 // after its link died (the last answer came at most a status_interval
 // before), plus a probe of at most 5 s when the catalog connection died
-// with it.
-const DefaultReceiveTimeout = 30 * time.Second
+// with it. A walsender busy with a large transaction is not taken for
+// dead however long it stays silent (silence.go), so the timeout need not
+// exceed its silences.
+const DefaultReceiveTimeout = 20 * time.Second
 
 // HeartbeatPrefix is the pg_logical_emit_message prefix of heartbeats.
 const HeartbeatPrefix = "bridge_heartbeat"
@@ -198,5 +200,5 @@ func (c *Config) receiveTimeout() time.Duration {
 	if c.ReceiveTimeout > 0 {
 		return c.ReceiveTimeout
 	}
-	return max(DefaultReceiveTimeout, 3*c.StatusInterval)
+	return max(DefaultReceiveTimeout, 2*c.StatusInterval)
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // A replication connection is silent when nothing, not even the answer to
@@ -28,7 +29,9 @@ import (
 //     events): it would have answered; the link is dead;
 //   - its sent position moved while nothing arrived: what it sends is
 //     lost on the way; dead;
-//   - gone, or no answer from the catalog connection either: dead.
+//   - gone, or no answer within a few seconds from the catalog connection
+//     (or from a new one, when the server had closed the catalog one):
+//     dead.
 
 // silenceWatch is the receive loop's state of one silence.
 type silenceWatch struct {
@@ -68,12 +71,36 @@ func (w walsenderState) idle() bool { return w.waitType == "Activity" || w.waitT
 
 // probeWalsender asks, over the catalog connection (used only from the
 // receive loop's goroutine), what the walsender of process pid does;
-// within timeout.
+// within timeout. When the catalog connection fails otherwise than by
+// timing out (the server closed it, as idle_session_timeout does), it asks
+// over a new connection.
 func (s *Source) probeWalsender(pid uint32, timeout time.Duration) (walsenderState, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	w, err := queryWalsender(ctx, s.cat, pid)
+	if err == nil || ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) {
+		return w, err
+	}
+	cfg, cerr := s.connConfig("bridge:" + s.name)
+	if cerr != nil {
+		return w, err
+	}
+	conn, cerr := pgx.ConnectConfig(ctx, cfg)
+	if cerr != nil {
+		return w, fmt.Errorf("%w; and connecting anew: %w", err, cerr)
+	}
+	defer func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Second)
+		_ = conn.Close(cctx)
+		ccancel()
+	}()
+	return queryWalsender(ctx, conn, pid)
+}
+
+// queryWalsender reads pg_stat_activity and pg_stat_replication for pid.
+func queryWalsender(ctx context.Context, conn *pgx.Conn, pid uint32) (walsenderState, error) {
 	var w walsenderState
-	err := s.cat.QueryRow(ctx, `SELECT coalesce(a.wait_event_type, ''), coalesce(a.wait_event, ''), coalesce(r.sent_lsn::text, '')
+	err := conn.QueryRow(ctx, `SELECT coalesce(a.wait_event_type, ''), coalesce(a.wait_event, ''), coalesce(r.sent_lsn::text, '')
 		FROM pg_stat_activity a LEFT JOIN pg_stat_replication r ON r.pid = a.pid WHERE a.pid = $1`, int64(pid)).Scan(&w.waitType, &w.waitName, &w.sent)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return w, nil
@@ -130,13 +157,13 @@ func (s *Source) checkSilence(w *silenceWatch, silent, timeout time.Duration, ca
 // That walsender can only be the source's own (pid is its connection's
 // server process), and only a walsender of this source's
 // application_name is ended. It uses the catalog connection when that
-// answered (catalogOK), else a new connection; both bounded by a few
-// seconds. Failing is logged, not returned.
+// answered (catalogOK) and is open, else a new connection; both bounded
+// by a few seconds. Failing is logged, not returned.
 func (s *Source) endWalsender(pid uint32, catalogOK bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.probeTimeout())
 	defer cancel()
 	conn := s.cat
-	if !catalogOK {
+	if !catalogOK || conn.IsClosed() {
 		cfg, err := s.connConfig("bridge:" + s.name)
 		if err == nil {
 			conn, err = pgx.ConnectConfig(ctx, cfg)
