@@ -406,6 +406,7 @@ func (a *App) tryCheckpoints(ctx context.Context, ne sinks.NATSEnv) (*checkpoint
 	if err != nil {
 		return nil, nil, fmt.Errorf("checkpoint.bucket: %w", err)
 	}
+	store.SetLogger(a.log)
 	return store, js, nil
 }
 

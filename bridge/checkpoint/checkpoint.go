@@ -15,8 +15,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -106,13 +108,38 @@ type Store struct {
 	kv     jetstream.KeyValue
 	nc     *nats.Conn
 	bucket string
+	log    *slog.Logger
+
+	checking atomic.Bool // checkAlive is under way
+}
+
+// SetLogger makes s log what it finds of its connection (checkAlive);
+// call it before using s. Default: nothing is logged.
+func (s *Store) SetLogger(log *slog.Logger) { s.log = log }
+
+// checkAlive, after a round trip of s timed out, checks in the background
+// that s's connection still answers a ping, and reconnects it when it does
+// not (natsconn.Alive): a connection whose link went silent is replaced
+// at its first timeout, before its pings declare it stale, so that runs do
+// not fail one after the other on it. One check at a time.
+func (s *Store) checkAlive() {
+	if s.nc == nil || !s.checking.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer s.checking.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		window := s.nc.Opts.PingInterval * time.Duration(s.nc.Opts.MaxPingsOut)
+		_ = natsconn.Alive(ctx, s.nc, min(5*time.Second, max(window, time.Second)), s.log)
+	}()
 }
 
 // untilReconnect returns ctx, canceled with cause nats.ErrDisconnected when
 // s's connection starts reconnecting or closes (a round trip under way
 // then is never answered), and stop, which releases it and returns the
 // error of the round trip, marked as nats.ErrDisconnected when the
-// connection was lost.
+// connection was lost; a round trip that timed out starts checkAlive.
 func (s *Store) untilReconnect(ctx context.Context) (context.Context, func(context.Context, error) error) {
 	if s.nc == nil {
 		return ctx, func(_ context.Context, err error) error { return err }
@@ -129,8 +156,11 @@ func (s *Store) untilReconnect(ctx context.Context) (context.Context, func(conte
 		}
 	}()
 	return ctx, func(ctx context.Context, err error) error {
-		if err != nil && errors.Is(context.Cause(ctx), nats.ErrDisconnected) && !errors.Is(err, nats.ErrDisconnected) {
+		switch lost := errors.Is(context.Cause(ctx), nats.ErrDisconnected); {
+		case err != nil && lost && !errors.Is(err, nats.ErrDisconnected):
 			err = fmt.Errorf("%w (%w)", err, nats.ErrDisconnected)
+		case errors.Is(err, context.DeadlineExceeded) && !lost:
+			s.checkAlive()
 		}
 		cancel(nil)
 		s.nc.RemoveStatusListener(ch)
@@ -171,7 +201,7 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, replicas i
 	if err != nil {
 		return nil, fmt.Errorf("opening checkpoint bucket %q: %w", bucket, denied(js.Conn(), err))
 	}
-	return &Store{kv: kv, nc: js.Conn(), bucket: bucket}, nil
+	return &Store{kv: kv, nc: js.Conn(), bucket: bucket, log: slog.New(slog.DiscardHandler)}, nil
 }
 
 // Load returns the state under key and its revision; a missing (or
