@@ -19,7 +19,11 @@ import (
 
 // Config is the configuration block shared by Postgres sources.
 type Config struct {
-	// DSN is a libpq connection string or URL. Required. Its password is never logged.
+	// DSN is a libpq connection string or URL. Required. Its password is
+	// never logged. libpq's TCP parameters apply to the bridge's sockets:
+	// tcp_user_timeout (ms, default 20000), keepalives (default 1),
+	// keepalives_idle (s, default 10), keepalives_interval (s, default 5),
+	// keepalives_count (default 3); 0 leaves the system's value.
 	DSN string `koanf:"dsn"`
 	// Slot is the logical replication slot name. Default "bridge_<source name>".
 	Slot string `koanf:"slot"`
