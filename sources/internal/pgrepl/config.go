@@ -98,7 +98,7 @@ type Config struct {
 // status_interval): a dead replication connection is noticed 10 to 20 s
 // after its link died (the last answer came at most a status_interval
 // before), plus a probe of at most 5 s when the catalog connection died
-// with it. A walsender busy with a large transaction is not taken for
+// with it, plus lostGrace (1 s). A walsender busy with a large transaction is not taken for
 // dead however long it stays silent (silence.go), so the timeout need not
 // exceed its silences.
 const DefaultReceiveTimeout = 20 * time.Second

@@ -32,14 +32,30 @@ import (
 //   - gone, or no answer within a few seconds from the catalog connection
 //     (or from a new one, when the server had closed the catalog one):
 //     dead.
+//
+// A walsender that waits, or whose sent position moved, has been through
+// its main loop since the silence began, and there it answers every
+// status update that asked for a reply (one did: the loop asks with every
+// update once the silence passes receive_timeout/2). Its answer may still
+// be on the way when the probe looks, so a dead verdict stands only when
+// nothing arrives for lostGrace after it.
+
+// lostGrace is how long the receive loop waits for a message after a
+// probe found the connection dead, before it gives the connection up.
+const lostGrace = time.Second
 
 // silenceWatch is the receive loop's state of one silence.
 type silenceWatch struct {
-	next      time.Time // do not probe before
+	next      time.Time // do not probe (or give up) before
 	busySince time.Time // first probe that found the walsender busy; zero: none
 	sent      string    // the walsender's sent_lsn at that probe
 	wait      string    // what it waited on then ("" on CPU)
+	lost      error     // a probe's dead verdict, final once lostGrace passes without a message
+	probed    bool      // the catalog connection answered that probe
 }
+
+// active reports whether a silence is being watched.
+func (w *silenceWatch) active() bool { return !w.busySince.IsZero() || w.lost != nil }
 
 // due returns when the silence that began at lastRecv is to be checked.
 func (w *silenceWatch) due(lastRecv time.Time, timeout time.Duration) time.Time {

@@ -414,11 +414,13 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 			if errors.Is(err, os.ErrDeadlineExceeded) && !s.repl.IsClosed() {
 				silent := now.Sub(lastRecv)
 				if silent >= timeout && !now.Before(watch.next) {
-					probed, lost := s.checkSilence(&watch, silent, timeout, err)
-					if lost != nil {
-						s.endWalsender(s.repl.PID(), probed)
-						s.fail(lost)
+					if watch.lost != nil { // nothing came in lostGrace either
+						s.endWalsender(s.repl.PID(), watch.probed)
+						s.fail(watch.lost)
 						return
+					}
+					if probed, lost := s.checkSilence(&watch, silent, timeout, err); lost != nil {
+						watch.lost, watch.probed, watch.next = lost, probed, time.Now().Add(lostGrace)
 					}
 				}
 				if !now.Before(nextStatus) {
@@ -445,8 +447,12 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 			s.fail(fmt.Errorf("receiving from slot %q: %w", s.cfg.Slot, err))
 			return
 		}
-		if !watch.busySince.IsZero() {
-			s.log.Info("the walsender answered again", "slot", s.cfg.Slot, "silent", now.Sub(lastRecv).Round(time.Millisecond).String())
+		if watch.active() {
+			if !watch.busySince.IsZero() {
+				s.log.Info("the walsender answered again", "slot", s.cfg.Slot, "silent", now.Sub(lastRecv).Round(time.Millisecond).String())
+			} else {
+				s.log.Debug("the replication connection answered after all", "slot", s.cfg.Slot, "verdict", watch.lost)
+			}
 			watch = silenceWatch{}
 		}
 		lastRecv = now
