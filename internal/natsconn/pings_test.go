@@ -66,6 +66,12 @@ func (l *logBuf) Write(p []byte) (int, error) {
 	return l.buf.Write(p)
 }
 
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
 func (l *logBuf) has(s string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -101,16 +107,17 @@ func TestPingsNoticeBlackHole(t *testing.T) {
 	require.Eventually(t, func() bool { return lb.has("NATS connection is dead") }, 10*time.Second, 10*time.Millisecond,
 		"the pings never noticed the black hole")
 	t.Logf("noticed after %s", time.Since(holed).Round(time.Millisecond))
-	assert.True(t, lb.has(`connection="test conn"`), "the log names the connection: %s", lb.buf.String())
+	assert.True(t, lb.has(`connection="test conn"`), "the log names the connection: %s", lb.String())
 	assert.True(t, lb.has("ping_interval=200ms"))
 	require.Eventually(t, func() bool { return nc.IsConnected() && nc.Stats().Reconnects == 1 }, 10*time.Second, 10*time.Millisecond)
 	require.NoError(t, nc.FlushTimeout(5*time.Second), "the new link works")
-	assert.True(t, lb.has("reconnected to NATS"))
+	require.Eventually(t, func() bool { return lb.has("reconnected to NATS") }, 10*time.Second, 10*time.Millisecond,
+		"the reconnection is logged (by nats.go's callback goroutine)")
 }
 
 // TestAliveReconnectsSilentConnection: with pings too slow to have noticed
 // yet, Alive finds the black-holed connection dead, reconnects it, and
-// leaves a healthy one alone.
+// leaves a healthy one alone, and a link it had too little time to judge.
 func TestAliveReconnectsSilentConnection(t *testing.T) {
 	nc, p, lb := blackHoled(t, time.Hour, 2)
 	log := slog.New(slog.NewTextHandler(lb, nil))
@@ -120,8 +127,12 @@ func TestAliveReconnectsSilentConnection(t *testing.T) {
 	require.Zero(t, nc.Stats().Reconnects, "a healthy connection is left alone")
 
 	p.BlackHole()
+	short, cancelShort := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancelShort()
+	require.ErrorIs(t, natsconn.Alive(short, nc, 500*time.Millisecond, log), context.DeadlineExceeded)
+	require.Zero(t, nc.Stats().Reconnects, "a deadline shorter than the timeout does not judge the link")
 	require.NoError(t, natsconn.Alive(ctx, nc, 500*time.Millisecond, log))
-	assert.True(t, lb.has("NATS connection is dead: no answer to a ping"), lb.buf.String())
+	assert.True(t, lb.has("NATS connection is dead: no answer to a ping"), lb.String())
 	assert.Equal(t, uint64(1), nc.Stats().Reconnects)
 	require.NoError(t, nc.FlushTimeout(5*time.Second), "the new link works")
 }
