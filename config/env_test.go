@@ -177,7 +177,7 @@ func TestEnvNames(t *testing.T) {
 		{"one underscore below a known section", "BRIDGE_LOG__FORMAT_X=json",
 			"log.format_x: unknown key (known: format, level) (set by environment variable BRIDGE_LOG__FORMAT_X)"},
 		{"one underscore, then a known key", "BRIDGE_NATS__EMBEDDED_PORT=5",
-			"nats.embedded_port: unknown key (known: context, creds, embedded, nkey_seed_file, password, tls, token, url, user) (set by environment variable BRIDGE_NATS__EMBEDDED_PORT; did you mean BRIDGE_NATS__EMBEDDED__PORT?)"},
+			"nats.embedded_port: unknown key (known: context, creds, embedded, max_pings_outstanding, nkey_seed_file, password, ping_interval, tls, token, url, user) (set by environment variable BRIDGE_NATS__EMBEDDED_PORT; did you mean BRIDGE_NATS__EMBEDDED__PORT?)"},
 		{"a misspelt section", "BRIDGE_CHEKPOINT__INTERVAL=2s",
 			"BRIDGE_CHEKPOINT__INTERVAL: names no key of bridge.yaml; did you mean BRIDGE_CHECKPOINT__INTERVAL?"},
 		{"a section missing a letter", "BRIDGE_SINK__MAIN__TYPE=nats_core",

@@ -34,16 +34,18 @@ const (
 // layers are merged, like the per-sink and per-route defaults.
 func defaults() map[string]any {
 	return map[string]any{
-		"data_dir":            "./data",
-		"nats.embedded.host":  "127.0.0.1",
-		"nats.embedded.port":  4222,
-		"unrouted":            "drop",
-		"checkpoint.bucket":   "bridge_checkpoints",
-		"checkpoint.interval": time.Second,
-		"checkpoint.replicas": 1,
-		"shutdown.timeout":    5 * time.Second,
-		"log.level":           "info",
-		"log.format":          "auto",
+		"data_dir":                   "./data",
+		"nats.embedded.host":         "127.0.0.1",
+		"nats.embedded.port":         4222,
+		"nats.ping_interval":         DefaultNATSPingInterval,
+		"nats.max_pings_outstanding": DefaultNATSMaxPingsOutstanding,
+		"unrouted":                   "drop",
+		"checkpoint.bucket":          "bridge_checkpoints",
+		"checkpoint.interval":        time.Second,
+		"checkpoint.replicas":        1,
+		"shutdown.timeout":           5 * time.Second,
+		"log.level":                  "info",
+		"log.format":                 "auto",
 
 		"telemetry.tracing.sample_ratio":       1.0,
 		"telemetry.tracing.protocol":           "http/protobuf",

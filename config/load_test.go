@@ -91,7 +91,7 @@ func TestLoadValid(t *testing.T) {
 		Name:    "shop",
 		DataDir: "/var/lib/bridge",
 		NATS: NATS{
-			URL: "nats://127.0.0.1:4222", NATSClient: NATSClient{User: "bridge", Password: "hunter2"},
+			URL: "nats://127.0.0.1:4222", NATSClient: NATSClient{User: "bridge", Password: "hunter2", PingInterval: 3 * time.Second, MaxPingsOutstanding: 3},
 			Embedded: Embedded{Host: "0.0.0.0", Port: -1, StoreDir: "/srv/nats", SyncAlways: true},
 		},
 		Sources: map[string]Plugin{"shop": {Type: "pgoutput", Config: map[string]any{
@@ -155,7 +155,8 @@ func TestLoadDefaults(t *testing.T) {
 	want := &Config{
 		Name:    "shop",
 		DataDir: "./data",
-		NATS:    NATS{Embedded: Embedded{Host: "127.0.0.1", Port: 4222, StoreDir: filepath.Join("data", "nats")}},
+		NATS: NATS{NATSClient: NATSClient{PingInterval: 3 * time.Second, MaxPingsOutstanding: 3},
+			Embedded: Embedded{Host: "127.0.0.1", Port: 4222, StoreDir: filepath.Join("data", "nats")}},
 		Sources: map[string]Plugin{"shop": {Type: "pgoutput"}},
 		Sinks: map[string]Sink{"main": {
 			Type:  "nats_jetstream",

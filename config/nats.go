@@ -3,12 +3,14 @@ package config
 import (
 	"net"
 	"strings"
+	"time"
 )
 
 // CheckNATSClient returns the problems of the shape of c, the client keys
 // of a NATS section, as FieldErrors at paths relative to the section
 // ("tls.key_file"): creds with nkey_seed_file, half of a client certificate, insecure_skip_verify with ca_file,
-// a context name that is neither a name nor a .json file. Whether the files
+// a context name that is neither a name nor a .json file, a negative or
+// sub-100ms ping_interval, a negative max_pings_outstanding. Whether the files
 // load, and the context's own keys, are checked by internal/natsconn.
 func CheckNATSClient(c NATSClient) []error {
 	var errs []error
@@ -25,6 +27,12 @@ func CheckNATSClient(c NATSClient) []error {
 	}
 	if t.InsecureSkipVerify && t.CAFile != "" {
 		add("tls.insecure_skip_verify", "turns off the verification tls.ca_file is for: remove one of them")
+	}
+	if c.PingInterval < 0 || (c.PingInterval > 0 && c.PingInterval < 100*time.Millisecond) {
+		add("ping_interval", "must be at least 100ms (0 is the default, %s), got %s", DefaultNATSPingInterval, c.PingInterval)
+	}
+	if c.MaxPingsOutstanding < 0 {
+		add("max_pings_outstanding", "must be at least 1 (0 is the default, %d), got %d", DefaultNATSMaxPingsOutstanding, c.MaxPingsOutstanding)
 	}
 	if n := c.Context; n != "" && !strings.HasSuffix(n, ".json") && (strings.ContainsAny(n, `/\`) || strings.Contains(n, "..")) {
 		add("context", "must be the name of a nats CLI context (as `nats context ls` lists it) or the path of its .json file, got %q", n)

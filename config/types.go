@@ -79,8 +79,9 @@ type NATS struct {
 	Embedded Embedded `koanf:"embedded"`
 }
 
-// NATSClient is how a NATS client authenticates and encrypts: the keys of
-// the nats section and of a NATS sink's block besides url.
+// NATSClient is how a NATS client authenticates, encrypts and checks that
+// its connection is alive: the keys of the nats section and of a NATS
+// sink's block besides url.
 type NATSClient struct {
 	// Context names a context of the nats CLI (`nats context save`), read
 	// from $XDG_CONFIG_HOME/nats/context/<name>.json (by default
@@ -109,7 +110,30 @@ type NATSClient struct {
 	// (verify: true). Setting any of its keys requires TLS, as a tls:// URL
 	// does.
 	TLS NATSTLS `koanf:"tls"`
+	// PingInterval is how often the client pings the server, a duration: a
+	// connection that leaves max_pings_outstanding pings in a row
+	// unanswered is taken as dead (stale) and the client reconnects, so a
+	// link that went silent without a reset (a lost NAT or load-balancer
+	// entry, a frozen host) is noticed between ping_interval ×
+	// max_pings_outstanding and one ping_interval more after it died:
+	// 9 to 12 s with the defaults (nats.go's own default, 2m × 2, took 4 to
+	// 6 minutes). Applies to every connection the bridge makes (sinks,
+	// checkpoints, control plane, fleet). Default 3s; in a sink's block,
+	// the bridge's nats.ping_interval.
+	PingInterval time.Duration `koanf:"ping_interval"`
+	// MaxPingsOutstanding is how many pings may wait for their answer
+	// before the connection is taken as dead, a count (see ping_interval):
+	// a healthy server must answer within ping_interval ×
+	// max_pings_outstanding (9 s with the defaults), however busy. Default
+	// 3; in a sink's block, the bridge's nats.max_pings_outstanding.
+	MaxPingsOutstanding int `koanf:"max_pings_outstanding"`
 }
+
+// The defaults of NATSClient's ping_interval and max_pings_outstanding.
+const (
+	DefaultNATSPingInterval        = 3 * time.Second
+	DefaultNATSMaxPingsOutstanding = 3
+)
 
 // NATSTLS is a NATS client's TLS. Files are PEM, read at start (a file
 // that does not load is a configuration error at its key) and again at

@@ -416,6 +416,7 @@ func (a *App) tryCheckpoints(ctx context.Context, ne sinks.NATSEnv) (*checkpoint
 		c := a.conn
 		c.URL = ne.URL
 		conn, err := natsconn.Connect(c, "bridge "+a.cfg.Name+" checkpoints", nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+			natsconn.Events(a.log), // the pings (natsconn.Conn.Options) declare a silent link dead; say so
 			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 				a.log.Warn("NATS async error (checkpoints)", "error", err) // a refused permission, reported apart from its request
 			}))
@@ -432,6 +433,7 @@ func (a *App) tryCheckpoints(ctx context.Context, ne sinks.NATSEnv) (*checkpoint
 	if err != nil {
 		return nil, nil, fmt.Errorf("checkpoint.bucket: %w", err)
 	}
+	store.SetLogger(a.log)
 	return store, js, nil
 }
 

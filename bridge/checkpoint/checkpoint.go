@@ -15,8 +15,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -106,6 +108,64 @@ type Store struct {
 	kv     jetstream.KeyValue
 	nc     *nats.Conn
 	bucket string
+	log    *slog.Logger
+
+	checking atomic.Bool // checkAlive is under way
+}
+
+// SetLogger makes s log what it finds of its connection (checkAlive);
+// call it before using s. Default: nothing is logged.
+func (s *Store) SetLogger(log *slog.Logger) { s.log = log }
+
+// checkAlive, after a round trip of s timed out, checks in the background
+// that s's connection still answers a ping, and reconnects it when it does
+// not (natsconn.Alive): a connection whose link went silent is replaced
+// at its first timeout, before its pings declare it stale, so that runs do
+// not fail one after the other on it. One check at a time.
+func (s *Store) checkAlive() {
+	if s.nc == nil || !s.checking.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer s.checking.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		window := s.nc.Opts.PingInterval * time.Duration(s.nc.Opts.MaxPingsOut)
+		_ = natsconn.Alive(ctx, s.nc, min(5*time.Second, max(window, time.Second)), s.log)
+	}()
+}
+
+// untilReconnect returns ctx, canceled with cause nats.ErrDisconnected when
+// s's connection starts reconnecting or closes (a round trip under way
+// then is never answered), and stop, which releases it and returns the
+// error of the round trip, marked as nats.ErrDisconnected when the
+// connection was lost; a round trip that timed out starts checkAlive.
+func (s *Store) untilReconnect(ctx context.Context) (context.Context, func(context.Context, error) error) {
+	if s.nc == nil {
+		return ctx, func(_ context.Context, err error) error { return err }
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	ch := s.nc.StatusChanged(nats.RECONNECTING, nats.CLOSED)
+	go func() {
+		select {
+		case _, ok := <-ch:
+			if ok {
+				cancel(nats.ErrDisconnected)
+			}
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func(ctx context.Context, err error) error {
+		switch lost := errors.Is(context.Cause(ctx), nats.ErrDisconnected); {
+		case err != nil && lost && !errors.Is(err, nats.ErrDisconnected):
+			err = fmt.Errorf("%w (%w)", err, nats.ErrDisconnected)
+		case errors.Is(err, context.DeadlineExceeded) && !lost:
+			s.checkAlive()
+		}
+		cancel(nil)
+		s.nc.RemoveStatusListener(ch)
+		return err
+	}
 }
 
 // denied returns, for err, the failure of a round trip on nc that got no
@@ -141,13 +201,16 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, replicas i
 	if err != nil {
 		return nil, fmt.Errorf("opening checkpoint bucket %q: %w", bucket, denied(js.Conn(), err))
 	}
-	return &Store{kv: kv, nc: js.Conn(), bucket: bucket}, nil
+	return &Store{kv: kv, nc: js.Conn(), bucket: bucket, log: slog.New(slog.DiscardHandler)}, nil
 }
 
 // Load returns the state under key and its revision; a missing (or
 // deleted) key gives the zero State and revision 0, which Save then
-// creates. ctx bounds the round trip.
-func (s *Store) Load(ctx context.Context, key string) (State, uint64, error) {
+// creates. ctx bounds the round trip; a lost connection ends it at once
+// with nats.ErrDisconnected (as for Save).
+func (s *Store) Load(ctx context.Context, key string) (_ State, _ uint64, err error) {
+	ctx, stop := s.untilReconnect(ctx)
+	defer func() { err = stop(ctx, err) }()
 	e, err := s.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return State{}, 0, nil
@@ -173,11 +236,16 @@ func (s *Store) Load(ctx context.Context, key string) (State, uint64, error) {
 // epoch, LSN, cursors and system id), Save returns it as a success instead
 // of ErrFenced; if it holds another state of this same run, st is written
 // on top of it (compare-and-set at that revision). ctx bounds the round
-// trips.
-func (s *Store) Save(ctx context.Context, key string, st State, rev uint64) (uint64, error) {
+// trips; a Save during which the connection is lost (a reset, or a link
+// the pings took for dead) fails at once with nats.ErrDisconnected
+// instead of waiting for ctx's deadline: its request will never be
+// answered.
+func (s *Store) Save(ctx context.Context, key string, st State, rev uint64) (_ uint64, err error) {
 	if st.UpdatedAt.IsZero() {
 		st.UpdatedAt = time.Now().UTC()
 	}
+	ctx, stop := s.untilReconnect(ctx)
+	defer func() { err = stop(ctx, err) }()
 	b, err := json.Marshal(st)
 	if err != nil {
 		return 0, fmt.Errorf("encoding checkpoint %q: %w", key, err)

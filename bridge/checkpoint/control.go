@@ -35,8 +35,11 @@ type Control struct {
 func ControlKey(bridge, source string) string { return Key(bridge, source) + ".control" }
 
 // LoadControl returns the Control under key; a missing key is the zero
-// Control (not paused) at Revision 0. ctx bounds the round trip.
-func (s *Store) LoadControl(ctx context.Context, key string) (Control, error) {
+// Control (not paused) at Revision 0. ctx bounds the round trip; a lost
+// connection ends it at once with nats.ErrDisconnected (as for Save).
+func (s *Store) LoadControl(ctx context.Context, key string) (_ Control, err error) {
+	ctx, stop := s.untilReconnect(ctx)
+	defer func() { err = stop(ctx, err) }()
 	e, err := s.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return Control{}, nil

@@ -118,7 +118,7 @@ section. See docs/feeds.md.`,
 			}
 			conn := natsconn.Env(ne)
 			conn.Warn(log)
-			nc, err := natsconn.Connect(conn, "bridge "+cfg.Name+" serve", nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+			nc, err := natsconn.Connect(conn, "bridge "+cfg.Name+" serve", nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond), natsconn.Events(log))
 			if err != nil {
 				return err
 			}

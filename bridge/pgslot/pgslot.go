@@ -17,6 +17,7 @@ import (
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/internal/pgnet"
 )
 
 // Row is a replication slot's row with the server's WAL end.
@@ -110,6 +111,10 @@ func Connect(ctx context.Context, dsn, appName string) (*pgx.Conn, error) {
 	cc, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("parsing dsn %s: %w", config.Redact(dsn), err)
+	}
+	// libpq's keepalives and tcp_user_timeout, as the source's connections.
+	if err := pgnet.Apply(&cc.Config); err != nil {
+		return nil, fmt.Errorf("dsn %s: %w", config.Redact(dsn), err)
 	}
 	cc.RuntimeParams["application_name"] = appName
 	if cc.ConnectTimeout == 0 {

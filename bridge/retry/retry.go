@@ -68,7 +68,7 @@ func IsConnectionLoss(err error) bool {
 	}
 	if errors.Is(err, sinks.ErrNotConnected) || errors.Is(err, nats.ErrConnectionClosed) ||
 		errors.Is(err, nats.ErrNoServers) || errors.Is(err, nats.ErrConnectionReconnecting) ||
-		errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrNoResponders) {
+		errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrStaleConnection) {
 		return true
 	}
 	if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) ||

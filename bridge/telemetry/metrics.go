@@ -275,7 +275,8 @@ func errorCause(err error) string {
 		return "postgres"
 	case errors.As(err, &apiErr), errors.Is(err, checkpoint.ErrFenced), errors.Is(err, nats.ErrTimeout),
 		errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrNoServers), errors.Is(err, nats.ErrDisconnected),
-		errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrConnectionReconnecting):
+		errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrConnectionReconnecting),
+		errors.Is(err, nats.ErrStaleConnection):
 		return "nats"
 	case errors.Is(err, context.DeadlineExceeded):
 		return "timeout"

@@ -1,11 +1,22 @@
 // Package faultproxy is a TCP proxy for fault tests: it forwards
-// connections to a target and can cut them (reset) or stall them (stop
-// forwarding while keeping the sockets open, as a black-holed link does).
+// connections to a target and can cut them (reset), stall them (stop
+// forwarding while keeping the sockets open, as a frozen link does), or
+// black-hole the open ones for good while new connections work (as a lost
+// NAT or load-balancer entry does).
+//
+// The proxy is a userspace program: its kernel acknowledges every TCP
+// segment the peers send, whatever the proxy then does with the bytes. A
+// stalled or black-holed link is therefore silent at the application level
+// only; kernel mechanisms that wait for TCP acknowledgements
+// (TCP_USER_TIMEOUT, keepalive probes) never fire through it. Only
+// application-level checks (pings, receive timeouts) notice.
 package faultproxy
 
 import (
 	"net"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // Proxy forwards every connection accepted on Addr to a target. Its methods
@@ -15,10 +26,20 @@ type Proxy struct {
 	target string
 
 	mu      sync.Mutex
-	conns   map[net.Conn]struct{}
+	links   map[*link]struct{}
+	n       uint64        // connections accepted
 	stalled chan struct{} // closed while forwarding; replaced by Stall
 	closed  bool
 	wg      sync.WaitGroup
+}
+
+// link is one proxied connection: in from the client, out to the target.
+type link struct {
+	in, out net.Conn
+	n       uint64 // accept order
+	// holed is set by BlackHole: bytes read from either side are dropped,
+	// and one side ending is not passed on to the other.
+	holed atomic.Bool
 }
 
 // Start listens on a free loopback port and forwards to target ("host:port").
@@ -27,7 +48,7 @@ func Start(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, stalled: make(chan struct{})}
+	p := &Proxy{ln: ln, target: target, links: map[*link]struct{}{}, stalled: make(chan struct{})}
 	close(p.stalled)
 	p.wg.Add(1)
 	go p.accept()
@@ -40,17 +61,19 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 // Port is the proxy's listening port.
 func (p *Proxy) Port() int { return p.ln.Addr().(*net.TCPAddr).Port }
 
-// Cut resets every open connection (both sides see a connection reset);
-// new connections are accepted as before.
+// Cut resets every open connection, black-holed ones included (both sides
+// see a connection reset); new connections are accepted as before.
 func (p *Proxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for c := range p.conns {
-		if tc, ok := c.(*net.TCPConn); ok {
-			_ = tc.SetLinger(0) // RST rather than FIN
+	for l := range p.links {
+		for _, c := range []net.Conn{l.in, l.out} {
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0) // RST rather than FIN
+			}
+			_ = c.Close()
 		}
-		_ = c.Close()
-		delete(p.conns, c)
+		delete(p.links, l)
 	}
 }
 
@@ -77,6 +100,46 @@ func (p *Proxy) Resume() {
 	}
 }
 
+// BlackHole makes every connection open now silent for good, in both
+// directions, while connections accepted later are forwarded as before:
+// what a lost NAT or load-balancer entry does to the connections it
+// carried. Bytes either side sends are read and dropped (the proxy's kernel
+// still acknowledges them), and neither side is closed: when one side
+// closes or resets its socket, the other is not told, as the close would
+// not cross the broken path either. A black-holed connection ends only
+// when its own peer closes it, or at Cut or Close. It returns how many
+// connections it black-holed.
+func (p *Proxy) BlackHole() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for l := range p.links {
+		if !l.holed.Swap(true) {
+			n++
+		}
+	}
+	return n
+}
+
+// BlackHoleLatest is BlackHole for the most recently accepted connection
+// that is still open only (for a client that opened several, the last
+// one). It reports whether there was one to black-hole.
+func (p *Proxy) BlackHoleLatest() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var last *link
+	for l := range p.links {
+		if !l.holed.Load() && (last == nil || l.n > last.n) {
+			last = l
+		}
+	}
+	if last == nil {
+		return false
+	}
+	last.holed.Store(true)
+	return true
+}
+
 // Close stops listening, closes every connection and waits for the
 // forwarding goroutines.
 func (p *Proxy) Close() error {
@@ -96,23 +159,23 @@ func (p *Proxy) gate() <-chan struct{} {
 	return p.stalled
 }
 
-func (p *Proxy) track(cs ...net.Conn) bool {
+func (p *Proxy) track(l *link) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return false
 	}
-	for _, c := range cs {
-		p.conns[c] = struct{}{}
-	}
+	p.n++
+	l.n = p.n
+	p.links[l] = struct{}{}
 	return true
 }
 
-func (p *Proxy) untrack(c net.Conn) {
+// untrack forgets l once neither of its sides is open.
+func (p *Proxy) untrack(l *link) {
 	p.mu.Lock()
-	delete(p.conns, c)
+	delete(p.links, l)
 	p.mu.Unlock()
-	_ = c.Close()
 }
 
 func (p *Proxy) accept() {
@@ -131,36 +194,66 @@ func (p *Proxy) accept() {
 				_ = in.Close()
 				return
 			}
-			if !p.track(in, out) {
+			l := &link{in: in, out: out}
+			if !p.track(l) {
 				_ = in.Close()
 				_ = out.Close()
 				return
 			}
 			var wg sync.WaitGroup
 			wg.Add(2)
-			go func() { defer wg.Done(); p.pipe(out, in) }()
-			go func() { defer wg.Done(); p.pipe(in, out) }()
+			go func() { defer wg.Done(); p.pipe(l, out, in) }()
+			go func() { defer wg.Done(); p.pipe(l, in, out) }()
 			wg.Wait()
+			_ = in.Close()
+			_ = out.Close()
+			p.untrack(l)
 		}()
 	}
 }
 
-// pipe copies src to dst, holding each chunk while the proxy is stalled.
-// When either side ends, both connections are closed.
-func (p *Proxy) pipe(dst, src net.Conn) {
-	defer p.untrack(dst)
-	defer p.untrack(src)
+// pipe copies src to dst, holding each chunk while the proxy is stalled
+// and dropping it once l is black-holed. When src ends, both connections
+// are closed, unless l is black-holed: then only src is, and dst stays
+// open until its own peer or the proxy closes it.
+func (p *Proxy) pipe(l *link, dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 {
-			<-p.gate()
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+		if n > 0 && p.await(l) {
+			if _, werr := dst.Write(buf[:n]); werr != nil && !l.holed.Load() {
+				_ = dst.Close()
+				_ = src.Close()
 				return
 			}
 		}
-		if err != nil { // io.EOF or a reset: either ends both directions
+		if err != nil { // io.EOF or a reset
+			if !l.holed.Load() {
+				_ = dst.Close()
+			}
+			_ = src.Close()
 			return
 		}
 	}
+}
+
+// await waits while the proxy is stalled and reports whether l's bytes are
+// to be forwarded: false once l is black-holed (checked now and then, as
+// a stall may outlast the black hole's start).
+func (p *Proxy) await(l *link) bool {
+	for !l.holed.Load() {
+		gate := p.gate()
+		select {
+		case <-gate:
+			return !l.holed.Load()
+		default:
+		}
+		t := time.NewTimer(50 * time.Millisecond)
+		select {
+		case <-gate:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	return false
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
@@ -27,6 +28,10 @@ type Conn struct {
 	UserJWT, UserSeed string
 	TLS               config.NATSTLS
 	InboxPrefix       string
+	// PingInterval and MaxPingsOut are the liveness pings (ping_interval,
+	// max_pings_outstanding); zero: config's defaults.
+	PingInterval time.Duration
+	MaxPingsOut  int
 
 	// from maps each key set ("url", "creds", "tls.ca_file", ...) to
 	// where it was set, for messages.
@@ -65,7 +70,8 @@ var credKeys = []string{"creds", "nkey_seed_file", "user", "password", "token", 
 // what the bridge cannot honour (a JetStream domain, a SOCKS proxy,
 // credentials from nsc or 1Password).
 func Resolve(path, url string, c config.NATSClient) (Conn, error) {
-	r := Conn{URL: url, Creds: c.Creds, NKeySeedFile: c.NKeySeedFile, User: c.User, Password: c.Password, Token: c.Token, TLS: c.TLS, from: map[string]origin{}, path: path}
+	r := Conn{URL: url, Creds: c.Creds, NKeySeedFile: c.NKeySeedFile, User: c.User, Password: c.Password, Token: c.Token, TLS: c.TLS,
+		PingInterval: c.PingInterval, MaxPingsOut: c.MaxPingsOutstanding, from: map[string]origin{}, path: path}
 	for k, set := range map[string]bool{"url": url != "", "creds": c.Creds != "", "nkey_seed_file": c.NKeySeedFile != "", "user": c.User != "",
 		"password": c.Password != "", "token": c.Token != "", "tls.ca_file": c.TLS.CAFile != "", "tls.cert_file": c.TLS.CertFile != "",
 		"tls.key_file": c.TLS.KeyFile != "", "tls.server_name": c.TLS.ServerName != "", "tls.handshake_first": c.TLS.HandshakeFirst,
@@ -240,7 +246,8 @@ func (c Conn) Key(key string) string {
 func Env(ne sinks.NATSEnv) Conn {
 	c, err := Resolve("nats", ne.URL, ne.NATSClient)
 	if err != nil {
-		c, _ = Resolve("nats", ne.URL, config.NATSClient{Creds: ne.Creds, NKeySeedFile: ne.NKeySeedFile, User: ne.User, Password: ne.Password, Token: ne.Token, TLS: ne.TLS})
+		c, _ = Resolve("nats", ne.URL, config.NATSClient{Creds: ne.Creds, NKeySeedFile: ne.NKeySeedFile, User: ne.User, Password: ne.Password, Token: ne.Token, TLS: ne.TLS,
+			PingInterval: ne.PingInterval, MaxPingsOutstanding: ne.MaxPingsOutstanding})
 	}
 	return c
 }
@@ -248,7 +255,8 @@ func Env(ne sinks.NATSEnv) Conn {
 // ForSink returns the connection of a NATS sink: its own url and keys
 // (the block at path, e.g. "sinks.main.config"), completed by the bridge's
 // env (Inherit) when its url and context are empty; url defaults to
-// nats.DefaultURL.
+// nats.DefaultURL. Its ping keys, when it sets none, are the bridge's
+// whatever its url.
 func ForSink(path, url string, own config.NATSClient, env sinks.NATSEnv) (Conn, error) {
 	c, err := Resolve(path, url, own)
 	if err != nil {
@@ -257,19 +265,27 @@ func ForSink(path, url string, own config.NATSClient, env sinks.NATSEnv) (Conn, 
 	if url == "" && own.Context == "" {
 		c = c.Inherit(Env(env))
 	}
+	if c.PingInterval == 0 {
+		c.PingInterval = env.PingInterval
+	}
+	if c.MaxPingsOut == 0 {
+		c.MaxPingsOut = env.MaxPingsOutstanding
+	}
 	if c.URL == "" {
 		c.URL = nats.DefaultURL
 	}
 	return c, nil
 }
 
-// Options returns the nats.go options of c's credentials, TLS and inbox
-// prefix. Files are named, not read: nats.go reads the creds file, the CA
-// and the client certificate at each (re)connect, so renewed files apply
-// without a restart; the nkey seed file is read when the server asks for
-// a signature. An error means a file Check would refuse.
+// Options returns the nats.go options of c's credentials, TLS, inbox
+// prefix and pings (config's defaults where c sets none). Files are
+// named, not read: nats.go reads the creds file, the CA and the client
+// certificate at each (re)connect, so renewed files apply without a
+// restart; the nkey seed file is read when the server asks for a
+// signature. An error means a file Check would refuse.
 func (c Conn) Options() ([]nats.Option, error) {
-	var o []nats.Option
+	ping, pings := c.Pings()
+	o := []nats.Option{nats.PingInterval(ping), nats.MaxPingsOutstanding(pings)}
 	switch {
 	case c.Creds != "":
 		o = append(o, nats.UserCredentials(c.Creds))
@@ -320,6 +336,26 @@ func (c Conn) Options() ([]nats.Option, error) {
 	return o, nil
 }
 
+// Pings returns c's ping interval and how many pings may be unanswered
+// before the connection is taken as dead, with config's defaults applied.
+func (c Conn) Pings() (time.Duration, int) {
+	ping, pings := c.PingInterval, c.MaxPingsOut
+	if ping <= 0 {
+		ping = config.DefaultNATSPingInterval
+	}
+	if pings <= 0 {
+		pings = config.DefaultNATSMaxPingsOutstanding
+	}
+	return ping, pings
+}
+
+// PingWindow is how long a healthy server has to answer a ping before
+// the connection is taken as dead: ping interval × pings outstanding.
+func (c Conn) PingWindow() time.Duration {
+	ping, pings := c.Pings()
+	return ping * time.Duration(pings)
+}
+
 // Warn logs, at WARN, what weakens c: insecure_skip_verify. Call it at
 // every start.
 func (c Conn) Warn(log *slog.Logger) {
@@ -353,7 +389,7 @@ func (c Conn) Same(o Conn) bool {
 }
 
 // sinkKeys are the keys of a NATS sink's block that say how it connects.
-var sinkKeys = []string{"url", "context", "creds", "nkey_seed_file", "user", "password", "token", "tls"}
+var sinkKeys = []string{"url", "context", "creds", "nkey_seed_file", "user", "password", "token", "tls", "ping_interval", "max_pings_outstanding"}
 
 // SinkOf returns the connection of sink name of cfg, a NATS sink
 // (nats_jetstream, nats_core), from the connection keys of its block

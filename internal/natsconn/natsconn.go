@@ -8,11 +8,16 @@
 // fails instead of being sent later behind a gap), unbounded reconnects on
 // DESIGN.md §5's curve, a flusher timeout so a server that stopped
 // reading cannot hang a write, and connection events logged without
-// credentials.
+// credentials (Events). Every connection pings its server
+// (ping_interval, max_pings_outstanding: Conn.Options), so a link that
+// goes silent without a reset is taken as dead within seconds rather than
+// nats.go's default of minutes; Alive checks a connection a sink is about
+// to use again and reconnects it when it went silent.
 package natsconn
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
@@ -75,18 +80,63 @@ func Dial(ctx context.Context, st Settings, log *slog.Logger) (*nats.Conn, error
 		nats.CustomReconnectDelay(ReconnectDelay),
 		// Bounds a write to a server that stopped reading, Close included.
 		nats.FlusherTimeout(st.FlusherTimeout),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				log.Warn("disconnected from NATS", "error", err)
-			}
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) {
-			log.Info("reconnected to NATS", "server", nc.ConnectedUrlRedacted())
-		}),
+		Events(log),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			log.Warn("NATS async error", "error", err)
 		}),
 	)
+}
+
+// Events returns the option that logs a connection's losses and
+// reconnections, naming the connection (its nats.Name). A connection
+// taken as dead for want of pong answers (nats.ErrStaleConnection) is
+// logged as such, with its ping settings: the link went silent without a
+// reset.
+func Events(log *slog.Logger) nats.Option {
+	return func(o *nats.Options) error {
+		o.DisconnectedErrCB = func(nc *nats.Conn, err error) {
+			switch {
+			case err == nil:
+			case errors.Is(err, nats.ErrStaleConnection):
+				log.Warn("NATS connection is dead: the server answered none of the last pings; reconnecting",
+					"connection", nc.Opts.Name, "ping_interval", nc.Opts.PingInterval.String(), "max_pings_outstanding", nc.Opts.MaxPingsOut, "error", err)
+			default:
+				log.Warn("disconnected from NATS", "connection", nc.Opts.Name, "error", err)
+			}
+		}
+		o.ReconnectedCB = func(nc *nats.Conn) {
+			log.Info("reconnected to NATS", "connection", nc.Opts.Name, "server", nc.ConnectedUrlRedacted())
+		}
+		return nil
+	}
+}
+
+// Alive checks that nc's server answers a ping within timeout (bounded by
+// ctx), which a healthy server does however busy its JetStream is. When
+// it does not, the link is taken as dead before the pings would declare
+// it stale: Alive logs it, forces a reconnect and waits for it within
+// ctx. Call it when a run starts again after a failure, so that a
+// pipeline does not restart over and over on a connection that went
+// silent. A nil error means nc is connected and answered (or reconnected).
+func Alive(ctx context.Context, nc *nats.Conn, timeout time.Duration, log *slog.Logger) error {
+	if d, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(d))
+	}
+	if timeout <= 0 {
+		return ctx.Err()
+	}
+	err := nc.FlushTimeout(timeout)
+	if err == nil || !errors.Is(err, nats.ErrTimeout) {
+		if err != nil && !nc.IsConnected() {
+			return WaitConnected(ctx, nc)
+		}
+		return err
+	}
+	log.Warn("NATS connection is dead: no answer to a ping; reconnecting", "connection", nc.Opts.Name, "waited", timeout.String())
+	if err := nc.ForceReconnect(); err != nil {
+		return fmt.Errorf("reconnecting %s: %w", nc.Opts.Name, err)
+	}
+	return WaitConnected(ctx, nc)
 }
 
 // ReconnectDelay is DESIGN.md §5's curve for a lost connection: the client

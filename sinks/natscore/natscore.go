@@ -90,6 +90,9 @@ func (s *Sink) Connect(ctx context.Context) error {
 		if err := natsconn.WaitConnected(ctx, nc); err != nil {
 			return fmt.Errorf("connecting to %s: %w: %w", config.Redact(s.cfg.URL), sinks.ErrNotConnected, err)
 		}
+		if err := natsconn.Alive(ctx, nc, min(s.cfg.FlushTimeout, s.conn.PingWindow()), s.log); err != nil {
+			return fmt.Errorf("connecting to %s: %w: %w", config.Redact(s.cfg.URL), sinks.ErrNotConnected, err)
+		}
 		return nil
 	}
 	nc, err := s.dial(ctx)

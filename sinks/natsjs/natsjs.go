@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -147,6 +148,10 @@ func (s *Sink) Connect(ctx context.Context) error {
 		s.mu.Unlock()
 	} else if err := natsconn.WaitConnected(ctx, nc); err != nil {
 		return fmt.Errorf("connecting to %s: %w: %w", redact(s.cfg.URL), sinks.ErrNotConnected, err)
+	} else if err := natsconn.Alive(ctx, nc, s.aliveTimeout(), s.log); err != nil {
+		// A connection that went silent is reconnected here rather than
+		// failing run after run until the pings declare it stale.
+		return fmt.Errorf("connecting to %s: %w: %w", redact(s.cfg.URL), sinks.ErrNotConnected, err)
 	}
 	if n := acks.pending(); n > 0 {
 		// Acks of a Write that failed (the pipeline ends the run and
@@ -160,6 +165,11 @@ func (s *Sink) Connect(ctx context.Context) error {
 	}
 	return s.ensureStream(ctx, nc, js)
 }
+
+// aliveTimeout bounds Connect's ping of a connection it already has: the
+// time a healthy server has to answer (ack_timeout, at most the pings'
+// own bound).
+func (s *Sink) aliveTimeout() time.Duration { return min(s.cfg.AckTimeout, s.nconn.PingWindow()) }
 
 func (s *Sink) dial(ctx context.Context) (*nats.Conn, jetstream.JetStream, *acker, error) {
 	nc, err := natsconn.Dial(ctx, natsconn.Settings{Conn: s.nconn, Sink: s.name, FlusherTimeout: s.cfg.AckTimeout}, s.log)

@@ -131,6 +131,8 @@ func (s *Sink) Connect(ctx context.Context) error {
 		s.mu.Unlock()
 	} else if err := natsconn.WaitConnected(ctx, nc); err != nil {
 		return fmt.Errorf("connecting to %s: %w: %w", config.Redact(s.cfg.URL), sinks.ErrNotConnected, err)
+	} else if err := natsconn.Alive(ctx, nc, min(s.cfg.AckTimeout, s.conn.PingWindow()), s.log); err != nil {
+		return fmt.Errorf("connecting to %s: %w: %w", config.Redact(s.cfg.URL), sinks.ErrNotConnected, err)
 	}
 	st, err := s.ensureBucket(ctx, nc, js)
 	if err != nil {

@@ -116,6 +116,8 @@ func TestConfigErrorsNameTheirPath(t *testing.T) {
 	_, err = pgoutput.New((&config.Config{}).Decoder("sources.shop.config", map[string]any{"slot": "Bad-Name"}), sources.Env{Name: "shop"})
 	require.ErrorContains(t, err, "sources.shop.config.dsn: must be set")
 	require.ErrorContains(t, err, `sources.shop.config.slot: "Bad-Name" is not a valid slot name`)
+	_, err = pgoutput.New((&config.Config{}).Decoder("sources.shop.config", map[string]any{"dsn": "postgres://x@y/z?tcp_user_timeout=20s"}), sources.Env{Name: "shop"})
+	require.ErrorContains(t, err, `sources.shop.config.dsn: tcp_user_timeout="20s": must be a whole number >= 0 (milliseconds sent data may stay unacknowledged; 0: the system's): libpq's TCP parameter, which the bridge applies to its own sockets`)
 }
 
 func TestSnapshotConfig(t *testing.T) {

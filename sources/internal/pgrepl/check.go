@@ -34,13 +34,12 @@ func (s *Source) Check(ctx context.Context, req sources.CheckRequest) []config.C
 		return append(out, config.Check{Status: config.CheckFail, What: config.Redact(fmt.Sprintf("%s: %v", doing, err))})
 	}
 	dsnKey := fmt.Sprintf("sources.%s.config.dsn", s.name)
-	ccfg, err := pgx.ParseConfig(s.cfg.DSN)
+	ccfg, err := s.connConfig("bridge:" + s.name + ":validate")
 	if err != nil {
 		return append(out, config.Check{Status: config.CheckFail,
 			What: config.Redact(fmt.Sprintf("%s does not parse: %v", dsnKey, err)),
 			Fix:  "write a URL (postgres://user:password@host:5432/database) or key=value pairs (host=db port=5432 user=bridge dbname=shop)"})
 	}
-	ccfg.RuntimeParams["application_name"] = "bridge:" + s.name + ":validate"
 	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	cat, err := pgx.ConnectConfig(cctx, ccfg)
 	cancel()
@@ -161,12 +160,10 @@ func relations(ctx context.Context, c *pgx.Conn, tables []string) ([]*cdc.Relati
 // replicationCheck opens a replication connection, as Open does, and asks
 // for IDENTIFY_SYSTEM: pg_hba.conf and max_wal_senders must let it in.
 func (s *Source) replicationCheck(ctx context.Context, dsnKey string) config.Check {
-	rcfg, err := pgconn.ParseConfig(s.cfg.DSN)
+	rcfg, err := s.replConfig("bridge:" + s.name + ":validate")
 	if err != nil {
 		return config.Check{Status: config.CheckFail, What: config.Redact(fmt.Sprintf("%s does not parse: %v", dsnKey, err))}
 	}
-	rcfg.RuntimeParams["replication"] = "database"
-	rcfg.RuntimeParams["application_name"] = "bridge:" + s.name + ":validate"
 	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	repl, err := pgconn.ConnectConfig(cctx, rcfg)

@@ -14,11 +14,16 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/internal/pgnet"
 )
 
 // Config is the configuration block shared by Postgres sources.
 type Config struct {
-	// DSN is a libpq connection string or URL. Required. Its password is never logged.
+	// DSN is a libpq connection string or URL. Required. Its password is
+	// never logged. libpq's TCP parameters apply to the bridge's sockets:
+	// tcp_user_timeout (ms, default 20000), keepalives (default 1),
+	// keepalives_idle (s, default 10), keepalives_interval (s, default 5),
+	// keepalives_count (default 3); 0 leaves the system's value.
 	DSN string `koanf:"dsn"`
 	// Slot is the logical replication slot name. Default "bridge_<source name>".
 	Slot string `koanf:"slot"`
@@ -70,9 +75,14 @@ type Config struct {
 	OnSlotLost string `koanf:"on_slot_lost"`
 	// ReceiveTimeout is how long the replication connection may stay
 	// silent (no data, no keepalive, though the bridge asks for one every
-	// status_interval) before it is taken as lost and redialled. Default 0:
-	// the larger of 60s and three status_intervals; else at least twice
-	// status_interval.
+	// status_interval) before the bridge asks Postgres, over its catalog
+	// connection, what the walsender does: busy decoding a large
+	// transaction (it answers nothing meanwhile), the bridge waits on and
+	// asks again; idle, gone, sending what never arrives, or no answer
+	// within a few seconds, the connection is taken as lost, its
+	// walsender ended (so the slot is free at once) and the bridge
+	// redials. A duration. Default 0: the larger of 20s and two
+	// status_intervals; else at least twice status_interval.
 	ReceiveTimeout time.Duration `koanf:"receive_timeout"`
 	// HeartbeatInterval, when > 0, writes a non-transactional logical
 	// message (prefix HeartbeatPrefix, never published) into the source's
@@ -83,6 +93,15 @@ type Config struct {
 	// the stream as "read" changes (docs/snapshots.md).
 	Snapshot SnapshotConfig `koanf:"snapshot"`
 }
+
+// DefaultReceiveTimeout is receive_timeout's default (with the default
+// status_interval): a dead replication connection is noticed 10 to 20 s
+// after its link died (the last answer came at most a status_interval
+// before), plus a probe of at most 5 s when the catalog connection died
+// with it, plus lostGrace (1 s). A walsender busy with a large transaction is not taken for
+// dead however long it stays silent (silence.go), so the timeout need not
+// exceed its silences.
+const DefaultReceiveTimeout = 20 * time.Second
 
 // HeartbeatPrefix is the pg_logical_emit_message prefix of heartbeats.
 const HeartbeatPrefix = "bridge_heartbeat"
@@ -117,7 +136,7 @@ func (c *Config) Validate() error {
 	var errs []error
 	if c.DSN == "" {
 		errs = append(errs, config.Field("dsn", "must be set (for example postgres://user@host:5432/db)"))
-	} else if _, err := pgconn.ParseConfig(c.DSN); err != nil {
+	} else if pc, err := pgconn.ParseConfig(c.DSN); err != nil {
 		// ParseConfig reads the DSN (and PG* variables, a passfile or a
 		// service file it names) without connecting; its error hides the
 		// password.
@@ -126,6 +145,8 @@ func (c *Config) Validate() error {
 			hint = "sslrootcert, sslcert and sslkey must name PEM files the bridge can read (sslcert and sslkey together)"
 		}
 		errs = append(errs, config.Field("dsn", "%s; %s", config.Redact(err.Error()), hint))
+	} else if _, err := pgnet.Take(pc.RuntimeParams); err != nil {
+		errs = append(errs, config.Field("dsn", "%s: libpq's TCP parameter, which the bridge applies to its own sockets", err))
 	}
 	if !identRE.MatchString(c.Slot) {
 		errs = append(errs, config.Field("slot", "%q is not a valid slot name: lower-case letters, digits and _ only, at most 63", c.Slot))
@@ -183,5 +204,5 @@ func (c *Config) receiveTimeout() time.Duration {
 	if c.ReceiveTimeout > 0 {
 		return c.ReceiveTimeout
 	}
-	return max(time.Minute, 3*c.StatusInterval)
+	return max(DefaultReceiveTimeout, 2*c.StatusInterval)
 }

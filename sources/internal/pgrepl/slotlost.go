@@ -123,8 +123,7 @@ func (s *Source) heartbeat(ctx context.Context) {
 		var err error
 		if conn == nil {
 			var cc *pgx.ConnConfig
-			if cc, err = pgx.ParseConfig(s.cfg.DSN); err == nil {
-				cc.RuntimeParams["application_name"] = "bridge:" + s.name + ":heartbeat"
+			if cc, err = s.connConfig("bridge:" + s.name + ":heartbeat"); err == nil {
 				conn, err = pgx.ConnectConfig(qctx, cc)
 			}
 		}

@@ -105,11 +105,11 @@ func (s *Source) snapConn(ctx context.Context) (*snapState, error) {
 	if s.snap.conn != nil && !s.snap.conn.IsClosed() {
 		return &s.snap, nil
 	}
-	ccfg, err := pgx.ParseConfig(s.cfg.DSN)
+	ccfg, err := s.connConfig("bridge:" + s.name + ":snapshot")
 	if err != nil {
-		return nil, fmt.Errorf("parsing dsn of source %q: %w", s.name, err)
+		return nil, err
 	}
-	for k, v := range map[string]string{"application_name": "bridge:" + s.name + ":snapshot", "DateStyle": "ISO, MDY",
+	for k, v := range map[string]string{"DateStyle": "ISO, MDY",
 		"TimeZone": "UTC", "IntervalStyle": "postgres", "extra_float_digits": "3", "bytea_output": "hex",
 		// A watermark's commit flushes the WAL, so the walsender sends it at
 		// once rather than after wal_writer_delay.

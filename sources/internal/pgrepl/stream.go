@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -103,11 +104,10 @@ func (s *Source) Open(ctx context.Context, from cdc.LSN) (err error) {
 			s.closeConns()
 		}
 	}()
-	ccfg, err := pgx.ParseConfig(s.cfg.DSN)
+	ccfg, err := s.connConfig("bridge:" + s.name)
 	if err != nil {
-		return fmt.Errorf("parsing dsn of source %q: %w", s.name, err)
+		return err
 	}
-	ccfg.RuntimeParams["application_name"] = "bridge:" + s.name
 	s.cat, err = pgx.ConnectConfig(ctx, ccfg)
 	if err != nil {
 		return fmt.Errorf("connecting to %s: %w", Redact(s.cfg.DSN), explainConnect(s.cfg.DSN, err))
@@ -129,12 +129,10 @@ func (s *Source) Open(ctx context.Context, from cdc.LSN) (err error) {
 		si.Exists = false // dropped: created below
 	}
 
-	rcfg, err := pgconn.ParseConfig(s.cfg.DSN)
+	rcfg, err := s.replConfig("bridge:" + s.name)
 	if err != nil {
-		return fmt.Errorf("parsing dsn of source %q: %w", s.name, err)
+		return err
 	}
-	rcfg.RuntimeParams["replication"] = "database"
-	rcfg.RuntimeParams["application_name"] = "bridge:" + s.name
 	// Values are decoded from text; fix the output formats.
 	rcfg.RuntimeParams["DateStyle"] = "ISO, MDY"
 	rcfg.RuntimeParams["TimeZone"] = "UTC"
@@ -375,9 +373,18 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 	nextStatus := time.Now().Add(s.cfg.StatusInterval)
 	_ = conn.SetReadDeadline(nextStatus)
 	// lastRecv is when the server was last heard from: a link that is cut
-	// without a reset stays silent, and only this notices.
+	// without a reset stays silent, and only this notices (silence.go).
 	lastRecv := time.Now()
 	timeout := s.cfg.receiveTimeout()
+	var watch silenceWatch
+	// deadline is when the read must wake: for the next status update, or
+	// to check a silence.
+	deadline := func() time.Time {
+		if d := watch.due(lastRecv, timeout); d.Before(nextStatus) {
+			return d
+		}
+		return nextStatus
+	}
 	// now is read once per message received (and after waiting on the
 	// pipeline): the loop runs three times per single-row transaction.
 	now := lastRecv
@@ -406,26 +413,49 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 			if ctx.Err() != nil {
 				return
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() && !s.repl.IsClosed() {
-				if silent := now.Sub(lastRecv); silent > timeout {
-					s.fail(fmt.Errorf("replication connection on slot %q of database %q silent for %s (receive_timeout %s): taking it as lost: %w",
-						s.cfg.Slot, s.database, silent.Round(time.Millisecond), timeout, err))
-					return
+			if errors.Is(err, os.ErrDeadlineExceeded) && !s.repl.IsClosed() {
+				silent := now.Sub(lastRecv)
+				if silent >= timeout && !now.Before(watch.next) {
+					if watch.lost != nil { // nothing came in lostGrace either
+						s.endWalsender(s.repl.PID(), watch.probed)
+						s.fail(watch.lost)
+						return
+					}
+					if probed, lost := s.checkSilence(&watch, silent, timeout, err); lost != nil {
+						watch.lost, watch.probed, watch.next = lost, probed, time.Now().Add(lostGrace)
+					}
 				}
-				if err := send(!dec.InTxn() || now.Sub(lastRecv) > timeout/2); err != nil {
-					s.fail(err)
-					return
+				if !now.Before(nextStatus) {
+					if err := send(!dec.InTxn() || silent > timeout/2); err != nil {
+						s.fail(err)
+						return
+					}
+					nextStatus = time.Now().Add(s.cfg.StatusInterval)
 				}
-				nextStatus = time.Now().Add(s.cfg.StatusInterval)
-				_ = conn.SetReadDeadline(nextStatus)
+				_ = conn.SetReadDeadline(deadline())
 				continue
 			}
 			if ctx.Err() != nil {
 				return
 			}
+			if errors.Is(err, syscall.ETIMEDOUT) {
+				// TCP_USER_TIMEOUT (internal/pgnet): the server's host left
+				// what the bridge sent unacknowledged.
+				s.endWalsender(s.repl.PID(), false)
+				s.fail(fmt.Errorf("replication connection on slot %q of database %q: the kernel ended it, the server's host having acknowledged nothing the bridge sent for tcp_user_timeout: taking it as lost: %w",
+					s.cfg.Slot, s.database, err))
+				return
+			}
 			s.fail(fmt.Errorf("receiving from slot %q: %w", s.cfg.Slot, err))
 			return
+		}
+		if watch.active() {
+			if !watch.busySince.IsZero() {
+				s.log.Info("the walsender answered again", "slot", s.cfg.Slot, "silent", now.Sub(lastRecv).Round(time.Millisecond).String())
+			} else {
+				s.log.Debug("the replication connection answered after all", "slot", s.cfg.Slot, "verdict", watch.lost)
+			}
+			watch = silenceWatch{}
 		}
 		lastRecv = now
 		switch m := msg.(type) {
@@ -505,7 +535,7 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 				return
 			}
 			nextStatus = time.Now().Add(s.cfg.StatusInterval)
-			_ = conn.SetReadDeadline(nextStatus)
+			_ = conn.SetReadDeadline(deadline())
 		}
 	}
 }
