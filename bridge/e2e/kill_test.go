@@ -24,10 +24,17 @@ type proc struct {
 
 func startProc(t *testing.T, bin, cfg string) *proc {
 	t.Helper()
+	return startProcEnv(t, bin, cfg)
+}
+
+// startProcEnv is startProc with environment variables of the process's
+// own ("KEY=value"): a parallel test cannot t.Setenv.
+func startProcEnv(t *testing.T, bin, cfg string, env ...string) *proc {
+	t.Helper()
 	var out bytes.Buffer
 	cmd := exec.Command(bin, "run", "-c", cfg)
 	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.Env = append(os.Environ(), "BRIDGE_LOG__FORMAT=text")
+	cmd.Env = append(append(os.Environ(), "BRIDGE_LOG__FORMAT=text"), env...)
 	require.NoError(t, cmd.Start())
 	return &proc{cmd: cmd, out: &out}
 }

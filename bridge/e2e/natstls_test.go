@@ -192,8 +192,9 @@ func TestNATSTLS(t *testing.T) {
 		oneWay := natsembed.StartT(t, natsembed.Options{TLS: &tls.Config{Certificates: []tls.Certificate{server}, MinVersion: tls.VersionTLS12}})
 		sysURL := "tls://" + strings.TrimPrefix(oneWay.URL(), "nats://")
 		path := faultConfig(e, "nsysroots", e.pg.DSN(""), sysURL, "")
-		t.Setenv("SSL_CERT_FILE", p.CA) // the bridge binary's system roots
-		proc := startProc(t, bridgeBinary(t), path)
+		// The bridge binary's system roots (its own environment: this
+		// process's would reach every test running beside this one).
+		proc := startProcEnv(t, bridgeBinary(t), path, "SSL_CERT_FILE="+p.CA)
 		defer proc.term(t)
 		waitSlotActive(t, e, "slot_nsysroots")
 		e.pg.ExecT(t, `INSERT INTO fw (writer, wseq, part, parts) VALUES (98, 1, 0, 1)`)
