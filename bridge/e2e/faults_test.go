@@ -237,6 +237,7 @@ routes:
 // TestFaultKill9 kills the bridge process with SIGKILL at random points
 // (seeded) while writers commit, restarting it after a random pause.
 func TestFaultKill9(t *testing.T) {
+	t.Parallel()
 	rng := seeded(t)
 	kills := 5
 	if long() {
@@ -265,6 +266,7 @@ func TestFaultKill9(t *testing.T) {
 // immediate) under load and starts it again; confirmed_flush_lsn falls back
 // and the checkpoint and message ids absorb the replay.
 func TestFaultPostgresImmediateShutdown(t *testing.T) {
+	t.Parallel()
 	rng := seeded(t)
 	e := newEnv(t)
 	w := newSeqWorkload(t, e)
@@ -286,6 +288,7 @@ func TestFaultPostgresImmediateShutdown(t *testing.T) {
 
 // TestFaultNATSRestart stops and starts nats-server under load.
 func TestFaultNATSRestart(t *testing.T) {
+	t.Parallel()
 	rng := seeded(t)
 	e := newEnv(t)
 	w := newSeqWorkload(t, e)
@@ -321,6 +324,9 @@ func rssKiB(pid int) (int64, error) {
 // with TEST_LONG=1) while writers go on, measuring the bridge process's RSS:
 // the bridge must not buffer the backlog (it stays in Postgres' WAL), and
 // afterwards the stream must hold everything exactly once.
+//
+// Serial: an outage of a set length, and the bridge's RSS measured
+// during it.
 func TestFaultNATSOutageBoundedMemory(t *testing.T) {
 	outage := 10 * time.Second
 	if long() {
@@ -365,6 +371,9 @@ func TestFaultNATSOutageBoundedMemory(t *testing.T) {
 // Postgres and NATS, and resets and silently stalls the links under load.
 // A stalled replication link must be noticed by receive_timeout and
 // redialled, a stalled NATS link by the publish and checkpoint timeouts.
+//
+// Serial: stalls of a set length that must outlast receive_timeout and
+// the publish and checkpoint timeouts.
 func TestFaultProxyCutAndStall(t *testing.T) {
 	rng := seeded(t)
 	e := newEnv(t)
@@ -439,6 +448,7 @@ func (d *dropSink) Write(ctx context.Context, batch []cdc.Change) error {
 // catch a broken build end to end (internal/checker's tests cover
 // duplicates, reordering and partial transactions on crafted streams).
 func TestFaultCheckerCatchesDroppedChange(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := newSeqWorkload(t, e)
 	real, err := sinks.Default.Lookup("nats_jetstream")
@@ -515,6 +525,7 @@ func maxID(t *testing.T, e *env) int64 {
 // changes between the last checkpoint and the deletion, also once); what
 // the deleted stream held is gone with it.
 func TestFaultStreamDeleted(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := newSeqWorkload(t, e)
 	r := e.start(faultConfig(e, "sdel", e.pg.DSN(""), e.natsURL(), ""))
@@ -547,6 +558,7 @@ func TestFaultStreamDeleted(t *testing.T) {
 // (it cannot know what it had checkpointed, and going on would publish under
 // a new epoch without a resync); nothing is lost from the stream meanwhile.
 func TestFaultKVBucketDeleted(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := newSeqWorkload(t, e)
 	r := e.start(faultConfig(e, "kvdel", e.pg.DSN(""), e.natsURL(), ""))
@@ -577,6 +589,7 @@ func TestFaultKVBucketDeleted(t *testing.T) {
 // and retry without skipping anything, and deliver everything exactly once
 // when room is made.
 func TestFaultNATSStoreFull(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := newSeqWorkload(t, e)
 	js := natsJS(t, e)
@@ -620,6 +633,7 @@ func TestFaultNATSStoreFull(t *testing.T) {
 // nothing it could not store, and, once the server restarts with room (the
 // disk grown), deliver every change exactly once.
 func TestFaultNATSServerStoreFull(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.stopNATS()
 	e.nsOpts.MaxFileStore = 1 << 20
@@ -661,6 +675,7 @@ func TestFaultNATSServerStoreFull(t *testing.T) {
 
 // TestFaultSoak runs every fault in turn for several minutes; TEST_LONG=1.
 func TestFaultSoak(t *testing.T) {
+	t.Parallel()
 	if !long() {
 		t.Skip("TEST_LONG=1 runs the soak")
 	}

@@ -66,6 +66,7 @@ func (p *proc) term(t *testing.T) {
 // batches, and as fast-ingest batches (fast_batch, whose acks cover runs of
 // messages), unfenced and fenced.
 func TestKill9MidStream(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		options []string
@@ -84,7 +85,10 @@ func TestKill9MidStream(t *testing.T) {
 		// to the writer in parts of 1000, spilled to disk past 2048.
 		{"large_txns", nil, 60000, 4000},
 	} {
-		t.Run(tc.name, func(t *testing.T) { kill9MidStream(t, tc.options, tc.changes, tc.bulk) })
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each case has servers of its own
+			kill9MidStream(t, tc.options, tc.changes, tc.bulk)
+		})
 	}
 }
 

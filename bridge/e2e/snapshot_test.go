@@ -263,6 +263,7 @@ func (e *env) marker(stream string) []msg {
 // and checks with an oracle that the stream leaves each table's exact rows
 // and carries every committed change exactly once.
 func TestSnapshotInitialWithConcurrentWrites(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const n = 3000
 	e.pg.ExecT(t, `CREATE TABLE snap_a (id bigint PRIMARY KEY, v bigint NOT NULL, pad text)`,
@@ -305,6 +306,7 @@ func TestSnapshotInitialWithConcurrentWrites(t *testing.T) {
 // rows; the stream must leave the table's exact rows. A second request for
 // the same table is a new snapshot: its rows are published again.
 func TestSnapshotOnDemandWhileStreaming(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const n = 2000
 	e.pg.ExecT(t, `CREATE TABLE od (id bigint PRIMARY KEY, v bigint NOT NULL, pad text)`,
@@ -359,6 +361,7 @@ func TestSnapshotOnDemandWhileStreaming(t *testing.T) {
 // neither primary key nor replica identity index, naming it and the fix; a
 // replica identity index is enough.
 func TestSnapshotTableWithoutKey(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE nokey (a int, b text)`, `INSERT INTO nokey VALUES (1, 'x')`,
 		`CREATE TABLE ri (a int NOT NULL, b text)`, `CREATE UNIQUE INDEX ri_a ON ri (a)`, `ALTER TABLE ri REPLICA IDENTITY USING INDEX ri_a`,
@@ -389,6 +392,7 @@ func TestSnapshotTableWithoutKey(t *testing.T) {
 // TestSnapshotModes: initial_only stops the pipeline once the snapshot is
 // checkpointed (without error), and a restart does not snapshot again.
 func TestSnapshotModes(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE m (id int PRIMARY KEY, v int)`, `INSERT INTO m SELECT g, g FROM generate_series(1, 100) g`)
 	cfg := e.snapConfig("smodes", "initial_only", 30)
@@ -432,6 +436,7 @@ var chunkLogRE = regexp.MustCompile(`msg="snapshot chunk read" .*table=public\.b
 // the stream ends consistent with the table. Rows of chunks read again are
 // deduplicated by their ids.
 func TestSnapshotKill9Resumes(t *testing.T) {
+	t.Parallel()
 	bin := bridgeBinary(t)
 	e := newEnv(t)
 	const n = 20000
@@ -521,6 +526,8 @@ func atoi(s string) int64 {
 // TestSnapshotLarge measures the initial snapshot of a large table through a
 // bridge process (rows/s, peak RSS from /usr/bin/time -v). It runs only
 // with TEST_LONG=1; SNAP_ROWS sets the size (default 5,000,000).
+//
+// Serial: it measures rows/s.
 func TestSnapshotLarge(t *testing.T) {
 	if os.Getenv("TEST_LONG") == "" {
 		t.Skip("set TEST_LONG=1 to snapshot a 5-million-row table")
@@ -562,6 +569,7 @@ func TestSnapshotLarge(t *testing.T) {
 // the bucket, as after a crash before the progress write): the rows carry
 // the same ids, so JetStream stores none of them twice.
 func TestSnapshotRepeatedChunkDeduplicated(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE rc (id int PRIMARY KEY, v int)`, `INSERT INTO rc SELECT g, g FROM generate_series(1, 500) g`)
 	cfg := e.snapConfig("srep", "initial", 100)
@@ -608,6 +616,7 @@ func TestSnapshotRepeatedChunkDeduplicated(t *testing.T) {
 // TestSnapshotWideRows: chunks end at snapshot.chunk_bytes, so rows of
 // hundreds of kilobytes stay bounded in memory, and arrive whole.
 func TestSnapshotWideRows(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE wide (id int PRIMARY KEY, body text, n int)`,
 		`INSERT INTO wide SELECT g, (SELECT string_agg(md5(random()::text || g || i), '') FROM generate_series(1, 6000) i), g FROM generate_series(1, 7) g`)
@@ -622,6 +631,7 @@ func TestSnapshotWideRows(t *testing.T) {
 
 // TestSnapshotWal2JSON: a wal2json source snapshots the same way.
 func TestSnapshotWal2JSON(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE wj (id int PRIMARY KEY, v numeric, pad text)`,
 		`INSERT INTO wj SELECT g, g / 4.0, 'p' || g FROM generate_series(1, 120) g`)
