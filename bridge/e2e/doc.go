@@ -25,21 +25,26 @@
 //     happens: takeover, failover and lease times, latency, heartbeats and
 //     keep-alives;
 //   - its sleeps must line up with a timeout of a server or of the bridge
-//     (wal_sender_timeout, receive_timeout, a lease, a token's expiry), or
-//     it stalls or cuts a link or a server for a set time: other tests'
-//     load stretches the one and not the other;
+//     (wal_sender_timeout, receive_timeout, a lease), or it stalls or cuts
+//     a link or a server for a set time: other tests' load stretches the
+//     one and not the other;
 //   - it measures the test process itself (heap, goroutines, CPU, open
 //     files), which the other tests in the process move;
 //   - it changes what the whole process shares: t.Setenv (which Go refuses
-//     in a parallel test; an environment variable only a bridge process
-//     needs goes into that process's cmd.Env instead), the working
+//     in a parallel test; a variable that only a bridge process reads goes
+//     into that process's environment instead: startProcEnv), the working
 //     directory, signals, globals of a library.
 //
-// When in doubt, a new test starts serial. Go runs every serial test of the
-// package first, one at a time with no other test of this package running,
-// and starts the parallel ones only after them, so a serial test has this
-// test process to itself (tests of other packages may still run beside it:
-// go test runs packages in parallel).
+// A deadline that only bounds a wait (require.Eventually, a token that
+// must still be valid when the request arrives) may instead be given room
+// for that load, saying so where it is set. When in doubt, a new test
+// starts serial.
+//
+// Go runs every serial test of the package first, one at a time with no
+// other test of this package running, and starts the parallel ones only
+// after them, so a serial test has this test process to itself (tests of
+// other packages may still run beside it: go test runs packages in
+// parallel).
 //
 // A parallel test must not use a fixed port (take one from
 // natsembed.Ports, testport.Claim or port 0), a fixed path outside its
