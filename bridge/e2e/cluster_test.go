@@ -129,11 +129,15 @@ func (c *natsCluster) streamLeader(stream string) int {
 // It runs with transactions published message by message and as atomic
 // batches.
 func TestClusterR3LeaderRestart(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		atomic bool
 	}{{"per_message", false}, {"atomic", true}} {
-		t.Run(tc.name, func(t *testing.T) { clusterR3LeaderRestart(t, tc.atomic) })
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each case has servers of its own
+			clusterR3LeaderRestart(t, tc.atomic)
+		})
 	}
 }
 

@@ -157,6 +157,7 @@ const a11yJS = `(() => {
 // basics. The screenshot is saved (BRIDGE_CONSOLE_SCREENSHOT names the
 // file, as for docs/console.png; else a temporary one, logged).
 func TestConsoleInBrowser(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE items (id int PRIMARY KEY, v text, secret text)`)
 	p := e.configRoutes("console", "", `  - sinks: [js]
@@ -328,6 +329,7 @@ func consoleCall(t *testing.T, method, u, token string, ctx context.Context) (in
 // as `bridge serve` (the page's files, which hold no data, stay open) and
 // the buttons act only for a valid token.
 func TestConsoleBeyondLoopback(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE items (id int PRIMARY KEY, v text)`)
 	ctx := context.Background()

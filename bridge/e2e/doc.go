@@ -7,4 +7,49 @@
 // harness_test.go has the shared environment: newEnv starts Postgres and
 // NATS, env.config writes a bridge.yaml, env.start runs an App in the test's
 // process, and the message helpers read back what the stream holds.
+//
+// # Parallel and serial tests
+//
+// A test of this package runs in parallel with the others: its first line
+// is t.Parallel(), and scripts/test.sh bounds how many run at once
+// (-parallel). Each one has its own servers (newEnv: a Postgres cluster
+// and a nats-server on ports of its own), its own files (t.TempDir) and
+// its own names inside them, so the tests cannot meet. A kill -9 loop is
+// parallel too: where its kills land is random anyway, and what it proves
+// (every change once, in order) does not depend on when they land.
+//
+// A test stays serial (no t.Parallel, and its doc comment says "Serial:"
+// and why) when any of these holds:
+//
+//   - it measures or bounds how long something takes, or how often it
+//     happens: takeover, failover and lease times, latency, heartbeats and
+//     keep-alives;
+//   - its sleeps must line up with a timeout of a server or of the bridge
+//     (wal_sender_timeout, receive_timeout, a lease), or it stalls or cuts
+//     a link or a server for a set time: other tests' load stretches the
+//     one and not the other;
+//   - it measures the test process itself (heap, goroutines, CPU, open
+//     files), which the other tests in the process move;
+//   - it changes what the whole process shares: t.Setenv (which Go refuses
+//     in a parallel test; a variable that only a bridge process reads goes
+//     into that process's environment instead: startProcEnv), the working
+//     directory, signals, globals of a library.
+//
+// A deadline that only bounds a wait (require.Eventually, a token that
+// must still be valid when the request arrives) may instead be given room
+// for that load, saying so where it is set. When in doubt, a new test
+// starts serial.
+//
+// Go runs every serial test of the package first, one at a time with no
+// other test of this package running, and starts the parallel ones only
+// after them, so a serial test has this test process to itself (tests of
+// other packages may still run beside it: go test runs packages in
+// parallel).
+//
+// A parallel test must not use a fixed port (take one from
+// natsembed.Ports, testport.Claim or port 0), a fixed path outside its
+// t.TempDir, or a package-level variable it writes (bridgeBinary's build,
+// done once under a sync.Once, is the one shared thing). Subtests that each
+// start their own environment may call t.Parallel() too; subtests sharing
+// their parent's servers stay sequential unless they only read.
 package e2e

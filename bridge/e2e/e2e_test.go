@@ -27,6 +27,7 @@ func waitReady(t *testing.T, r *running) {
 }
 
 func TestEachOperation(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE items (id int PRIMARY KEY, name text, qty int)`)
 	r := e.start(e.config("ops", ""))
@@ -90,6 +91,7 @@ func TestEachOperation(t *testing.T) {
 }
 
 func TestUnchangedToastIsFlaggedNotNulled(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE docs (id int PRIMARY KEY, body text, n int)`,
 		`ALTER TABLE docs ALTER body SET STORAGE EXTERNAL`)
@@ -355,6 +357,7 @@ func head(s []string) []string {
 }
 
 func TestGracefulRestartNoLossNoDuplicate(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := newWorkload(t, e)
 	cfg := e.config("graceful", "")
@@ -375,6 +378,7 @@ func TestGracefulRestartNoLossNoDuplicate(t *testing.T) {
 }
 
 func TestNATSRestartMidStream(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := newWorkload(t, e)
 	r := e.start(e.config("natsrestart", ""))
@@ -391,6 +395,7 @@ func TestNATSRestartMidStream(t *testing.T) {
 }
 
 func TestPostgresRestartMidStream(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE ev (id bigserial PRIMARY KEY, w int, n int)`)
 	r := e.start(e.config("pgrestart", ""))
@@ -469,6 +474,7 @@ func insertAcrossRestarts(t *testing.T, e *env, stream string) {
 var _ = json.Valid
 
 func TestReplicaIdentityFull(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE f (id int PRIMARY KEY, a text, b int)`, `ALTER TABLE f REPLICA IDENTITY FULL`,
 		`CREATE TABLE nopk (a text, b int)`, `ALTER TABLE nopk REPLICA IDENTITY FULL`)

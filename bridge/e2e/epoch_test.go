@@ -30,6 +30,7 @@ import (
 // that position and the deletion are in both, under different ids, as
 // docs/operations.md says).
 func TestKVBucketDeletedRestartKeepsFence(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := newSeqWorkload(t, e)
 	cfg := faultConfig(e, "kvfence", e.pg.DSN(""), e.natsURL(), "")
@@ -71,6 +72,10 @@ func TestKVBucketDeletedRestartKeepsFence(t *testing.T) {
 	// publishes can refuse one and let the next ones match the chain
 	// again; that hole of the fence is reported separately.)
 	w.halt()
+	// Idle: every committed row stored (each is, in one epoch or the
+	// other), then a second without a new message. A quiet second alone
+	// can be a pause of a loaded machine in the middle of the backlog.
+	waitAllRows(t, e, "CDC_kvfence", w.truth(t, e, 0))
 	quiet(t, e, "CDC_kvfence")
 	zombieID := oldProducer + ":FFFFFFFFFFFFFFF0:0"
 	zm := nats.NewMsg("cdc.kvfence.public.fw")
@@ -85,22 +90,9 @@ func TestKVBucketDeletedRestartKeepsFence(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Contains(out.String(), "natsjs: fenced") },
 		30*time.Second, 50*time.Millisecond, "the bridge's next publish was not refused: the fence is off")
 	want := w.truth(t, e, 0)
-	var all []msg
-	require.Eventually(t, func() bool {
-		all = e.messages("CDC_kvfence")
-		keys := map[string]bool{}
-		for _, g := range stream(t, all) {
-			keys[g.Key] = true
-		}
-		for _, wt := range want {
-			if !keys[wt.Key] {
-				return false
-			}
-		}
-		return true
-	}, 2*time.Minute, 500*time.Millisecond, "not every committed row arrived")
+	waitAllRows(t, e, "CDC_kvfence", want)
 	time.Sleep(time.Second) // anything still on its way
-	all = e.messages("CDC_kvfence")
+	all := e.messages("CDC_kvfence")
 	r2.stop(t)
 
 	require.NotContains(t, out.String(), "other writers", "the previous epoch's messages were taken for another writer's")
@@ -180,6 +172,24 @@ func TestKVBucketDeletedRestartKeepsFence(t *testing.T) {
 		}
 	}
 	t.Logf("%d changes in both epochs (between the slot's confirmed position and the deletion)", overlap)
+}
+
+// waitAllRows waits until stream name holds every row of want, under any
+// producer.
+func waitAllRows(t *testing.T, e *env, name string, want []checker.Want) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		keys := map[string]bool{}
+		for _, g := range stream(t, e.messages(name)) {
+			keys[g.Key] = true
+		}
+		for _, wt := range want {
+			if !keys[wt.Key] {
+				return false
+			}
+		}
+		return true
+	}, 2*time.Minute, 500*time.Millisecond, "not every committed row arrived")
 }
 
 // quiet waits until stream has stopped growing for a second.

@@ -56,6 +56,7 @@ func (e *env) fanoutConfig(t *testing.T, name string, jsOptions ...string) strin
 // and the bucket must end equal to the table without a value ever going
 // back.
 func TestFanoutKill9MidStream(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		options []string
@@ -67,6 +68,7 @@ func TestFanoutKill9MidStream(t *testing.T) {
 		{"atomic", []string{"atomic_transactions: true"}, 8000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each case has servers of its own
 			changes := tc.changes
 			if testing.Short() {
 				changes = 4000

@@ -41,6 +41,9 @@ func logTimes(t *testing.T, out, msg string, after time.Time) map[string][]time.
 // processes' log clocks, one machine), the others must take them over,
 // and every committed change must be in its stream exactly once, in commit
 // order.
+//
+// Serial: a partition of a set number of leases, and the processes' log
+// clocks compared across a takeover.
 func TestFleetClusterR3(t *testing.T) {
 	const nsrc = 6
 	bin := bridgeBinary(t)

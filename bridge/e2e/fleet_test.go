@@ -288,6 +288,9 @@ type takeover struct {
 // each kill is measured (until each source has a new lease owner, and until
 // a new walsender streams from its slot) and logged with p50 and max.
 // TEST_LONG=1 writes for longer and kills more often.
+//
+// Serial: it measures the takeover times, and the members' lease renewals
+// must keep their 5 s lease.
 func TestFleet(t *testing.T) {
 	const nsrc = 12
 	kills, writeFor := 2, 20*time.Second

@@ -17,6 +17,8 @@ import (
 // the other waits (standby); when the streaming one stops, the other takes
 // the slot over from the checkpoint, and every change is in the stream
 // exactly once, in commit order.
+//
+// Serial: a takeover, bounded in time, while both members renew leases.
 func TestFleetForcedTwoOwnersCaught(t *testing.T) {
 	e := newEnv(t)
 	w := newWorkload(t, e)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +24,7 @@ import (
 	"github.com/bridgecdc/bridge/config"
 	"github.com/bridgecdc/bridge/internal/natsembed"
 	"github.com/bridgecdc/bridge/internal/pgtest"
+	"github.com/bridgecdc/bridge/internal/testport"
 	_ "github.com/bridgecdc/bridge/plugins"
 )
 
@@ -307,12 +307,16 @@ func (w *testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// freePort returns a loopback port that no other test takes while this one
+// runs (testport.Claim: below the kernel's ephemeral range, so neither a
+// listener of another test nor the local end of an outgoing connection
+// takes it between the check and its use, or while its server is down).
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, release, err := testport.Claim()
 	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Cleanup(release)
+	return p
 }
 
 // bridgeBinary builds cmd/bridge once per test binary.

@@ -16,6 +16,7 @@ import (
 // other tables churn, the checkpoint and the slot follow the server's WAL end,
 // so the slot does not hold WAL back.
 func TestIdleSourceConfirmsWALEnd(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE watched (id int PRIMARY KEY)`, `CREATE TABLE churn (id serial PRIMARY KEY, pad text)`)
 	r := e.start(e.config("idle", "      tables: [public.watched]\n      status_interval: 300ms"))
@@ -52,6 +53,8 @@ func TestIdleSourceConfirmsWALEnd(t *testing.T) {
 // and the slot keep following the WAL end (lag stays measurable and
 // retained WAL bounded), and the heartbeats never reach the stream even
 // when every message prefix is published.
+//
+// Serial: it bounds how often the heartbeats move the slot.
 func TestHeartbeatMovesIdleSlot(t *testing.T) {
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE watched (id int PRIMARY KEY)`)

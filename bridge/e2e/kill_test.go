@@ -24,10 +24,17 @@ type proc struct {
 
 func startProc(t *testing.T, bin, cfg string) *proc {
 	t.Helper()
+	return startProcEnv(t, bin, cfg)
+}
+
+// startProcEnv is startProc with environment variables of the process's
+// own ("KEY=value"): a parallel test cannot t.Setenv.
+func startProcEnv(t *testing.T, bin, cfg string, env ...string) *proc {
+	t.Helper()
 	var out bytes.Buffer
 	cmd := exec.Command(bin, "run", "-c", cfg)
 	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.Env = append(os.Environ(), "BRIDGE_LOG__FORMAT=text")
+	cmd.Env = append(append(os.Environ(), "BRIDGE_LOG__FORMAT=text"), env...)
 	require.NoError(t, cmd.Start())
 	return &proc{cmd: cmd, out: &out}
 }
@@ -59,6 +66,7 @@ func (p *proc) term(t *testing.T) {
 // batches, and as fast-ingest batches (fast_batch, whose acks cover runs of
 // messages), unfenced and fenced.
 func TestKill9MidStream(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		options []string
@@ -77,7 +85,10 @@ func TestKill9MidStream(t *testing.T) {
 		// to the writer in parts of 1000, spilled to disk past 2048.
 		{"large_txns", nil, 60000, 4000},
 	} {
-		t.Run(tc.name, func(t *testing.T) { kill9MidStream(t, tc.options, tc.changes, tc.bulk) })
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each case has servers of its own
+			kill9MidStream(t, tc.options, tc.changes, tc.bulk)
+		})
 	}
 }
 

@@ -26,6 +26,7 @@ func dbWorkload(t *testing.T, e *env, db string) *workload {
 // graceful restart in the middle. Each stream holds its database's changes
 // exactly once, and nothing of the other's.
 func TestTwoSourcesOneProcess(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE DATABASE db_a`, `CREATE DATABASE db_b`)
 	wa, wb := dbWorkload(t, e, "db_a"), dbWorkload(t, e, "db_b")
@@ -83,6 +84,7 @@ routes:
 // them with SIGKILL while writers commit: the other is unaffected, and each
 // stream holds every change exactly once.
 func TestTwoProcesses(t *testing.T) {
+	t.Parallel()
 	bin := bridgeBinary(t)
 	e := newEnv(t)
 	w := newWorkload(t, e)
@@ -109,6 +111,8 @@ func TestTwoProcesses(t *testing.T) {
 // walsender, so the standby retries until the active one dies; killed with
 // SIGKILL mid-stream, it is replaced by the standby, and every change is in
 // the stream exactly once.
+//
+// Serial: a takeover, bounded in time.
 func TestStandbyTakesOver(t *testing.T) {
 	bin := bridgeBinary(t)
 	e := newEnv(t)

@@ -76,22 +76,39 @@ func (e *env) kvMessages(bucket string) []kvMsg {
 	require.NoError(e.t, err)
 	prefix := "$KV." + bucket + "."
 	var out []kvMsg
+	// In batches, as env.messages reads: one message per request took
+	// minutes for a bucket of tens of thousands of revisions once the
+	// machine was loaded, and waitKT reads the bucket again and again.
+	last := time.Now() // a message within 10 s, or the read fails
 	for {
-		m, err := c.Next(jetstream.FetchMaxWait(10 * time.Second))
+		batch, err := c.FetchNoWait(1000)
 		require.NoError(e.t, err, "reading bucket %s", bucket)
-		md, err := m.Metadata()
-		require.NoError(e.t, err)
-		km := kvMsg{Seq: md.Sequence.Stream, Key: strings.TrimPrefix(m.Subject(), prefix), Op: m.Headers().Get("KV-Operation"),
-			Header: m.Headers(), Producer: m.Headers().Get(natskv.HeaderProducer)}
-		lsn, err := cdc.ParseLSN(m.Headers().Get(natskv.HeaderCommitLSN))
-		require.NoError(e.t, err, "stream seq %d: %s", km.Seq, natskv.HeaderCommitLSN)
-		sq, err := strconv.ParseUint(m.Headers().Get(natskv.HeaderSeq), 10, 32)
-		require.NoError(e.t, err, "stream seq %d: %s", km.Seq, natskv.HeaderSeq)
-		km.Pos = cdc.Pos{LSN: lsn, Seq: uint32(sq)}
-		require.NoError(e.t, json.Unmarshal(m.Data(), &km.Body), "stream seq %d: %s", km.Seq, m.Data())
-		out = append(out, km)
-		if md.NumPending == 0 {
+		n, done := 0, false
+		for m := range batch.Messages() {
+			n++
+			last = time.Now()
+			md, err := m.Metadata()
+			require.NoError(e.t, err)
+			km := kvMsg{Seq: md.Sequence.Stream, Key: strings.TrimPrefix(m.Subject(), prefix), Op: m.Headers().Get("KV-Operation"),
+				Header: m.Headers(), Producer: m.Headers().Get(natskv.HeaderProducer)}
+			lsn, err := cdc.ParseLSN(m.Headers().Get(natskv.HeaderCommitLSN))
+			require.NoError(e.t, err, "stream seq %d: %s", km.Seq, natskv.HeaderCommitLSN)
+			sq, err := strconv.ParseUint(m.Headers().Get(natskv.HeaderSeq), 10, 32)
+			require.NoError(e.t, err, "stream seq %d: %s", km.Seq, natskv.HeaderSeq)
+			km.Pos = cdc.Pos{LSN: lsn, Seq: uint32(sq)}
+			require.NoError(e.t, json.Unmarshal(m.Data(), &km.Body), "stream seq %d: %s", km.Seq, m.Data())
+			out = append(out, km)
+			done = md.NumPending == 0
+		}
+		require.NoError(e.t, batch.Error(), "reading bucket %s", bucket)
+		if done {
 			return out
+		}
+		if n == 0 {
+			if time.Since(last) > 10*time.Second {
+				e.t.Fatalf("reading bucket %s: no message for 10s after %d of them", bucket, len(out))
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 	}
 }
@@ -144,6 +161,7 @@ func rowImage(t testing.TB, format string, body map[string]any) map[string]any {
 // truncated rows gone entirely, and no value ever replaced by an older
 // one. Consumers Get one row and Watch a table.
 func TestKVMirror(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE kv_items (order_id int, note text, sku text, qty int, PRIMARY KEY (order_id, sku))`)
 	e.pg.ExecT(t, `CREATE TABLE kv_plain (id bigint PRIMARY KEY, v text)`)
@@ -344,6 +362,7 @@ func (e *env) waitKT(t *testing.T, bucket string, within time.Duration) []kvMsg 
 // value may ever have been replaced by an older change (every revision in
 // the bucket's history is later in commit order than the one before).
 func TestKVKill9MidStream(t *testing.T) {
+	t.Parallel()
 	changes := 20000
 	if testing.Short() {
 		changes = 6000
@@ -366,6 +385,7 @@ func TestKVKill9MidStream(t *testing.T) {
 // then sends every change again: the bucket must not change at all, and
 // what comes after is written.
 func TestKVReplayFromOlderCheckpoint(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	newWorkload(t, e) // its table, kt; the test writes the rows itself
 	cfg := e.kvConfig("kvreplay", "native", "", "  confirm_delay: 1h")

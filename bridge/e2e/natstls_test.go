@@ -120,6 +120,7 @@ func runFails(t *testing.T, path string, during func(), want ...string) (started
 //     stop the bridge at start, not retried, with one line naming the key,
 //     the file and the fix.
 func TestNATSTLS(t *testing.T) {
+	t.Parallel()
 	p := testpki.WriteCerts(t, t.TempDir(), "bridge")
 	server := serverCert(t, p, time.Time{})
 	e := newEnv(t)
@@ -192,8 +193,9 @@ func TestNATSTLS(t *testing.T) {
 		oneWay := natsembed.StartT(t, natsembed.Options{TLS: &tls.Config{Certificates: []tls.Certificate{server}, MinVersion: tls.VersionTLS12}})
 		sysURL := "tls://" + strings.TrimPrefix(oneWay.URL(), "nats://")
 		path := faultConfig(e, "nsysroots", e.pg.DSN(""), sysURL, "")
-		t.Setenv("SSL_CERT_FILE", p.CA) // the bridge binary's system roots
-		proc := startProc(t, bridgeBinary(t), path)
+		// The bridge binary's system roots (its own environment: this
+		// process's would reach every test running beside this one).
+		proc := startProcEnv(t, bridgeBinary(t), path, "SSL_CERT_FILE="+p.CA)
 		defer proc.term(t)
 		waitSlotActive(t, e, "slot_nsysroots")
 		e.pg.ExecT(t, `INSERT INTO fw (writer, wseq, part, parts) VALUES (98, 1, 0, 1)`)

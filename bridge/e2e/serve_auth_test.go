@@ -116,6 +116,7 @@ func getStatus(t *testing.T, c *http.Client, u, token string) (int, string) {
 // expires, and RS256 keys fetched from a JWKS URL, a new key picked up
 // when a token names it.
 func TestServeAuth(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE orders (id int PRIMARY KEY, tenant_id int NOT NULL, status text)`,
 		`CREATE TABLE secrets (id int PRIMARY KEY, tenant_id int NOT NULL)`,
@@ -176,7 +177,11 @@ func TestServeAuth(t *testing.T) {
 	require.Equal(t, float64(2), authCounter(t, base, good, "bridge_feeds_requests_total", "mode", "longpoll", "outcome", "forbidden"))
 
 	t.Run("SSE ends when the token expires", func(t *testing.T) {
-		short := tok(1, 2*time.Second) // the test's leeway is 0
+		// The test's leeway is 0. The request must reach the server
+		// before the token expires (exp counts whole seconds, so 4 to 5 s
+		// here): a test running beside this one can hold it up for a
+		// second or more.
+		short := tok(1, 5*time.Second)
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()
 		req, err := http.NewRequestWithContext(ctx, "GET", base+"/v1/feed?sse=1&token="+from["token"][0], nil)
@@ -253,6 +258,7 @@ func authCounter(t *testing.T, base, token, name string, kv ...string) float64 {
 // in headers and in the query, and refuses a short secret in `bridge
 // validate`: no secret and no token reaches the log or the output.
 func TestServeSecretsNeverLogged(t *testing.T) {
+	t.Parallel()
 	const (
 		jwtSecret    = "jwtSecr3t-never-logged-0123456789abcdef"
 		shortSecret  = "shortSecr3tQ"

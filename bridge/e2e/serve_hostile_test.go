@@ -105,6 +105,10 @@ func heap() uint64 {
 // connections. Each gets a 4xx (or 503 at the connection limit, or a closed
 // connection for the slowloris), memory stays bounded, and the server
 // keeps serving.
+//
+// Serial: it measures this process's heap and opens thousands of
+// connections in it, and the slowloris must be cut by a 500 ms
+// read_header_timeout.
 func TestServeHostileInput(t *testing.T) {
 	fs := hostileFeeds(t)
 	addr := listen(t, fs, serve.Config{ReadHeaderTimeout: 500 * time.Millisecond})

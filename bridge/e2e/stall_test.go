@@ -54,6 +54,9 @@ func (g *gateSink) count() int {
 // single-row transactions (the source waits to hand over decoded
 // transactions), once with one transaction of 5,000 rows (handed over while
 // it arrives: the decoder waits in the middle of it).
+//
+// Serial: its 6 s stall must outlast wal_sender_timeout and receive_timeout
+// by the margins it names, with the keepalives answered in time.
 func TestKeepalivesWhileSinkStalls(t *testing.T) {
 	t.Run("single-row transactions", func(t *testing.T) {
 		testKeepalivesWhileSinkStalls(t, 200, func(pg *pgtest.Server) {

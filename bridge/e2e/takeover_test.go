@@ -41,6 +41,8 @@ func (s *lateSaveSource) Open(ctx context.Context, from cdc.LSN) error {
 // once, and checkpoints past it. Before the fix the first save was refused
 // ("fenced: another bridge instance owns this source") and the instance
 // stopped with nobody streaming the slot (seen in TestZombieIsFenced).
+//
+// Serial: a takeover.
 func TestTakeoverAfterALateSave(t *testing.T) {
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE items (id int PRIMARY KEY, name text)`)

@@ -50,6 +50,7 @@ var zooRows = []string{
 }
 
 func TestTypeZooValueByValue(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.pg.ExecT(t, zooDDL)
 	r := e.start(e.config("zoo", ""))

@@ -78,6 +78,9 @@ func (p *zproc) signal(t *testing.T, sig syscall.Signal) {
 // Nats-Expected-Last-Sequence) nor move the checkpoint (KV compare-and-set):
 // once the standby has saved a checkpoint, no revision comes from the
 // zombie.
+//
+// Serial: the standby's takeover waits for wal_sender_timeout to drop the
+// paused walsender.
 func TestZombieIsFenced(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -283,6 +286,7 @@ func lastLines(s string, n int) string {
 // follows it; a restart resumes from the checkpoint, not the slot, so
 // nothing is published twice.
 func TestConfirmDelay(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE cd (id int PRIMARY KEY)`)
 	conn := e.pg.Conn(t, "")
