@@ -2,7 +2,9 @@ package config
 
 import (
 	"net"
+	"net/netip"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -70,6 +72,23 @@ func checkServerTLS(add func(p, format string, args ...any), p string, t ServerT
 	}
 }
 
+// hostNameRE is a host name of allowed_hosts: dot-separated labels of
+// letters, digits, '-' and '_', optionally led by a dot (a domain and the
+// names below it).
+var hostNameRE = regexp.MustCompile(`^\.?[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?$`)
+
+// checkAllowedHosts adds the problems of an allowed_hosts list at p.
+func checkAllowedHosts(add func(p, format string, args ...any), p string, hosts []string) {
+	for i, h := range hosts {
+		if _, err := netip.ParseAddr(h); err == nil {
+			continue
+		}
+		if !hostNameRE.MatchString(h) || len(h) > 253 {
+			add(indexPath(p, i), "must be a host name such as bridge.internal, .example.com for a domain and the names below it, or an IP address, without scheme, port or path; got %q", h)
+		}
+	}
+}
+
 // validate adds the problems of the http section.
 func (h *HTTP) validate(add func(p, format string, args ...any)) {
 	if h.Listen == "" {
@@ -80,6 +99,7 @@ func (h *HTTP) validate(add func(p, format string, args ...any)) {
 		return
 	}
 	checkServerTLS(add, "http.tls", h.TLS)
+	checkAllowedHosts(add, "http.allowed_hosts", h.AllowedHosts)
 	if !IsLoopback(h.Listen) && h.Token == "" && h.TLS.ClientCAFile == "" && !h.AllowPublic {
 		add("http.listen", "%q serves /metrics to every machine that can reach it: set http.token (a bearer token Prometheus sends) or http.tls.client_ca_file (mutual TLS), listen on 127.0.0.1, or set http.allow_public: true to serve it openly", h.Listen)
 	}

@@ -47,6 +47,7 @@ serve:
   max_filter_depth: 4
   read_header_timeout: 3s
   idle_timeout: 1m
+  allowed_hosts: [feeds.example.com]
 `))
 		require.NoError(t, err)
 		assert.Equal(t, Serve{
@@ -67,6 +68,7 @@ serve:
 			},
 			MaxHeaderBytes: 8192, MaxQueryBytes: 4096, MaxFilterDepth: 4,
 			ReadHeaderTimeout: 3 * time.Second, IdleTimeout: time.Minute,
+			AllowedHosts: []string{"feeds.example.com"},
 		}, cfg.Serve)
 	})
 	t.Run("environment", func(t *testing.T) {
@@ -113,7 +115,7 @@ func TestServeValidation(t *testing.T) {
 		{"max_lag negative", "max_lag: -5", []string{"serve.max_lag: expected a non-negative integer, got a negative one"}},
 		{"window_txns zero", "window_txns: 0", []string{"serve.window_txns: must be > 0, got 0"}},
 		{"where not a mapping", `where: "tenant_id = 42"`, []string{"serve.where: expected a mapping, got a string"}},
-		{"unknown key", "max_conn: 5", []string{"serve.max_conn: unknown key (known: auth, client_header, hold, idle_timeout, keep_alive, listen, max_conns, max_filter_depth, max_header_bytes, max_lag, max_per_client, max_query_bytes, read_header_timeout, route, stream, tables, tls, where, window_txns, write_timeout)"}},
+		{"unknown key", "max_conn: 5", []string{"serve.max_conn: unknown key (known: allowed_hosts, auth, client_header, hold, idle_timeout, keep_alive, listen, max_conns, max_filter_depth, max_header_bytes, max_lag, max_per_client, max_query_bytes, read_header_timeout, route, stream, tables, tls, where, window_txns, write_timeout)"}},
 		{"several at once", "max_conns: 0\n  hold: 0s", []string{"serve.hold: must be > 0, got 0s", "serve.max_conns: must be > 0, got 0"}},
 		{"max_header_bytes too small", "max_header_bytes: 100", []string{"serve.max_header_bytes: must be >= 4096, got 100"}},
 		{"max_query_bytes zero", "max_query_bytes: 0", []string{"serve.max_query_bytes: must be > 0, got 0"}},
@@ -122,6 +124,7 @@ func TestServeValidation(t *testing.T) {
 		{"idle_timeout negative", "idle_timeout: -1s", []string{"serve.idle_timeout: must be > 0, got -1s"}},
 		{"tls cert without key", "tls: {cert_file: /c.pem}", []string{"serve.tls.key_file: must be set with cert_file: the private key of the certificate"}},
 		{"tls key without cert", "tls: {key_file: /k.pem}", []string{"serve.tls.cert_file: must be set with key_file: the certificate of the private key"}},
+		{"allowed host with a port", "allowed_hosts: [feeds.internal, \"feeds.internal:8090\"]", []string{`serve.allowed_hosts[1]: must be a host name such as bridge.internal, .example.com for a domain and the names below it, or an IP address, without scheme, port or path; got "feeds.internal:8090"`}},
 		{"tls client CA alone", "tls: {client_ca_file: /ca.pem}", []string{"serve.tls.client_ca_file: needs cert_file and key_file: mutual TLS is served over TLS"}},
 		{"auth mode unknown", "auth: {mode: oauth}", []string{`serve.auth.mode: must be one of jwt, proxy, none, got "oauth"`}},
 		{"jwt without a key", "auth: {mode: jwt}", []string{"serve.auth.mode: jwt needs a key to verify tokens: set serve.auth.hs256_secret, jwks_file or jwks_url"}},

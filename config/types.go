@@ -416,6 +416,15 @@ type HTTP struct {
 	// behind serve.auth (jwt or proxy), the authentication of `bridge
 	// serve`, and is otherwise left off with a warning. Default true.
 	Console bool `koanf:"console"`
+	// AllowedHosts are the names, besides localhost and loopback
+	// addresses, that requests may carry in their Host header (any port):
+	// "bridge.internal", or ".example.com" for example.com and every name
+	// below it. On a loopback listen address any other Host is refused
+	// with 403, so that a web page whose name is re-pointed at 127.0.0.1
+	// (DNS rebinding) cannot read or press anything; beyond loopback, when
+	// set, only these names, loopback names and IP addresses are served.
+	// Default none.
+	AllowedHosts []string `koanf:"allowed_hosts"`
 }
 
 // ServerTLS is the certificate of an HTTPS listener (http.tls, serve.tls),
@@ -503,6 +512,14 @@ type Serve struct {
 	// IdleTimeout closes a kept-alive connection without a request for this
 	// long. Default 2m.
 	IdleTimeout time.Duration `koanf:"idle_timeout"`
+	// AllowedHosts are the names, besides localhost and loopback
+	// addresses, that requests may carry in their Host header (any port):
+	// "feeds.internal", or ".example.com" for example.com and every name
+	// below it. On a loopback listen address any other Host is refused
+	// with 403 (DNS rebinding protection); beyond loopback, when set, only
+	// these names, loopback names and IP addresses are served. Default
+	// none.
+	AllowedHosts []string `koanf:"allowed_hosts"`
 }
 
 // ServeAuth authenticates `bridge serve`'s callers and limits what each

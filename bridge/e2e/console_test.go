@@ -301,8 +301,9 @@ func consoleOn(t *testing.T, e *env, name, serve string) string {
 	return base
 }
 
-// consoleCall sends a request to the console with token (none when "")
-// and returns the status and the body's start.
+// consoleCall sends a request to the console with token (none when ""),
+// a POST from the console's own page (Origin), and returns the status and
+// the body's start.
 func consoleCall(t *testing.T, method, u, token string, ctx context.Context) (int, string) {
 	t.Helper()
 	var body io.Reader
@@ -312,6 +313,9 @@ func consoleCall(t *testing.T, method, u, token string, ctx context.Context) (in
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
+	if method == http.MethodPost {
+		req.Header.Set("Origin", req.URL.Scheme+"://"+req.URL.Host) // from the console's page
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}

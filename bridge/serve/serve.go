@@ -79,6 +79,9 @@ type Config struct {
 	ReadHeaderTimeout time.Duration
 	// IdleTimeout closes a kept-alive connection idle this long. Default 2m.
 	IdleTimeout time.Duration
+	// AllowedHosts are the names besides localhost and loopback addresses
+	// a request's Host may carry on a loopback Listen (guard.go).
+	AllowedHosts []string
 }
 
 func (c *Config) defaults() {
@@ -245,7 +248,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, grants boo
 // level: hostile clients must not flood the log.
 func (s *Server) HTTPServer() *http.Server {
 	srv := &http.Server{
-		Handler:           s.Handler(),
+		Handler:           s.guard(s.Handler()),
 		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
@@ -862,7 +865,7 @@ func FromConfig(ctx context.Context, s config.Serve, log *slog.Logger) (Config, 
 		ClientHeader: s.ClientHeader, Hold: s.Hold, KeepAlive: s.KeepAlive, WriteTimeout: s.WriteTimeout, MaxLag: s.MaxLag,
 		Auth: auth, ProtectMetrics: auth != nil && !config.IsLoopback(s.Listen),
 		MaxHeaderBytes: s.MaxHeaderBytes, MaxQueryBytes: s.MaxQueryBytes, MaxFilterDepth: s.MaxFilterDepth,
-		ReadHeaderTimeout: s.ReadHeaderTimeout, IdleTimeout: s.IdleTimeout,
+		ReadHeaderTimeout: s.ReadHeaderTimeout, IdleTimeout: s.IdleTimeout, AllowedHosts: s.AllowedHosts,
 	}
 	if s.TLS.Enabled() {
 		if sc.TLS, err = reload.NewServerTLS("serve.tls", s.TLS, log); err != nil {

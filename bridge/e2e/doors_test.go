@@ -1,0 +1,236 @@
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The doors of issue 35: the attacks each test makes against the real
+// binary over real HTTP (DNS rebinding, a forged proxy header, another
+// role's token, a hostile value), and the one-line reason each refusal
+// gives in its body and in the log.
+
+// binary is a bridge process started from the built binary; its output
+// (text logs) is kept.
+type binary struct {
+	cmd *exec.Cmd
+	out *lockedBuffer
+}
+
+// startBinary runs the bridge binary with args and the extra environment
+// until the test ends (SIGTERM, then the exit is awaited).
+func startBinary(t *testing.T, env []string, args ...string) *binary {
+	t.Helper()
+	b := &binary{out: &lockedBuffer{}}
+	b.cmd = exec.Command(bridgeBinary(t), args...)
+	b.cmd.Stdout, b.cmd.Stderr = b.out, b.out
+	b.cmd.Env = append(append(os.Environ(), "BRIDGE_LOG__FORMAT=text"), env...)
+	require.NoError(t, b.cmd.Start())
+	t.Cleanup(func() {
+		b.stop(t)
+		if t.Failed() {
+			t.Logf("bridge %s:\n%s", strings.Join(args, " "), b.out.String())
+		}
+	})
+	return b
+}
+
+func (b *binary) stop(t *testing.T) {
+	if b.cmd.ProcessState != nil {
+		return
+	}
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = b.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = b.cmd.Process.Kill()
+		<-done
+		t.Errorf("bridge did not stop within 30s of SIGTERM")
+	}
+}
+
+// waitHTTP waits until GET base+path answers 200.
+func waitHTTP(t *testing.T, b *binary, base, path string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		if b.cmd.ProcessState != nil {
+			t.Fatalf("the bridge exited: %s", b.out.String())
+		}
+		code, _ := httpStatus(t, base+path)
+		return code == http.StatusOK
+	}, 90*time.Second, 50*time.Millisecond, "%s%s never answered 200", base, path)
+}
+
+// call sends method u with Host host ("" for u's), the headers and body,
+// and returns the status and the body (at most 64 KiB, or what arrived
+// within ctx for a stream).
+func call(t *testing.T, ctx context.Context, method, u, host string, header map[string]string, body string) (int, string) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	require.NoError(t, err)
+	if host != "" {
+		req.Host = host
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b := make([]byte, 64<<10)
+	n, _ := io.ReadAtLeast(resp.Body, b, 1)
+	return resp.StatusCode, string(b[:n])
+}
+
+// detail returns the "detail" of a JSON error body.
+func detail(t *testing.T, body string) string {
+	t.Helper()
+	var e struct{ Error, Detail string }
+	require.NoError(t, json.Unmarshal([]byte(body), &e), body)
+	require.NotEmpty(t, e.Detail, body)
+	require.NotContains(t, e.Detail, "\n", "one line")
+	return e.Detail
+}
+
+// runConfig writes the bridge.yaml of e.config for the binary: http.listen
+// at listen with httpExtra under http, and extra appended.
+func runConfig(t *testing.T, e *env, name, listen, httpExtra, extra string) string {
+	t.Helper()
+	p := e.config(name, "")
+	y, err := os.ReadFile(p)
+	require.NoError(t, err)
+	s := strings.Replace(string(y), `  listen: "127.0.0.1:0"`, fmt.Sprintf("  listen: %q\n%s", listen, httpExtra), 1)
+	require.NoError(t, os.WriteFile(p, []byte(s+extra), 0o644))
+	return p
+}
+
+// sourceState reads the console's overview (with the headers given) and
+// returns source app's state and paused_by.
+func sourceState(t *testing.T, base, host string, header map[string]string) (state string, pausedBy string) {
+	t.Helper()
+	code, body := call(t, t.Context(), "GET", base+"/console/api/overview", host, header, "")
+	require.Equal(t, http.StatusOK, code, body)
+	var o struct {
+		Sources []struct {
+			Name     string `json:"name"`
+			State    string `json:"state"`
+			Paused   bool   `json:"paused"`
+			PausedBy string `json:"paused_by"`
+		} `json:"sources"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &o))
+	require.Len(t, o.Sources, 1)
+	return o.Sources[0].State, o.Sources[0].PausedBy
+}
+
+// TestConsoleDNSRebinding attacks `bridge run`'s console on a loopback
+// http.listen as a DNS-rebinding page does: its requests carry the
+// attacker's name in Host (and, being same-origin for the browser, in
+// Origin, with Sec-Fetch-Site: same-origin). The overview, the tail, the
+// metrics and the pause button all refuse them with the reason, in the
+// body and the log; the source is not paused. localhost, 127.0.0.1 and a
+// name of http.allowed_hosts are served. A page of another site (Origin,
+// Sec-Fetch-Site: cross-site) cannot press a button either, and a POST
+// without Origin or Sec-Fetch-Site is refused with what to send.
+func TestConsoleDNSRebinding(t *testing.T) {
+	e := newEnv(t)
+	e.pg.ExecT(t, `CREATE TABLE items (id int PRIMARY KEY)`)
+	port := freePort(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	p := runConfig(t, e, "rebind", addr, "  allowed_hosts: [bridge.test]\n", "")
+	b := startBinary(t, nil, "run", "-c", p)
+	base := "http://" + addr
+	waitHTTP(t, b, base, "/readyz")
+	waitSlotActive(t, e, "slot_rebind")
+	ctx := t.Context()
+
+	evil := fmt.Sprintf("attacker.example:%d", port)
+	rebound := map[string]string{"Origin": "http://" + evil, "Sec-Fetch-Site": "same-origin", "Content-Type": "application/json"}
+	want := fmt.Sprintf(`Host %q is not a name of this server: a listener on loopback (%s) answers only to localhost, loopback addresses and the names in http.allowed_hosts (DNS rebinding protection)`, evil, addr)
+	for _, tc := range []struct{ method, path, body string }{
+		{"GET", "/console/api/overview", ""},
+		{"POST", "/console/api/sources/app/pause", `{"reason":"rebound"}`},
+		{"POST", "/console/api/sources/app/snapshot", `{}`},
+		{"GET", "/console/api/v1/feed?sse=1&token=now", ""},
+		{"GET", "/metrics", ""},
+		{"GET", "/readyz", ""},
+	} {
+		code, body := call(t, ctx, tc.method, base+tc.path, evil, rebound, tc.body)
+		require.Equal(t, http.StatusForbidden, code, "%s %s: %s", tc.method, tc.path, body)
+		require.Equal(t, want, detail(t, body), tc.path)
+	}
+	require.Contains(t, b.out.String(), `msg="http request refused" reason="Host \"`+evil+`\" is not a name of this server`)
+
+	for _, host := range []string{addr, fmt.Sprintf("localhost:%d", port), fmt.Sprintf("bridge.test:%d", port)} {
+		state, _ := sourceState(t, base, host, nil)
+		require.Equal(t, "streaming", state, "Host %s is served, and nothing was paused", host)
+	}
+
+	// Cross-site requests from a page elsewhere, to the right Host.
+	pause := base + "/console/api/sources/app/pause"
+	for _, tc := range []struct {
+		header map[string]string
+		want   string
+	}{
+		{map[string]string{"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"}, `cross-site request refused: Sec-Fetch-Site is "cross-site"; state-changing requests are accepted only from this server's own pages`},
+		{map[string]string{"Origin": "https://evil.example"}, `cross-origin request refused: Origin "https://evil.example" is not this server (` + addr + `); state-changing requests are accepted only from its own pages`},
+		{map[string]string{}, `request refused: a POST needs an Origin header naming this server (Origin: http://` + addr + `) or Sec-Fetch-Site: same-origin; browsers send them, other clients must set Origin`},
+	} {
+		tc.header["Content-Type"] = "application/json"
+		code, body := call(t, ctx, "POST", pause, "", tc.header, `{"reason":"csrf"}`)
+		require.Equal(t, http.StatusForbidden, code, body)
+		require.Equal(t, tc.want, detail(t, body))
+	}
+	state, _ := sourceState(t, base, "", nil)
+	require.Equal(t, "streaming", state)
+
+	// The console's own page: Origin is this server.
+	code, body := call(t, ctx, "POST", pause, "", map[string]string{"Origin": base, "Content-Type": "application/json"}, `{"reason":"ok"}`)
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `"state":"paused"`)
+	code, body = call(t, ctx, "POST", base+"/console/api/sources/app/resume", "", map[string]string{"Sec-Fetch-Site": "same-origin", "Content-Type": "application/json"}, `{}`)
+	require.Equal(t, http.StatusOK, code, body)
+}
+
+// TestServeDoors attacks `bridge serve` over real HTTP: a DNS-rebinding
+// Host on a loopback serve.listen without authentication (refused with
+// the reason, body and log).
+func TestServeDoors(t *testing.T) {
+	natsURL, _ := cdcStream(t)
+
+	t.Run("DNS rebinding", func(t *testing.T) {
+		port := freePort(t)
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		cfg := serveYAML(t, natsURL, fmt.Sprintf("  listen: %q\n", addr))
+		b := startBinary(t, nil, "serve", "-c", cfg)
+		base := "http://" + addr
+		waitHTTP(t, b, base, "/readyz")
+
+		evil := fmt.Sprintf("attacker.example:%d", port)
+		for _, path := range []string{"/v1/feed?timeout=1ms", "/v1/feed?sse=1", "/v1/position", "/metrics"} {
+			code, body := call(t, t.Context(), "GET", base+path, evil, nil, "")
+			require.Equal(t, http.StatusForbidden, code, "%s: %s", path, body)
+			require.Equal(t, fmt.Sprintf(`Host %q is not a name of this server: a listener on loopback (%s) answers only to localhost, loopback addresses and the names in serve.allowed_hosts (DNS rebinding protection)`, evil, addr), detail(t, body))
+		}
+		require.Contains(t, b.out.String(), `msg="http request refused" reason="Host \"`+evil+`\"`)
+		code, body := call(t, t.Context(), "GET", base+"/v1/position", fmt.Sprintf("localhost:%d", port), nil, "")
+		require.Equal(t, http.StatusOK, code, body)
+	})
+}
