@@ -166,6 +166,9 @@ func (s *Serve) validateAuth(add func(p, format string, args ...any)) {
 	if a.QueryToken && !s.TLS.Enabled() && !loopback {
 		add("serve.auth.query_token", "needs serve.tls, or serve.listen on loopback behind a TLS-terminating proxy: a token in the URL would cross the network in clear")
 	}
+	if mode == AuthProxy && s.ClientHeader != "" && !loopback && s.TLS.ClientCAFile == "" {
+		add("serve.client_header", "%q would be trusted from every client that reaches serve.listen %q, and any of them can send it: listen on 127.0.0.1 behind the proxy on the same host (a sidecar), or require the proxy's certificate with serve.tls.client_ca_file (mutual TLS)", s.ClientHeader, s.Listen)
+	}
 	if mode == AuthNone && a.Mode == "" && !loopback {
 		add("serve.listen", "%q can be reached from other machines and serve.auth is not set: anyone who reaches it reads every row. Set serve.auth.hs256_secret or jwks_url (JWT), serve.client_header behind an authenticating proxy, listen on 127.0.0.1, or set serve.auth.mode: none to serve without authentication", s.Listen)
 	}

@@ -141,6 +141,8 @@ func TestServeValidation(t *testing.T) {
 			"serve.auth.where: needs JWT authentication (serve.auth.hs256_secret, jwks_file or jwks_url); use serve.where for a condition without claims",
 		}},
 		{"query token in clear", "listen: \":8090\"\n  auth: {jwks_file: /j.json, query_token: true}", []string{"serve.auth.query_token: needs serve.tls, or serve.listen on loopback behind a TLS-terminating proxy: a token in the URL would cross the network in clear"}},
+		{"proxy header on every interface", "listen: \":8090\"\n  client_header: X-User", []string{`serve.client_header: "X-User" would be trusted from every client that reaches serve.listen ":8090", and any of them can send it: listen on 127.0.0.1 behind the proxy on the same host (a sidecar), or require the proxy's certificate with serve.tls.client_ca_file (mutual TLS)`}},
+		{"proxy header beyond loopback, TLS without client certificates", "listen: 10.0.0.5:8090\n  client_header: X-User\n  tls: {cert_file: /c, key_file: /k}", []string{`serve.client_header: "X-User" would be trusted from every client that reaches serve.listen "10.0.0.5:8090", and any of them can send it: listen on 127.0.0.1 behind the proxy on the same host (a sidecar), or require the proxy's certificate with serve.tls.client_ca_file (mutual TLS)`}},
 		{"public without auth", "listen: 0.0.0.0:8090", []string{`serve.listen: "0.0.0.0:8090" can be reached from other machines and serve.auth is not set: anyone who reaches it reads every row. Set serve.auth.hs256_secret or jwks_url (JWT), serve.client_header behind an authenticating proxy, listen on 127.0.0.1, or set serve.auth.mode: none to serve without authentication`}},
 		{"every interface without auth", `listen: ":8090"`, []string{`serve.listen: ":8090" can be reached from other machines and serve.auth is not set: anyone who reaches it reads every row. Set serve.auth.hs256_secret or jwks_url (JWT), serve.client_header behind an authenticating proxy, listen on 127.0.0.1, or set serve.auth.mode: none to serve without authentication`}},
 	}
@@ -152,11 +154,13 @@ func TestServeValidation(t *testing.T) {
 	}
 	t.Run("accepted", func(t *testing.T) {
 		for _, y := range []string{
-			"listen: 127.0.0.1:8090",                     // loopback needs nothing
-			"listen: \"[::1]:8090\"",                     // nor IPv6 loopback
-			"listen: localhost:8090",                     // nor localhost
-			"listen: \":8090\"\n  auth: {mode: none}",    // the explicit opt-in
-			"listen: \":8090\"\n  client_header: X-User", // behind an authenticating proxy
+			"listen: 127.0.0.1:8090",                          // loopback needs nothing
+			"listen: \"[::1]:8090\"",                          // nor IPv6 loopback
+			"listen: localhost:8090",                          // nor localhost
+			"listen: \":8090\"\n  auth: {mode: none}",         // the explicit opt-in
+			"listen: 127.0.0.1:8090\n  client_header: X-User", // behind a proxy on the same host
+			"listen: \":8090\"\n  client_header: X-User\n  tls: {cert_file: /c, key_file: /k, client_ca_file: /ca}", // behind a proxy with its certificate
+			"listen: \":8090\"\n  client_header: X-User\n  auth: {mode: none}",                                      // the header only keys max_per_client
 			"listen: \":8090\"\n  auth: {hs256_secret: " + strings.Repeat("s", 32) + "}",
 			"listen: \":8090\"\n  auth: {jwks_url: https://idp/jwks.json, query_token: true}\n  tls: {cert_file: /c, key_file: /k}",
 			"auth: {jwks_url: http://127.0.0.1:9999/jwks.json, query_token: true}", // loopback: plain http and query tokens

@@ -211,7 +211,8 @@ func TestConsoleDNSRebinding(t *testing.T) {
 
 // TestServeDoors attacks `bridge serve` over real HTTP: a DNS-rebinding
 // Host on a loopback serve.listen without authentication (refused with
-// the reason, body and log).
+// the reason, body and log), and `bridge validate` refusing
+// serve.client_header trusted on a listener every client reaches.
 func TestServeDoors(t *testing.T) {
 	natsURL, _ := cdcStream(t)
 
@@ -233,4 +234,45 @@ func TestServeDoors(t *testing.T) {
 		code, body := call(t, t.Context(), "GET", base+"/v1/position", fmt.Sprintf("localhost:%d", port), nil, "")
 		require.Equal(t, http.StatusOK, code, body)
 	})
+
+	t.Run("a proxy header every client can send", func(t *testing.T) {
+		cfg := serveYAML(t, natsURL, "  listen: 0.0.0.0:8090\n  client_header: X-Auth-Request-User\n")
+		out, err := exec.Command(bridgeBinary(t), "validate", "-c", cfg).CombinedOutput()
+		require.Error(t, err, "%s", out)
+		require.Contains(t, string(out), `serve.client_header: "X-Auth-Request-User" would be trusted from every client that reaches serve.listen "0.0.0.0:8090", and any of them can send it: listen on 127.0.0.1 behind the proxy on the same host (a sidecar), or require the proxy's certificate with serve.tls.client_ca_file (mutual TLS)`)
+	})
+}
+
+// TestConsoleProxyHeader attacks the console of `bridge run` configured as
+// the image and deploy/k8s run it (http.listen 0.0.0.0, allow_public)
+// with serve.client_header set for a `bridge serve` behind a proxy: a
+// client sending the header itself gets no overview, no tail and no
+// button, and the body and the log say why.
+func TestConsoleProxyHeader(t *testing.T) {
+	e := newEnv(t)
+	e.pg.ExecT(t, `CREATE TABLE items (id int PRIMARY KEY)`)
+	const serveSection = "serve:\n  client_header: X-Auth-Request-User\n"
+	ctx := t.Context()
+
+	port := freePort(t)
+	p := runConfig(t, e, "proxypub", "127.0.0.1:0", "", serveSection)
+	b := startBinary(t, []string{fmt.Sprintf("BRIDGE_HTTP__LISTEN=0.0.0.0:%d", port), "BRIDGE_HTTP__ALLOW_PUBLIC=true"}, "run", "-c", p)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	waitHTTP(t, b, base, "/readyz")
+	waitSlotActive(t, e, "slot_proxypub")
+	forged := map[string]string{"X-Auth-Request-User": "admin", "X-Auth-Request-Scopes": "bridge:control", "Origin": base, "Content-Type": "application/json"}
+	want := fmt.Sprintf(`the web console is off: http.listen "0.0.0.0:%d" can be reached without the authenticating proxy, so anyone could send serve.client_header "X-Auth-Request-User"; listen on 127.0.0.1 behind a proxy on the same host, require the proxy's certificate with http.tls.client_ca_file, use JWTs (serve.auth), or set http.console: false to silence this`, port)
+	for _, tc := range []struct{ method, path, body string }{
+		{"GET", "/console/api/overview", ""},
+		{"POST", "/console/api/sources/app/pause", `{"reason":"forged"}`},
+		{"GET", "/console/api/v1/feed?sse=1&token=now", ""},
+	} {
+		code, body := call(t, ctx, tc.method, base+tc.path, "", forged, tc.body)
+		require.Equal(t, http.StatusNotFound, code, "%s %s: %s", tc.method, tc.path, body)
+		require.Equal(t, want, detail(t, body))
+	}
+	require.Contains(t, b.out.String(), `msg="`+strings.ReplaceAll(want, `"`, `\"`)+`"`)
+	code, _ := httpStatus(t, base+"/metrics")
+	require.Equal(t, http.StatusOK, code, "allow_public opens /metrics, nothing else")
+	require.False(t, e.ckpt("proxypub").Paused)
 }

@@ -42,11 +42,17 @@ type Auth struct {
 	mode   string // config.AuthJWT or config.AuthProxy
 	header string // proxy: the header the proxy sets
 	log    *slog.Logger
+	// listener is where the Auth is used: it decides whether the proxy's
+	// header and a token in the URL are trusted (On).
+	listener Listener
+	// queryConfigured is serve.auth.query_token; queryToken whether the
+	// listener accepts it (TLS, or loopback).
+	queryConfigured bool
 
 	parser      *jwt.Parser
-	algs        []string // the algorithms accepted
-	keys        atomic.Pointer[jwt.Keyfunc]
-	jwksFile    string // reloaded by Watch
+	algs        []string                     // the algorithms accepted
+	keys        *atomic.Pointer[jwt.Keyfunc] // shared by the copies On makes
+	jwksFile    string                       // reloaded by Watch
 	tablesClaim string
 	where       *whereTemplate
 	queryToken  bool
@@ -58,6 +64,9 @@ type caller struct {
 	// id keys the per-client limit: the proxy's header, or the token's
 	// subject; "" falls back to the remote IP.
 	id string
+	// name is who the caller is in logs and records: a JWT's sub, the
+	// proxy's header; "" for a token without sub.
+	name string
 	// tables the caller may read; nil when the token does not limit them.
 	tables []string
 	// where is ANDed with the request's filter; nil adds none.
@@ -96,13 +105,16 @@ func NewAuth(ctx context.Context, s config.Serve, log *slog.Logger) (*Auth, erro
 	}
 	a := s.Auth
 	mode := s.EffectiveMode()
+	served := Listener{Key: "serve.listen", Addr: s.Listen, TLS: s.TLS.Enabled(), MutualTLS: s.TLS.ClientCAFile != ""}
 	switch mode {
 	case config.AuthNone:
 		return nil, nil
 	case config.AuthProxy:
-		return &Auth{mode: mode, header: s.ClientHeader, log: log}, nil
+		return (&Auth{mode: mode, header: s.ClientHeader, log: log}).On(served), nil
 	}
-	au := &Auth{mode: mode, log: log, tablesClaim: a.TablesClaim, queryToken: a.QueryToken, leeway: a.Leeway}
+	au := &Auth{mode: mode, log: log, tablesClaim: a.TablesClaim, queryConfigured: a.QueryToken, leeway: a.Leeway}
+	au.keys = new(atomic.Pointer[jwt.Keyfunc])
+	au.listener, au.queryToken = served, a.QueryToken && served.queryTokenOK()
 	opts := []jwt.ParserOption{
 		jwt.WithLeeway(a.Leeway), jwt.WithIssuedAt(), jwt.WithExpirationRequired(), jwt.WithJSONNumber(),
 	}
@@ -197,6 +209,9 @@ func (a *Auth) bearer(r *http.Request) (string, *authError) {
 	h := r.Header.Get("Authorization")
 	q, inQuery := r.URL.Query()["access_token"]
 	if inQuery && !a.queryToken {
+		if a.queryConfigured {
+			return "", unauthorized("invalid_request", "a token in the access_token query parameter is not accepted on %s %q, which is served without TLS: send it in the Authorization header", a.listener.Key, a.listener.Addr)
+		}
 		return "", unauthorized("invalid_request", "a token in the access_token query parameter is not accepted here: send it in the Authorization header")
 	}
 	if h != "" && inQuery {
@@ -223,11 +238,14 @@ func (a *Auth) bearer(r *http.Request) (string, *authError) {
 // (/metrics beyond loopback).
 func (a *Auth) authenticate(r *http.Request, grants bool) (*caller, *authError) {
 	if a.mode == config.AuthProxy {
+		if aerr := a.proxyTrusted(r); aerr != nil {
+			return nil, aerr
+		}
 		id := r.Header.Get(a.header)
 		if id == "" {
 			return nil, unauthorized("", "no %s header: requests must come through the authenticating proxy", a.header)
 		}
-		return &caller{id: id}, nil
+		return &caller{id: id, name: id}, nil
 	}
 	raw, aerr := a.bearer(r)
 	if aerr != nil {
@@ -245,7 +263,7 @@ func (a *Auth) authenticate(r *http.Request, grants bool) (*caller, *authError) 
 	}
 	c := &caller{}
 	if sub, _ := claims["sub"].(string); sub != "" {
-		c.id = "sub:" + sub
+		c.id, c.name = "sub:"+sub, sub
 	}
 	if exp, err := claims.GetExpirationTime(); err == nil && exp != nil {
 		c.until = exp.Add(a.leeway)
@@ -531,4 +549,64 @@ func (a *Auth) Protect(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// Listener is the listener an Auth serves on: it decides whether an
+// authenticating proxy's header can be trusted there (only the proxy can
+// reach the listener) and whether a token may travel in the URL (only over
+// TLS, or on loopback behind a TLS-terminating proxy on the same host).
+type Listener struct {
+	// Key is the YAML key of the listen address, named in refusals:
+	// "serve.listen", "http.listen".
+	Key string
+	// Addr is the listen address (host:port).
+	Addr string
+	// TLS is true when the listener serves HTTPS; MutualTLS when clients
+	// must present a certificate of its client_ca_file.
+	TLS, MutualTLS bool
+}
+
+// ProxyTrusted reports whether an authenticating proxy's header can be
+// trusted on l: l is on loopback (a proxy on the same host; a sidecar) or
+// requires a client certificate (the proxy's). On any other listener every
+// client that reaches it can send the header.
+func (l Listener) ProxyTrusted() bool { return config.IsLoopback(l.Addr) || l.MutualTLS }
+
+// queryTokenOK reports whether a token in the URL is accepted on l.
+func (l Listener) queryTokenOK() bool { return l.TLS || config.IsLoopback(l.Addr) }
+
+// On returns a's authentication on another listener than serve.listen
+// (the web console on http.listen): the proxy's header is trusted only
+// where l.ProxyTrusted, and access_token (query_token) only where l serves
+// TLS or is on loopback. A nil *Auth returns nil.
+func (a *Auth) On(l Listener) *Auth {
+	if a == nil {
+		return nil
+	}
+	b := &Auth{mode: a.mode, header: a.header, log: a.log, listener: l,
+		queryConfigured: a.queryConfigured, queryToken: a.queryConfigured && l.queryTokenOK(),
+		keys: a.keys, parser: a.parser, algs: a.algs, jwksFile: a.jwksFile, tablesClaim: a.tablesClaim, where: a.where, leeway: a.leeway}
+	return b
+}
+
+// Listener returns the listener a serves on.
+func (a *Auth) Listener() Listener { return a.listener }
+
+// Mode returns a's mode: config.AuthJWT or config.AuthProxy.
+func (a *Auth) Mode() string { return a.mode }
+
+// proxyTrusted refuses a request whose proxy header cannot be trusted: on
+// a listener other clients reach (not loopback, no mutual TLS), or over a
+// connection without a verified client certificate.
+func (a *Auth) proxyTrusted(r *http.Request) *authError {
+	l := a.listener
+	switch {
+	case config.IsLoopback(l.Addr):
+		return nil
+	case l.MutualTLS && r.TLS != nil && len(r.TLS.VerifiedChains) > 0:
+		return nil
+	}
+	e := forbidden("the %s header is not trusted on %s %q: every client that reaches it could send it; the proxy must reach the bridge on loopback or with a client certificate (mutual TLS)", a.header, l.Key, l.Addr)
+	a.log.Warn("request refused: "+e.detail, "remote", r.RemoteAddr, "path", r.URL.Path)
+	return e
 }

@@ -1,6 +1,8 @@
 package serve
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -381,4 +383,46 @@ func TestJSONDepth(t *testing.T) {
 	c, err := feeds.ParseCond([]byte(`{"and":[{"eq":["a",1]},{"or":[{"not":{"null":"b"}},{"eq":["c",2]}]}]}`))
 	require.NoError(t, err)
 	assert.Equal(t, 4, condDepth(&c))
+}
+
+// TestAuthOnListener: the proxy's header is trusted only on a listener
+// only the proxy reaches (loopback; mutual TLS with a verified client
+// certificate), and a token in the URL only over TLS or on loopback, each
+// judged on the listener the Auth is used on (the console's http.listen),
+// not on serve.listen.
+func TestAuthOnListener(t *testing.T) {
+	proxy := newAuth(t, config.Serve{ClientHeader: "X-User"}) // serve.listen 127.0.0.1:8090
+	forged := request("", "")
+	forged.Header.Set("X-User", "admin")
+	forged.RemoteAddr = "203.0.113.9:4444"
+	_, err := proxy.authenticate(forged, true)
+	require.Nil(t, err, "on loopback the proxy is on the same host")
+
+	public := proxy.On(Listener{Key: "http.listen", Addr: "0.0.0.0:8080"})
+	c, err := public.authenticate(forged, false)
+	require.Nil(t, c)
+	require.NotNil(t, err)
+	assert.Equal(t, http.StatusForbidden, err.status)
+	assert.Equal(t, `the X-User header is not trusted on http.listen "0.0.0.0:8080": every client that reaches it could send it; the proxy must reach the bridge on loopback or with a client certificate (mutual TLS)`, err.detail)
+	assert.False(t, Listener{Addr: ":8080", TLS: true}.ProxyTrusted(), "TLS alone authenticates no proxy")
+
+	mtls := proxy.On(Listener{Key: "http.listen", Addr: "0.0.0.0:8080", TLS: true, MutualTLS: true})
+	_, err = mtls.authenticate(forged, false)
+	require.NotNil(t, err, "no client certificate on this connection")
+	withCert := forged.Clone(t.Context())
+	withCert.TLS = &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{{}}}}
+	c, err = mtls.authenticate(withCert, false)
+	require.Nil(t, err)
+	assert.Equal(t, "admin", c.name)
+
+	q := newAuth(t, config.Serve{Auth: config.ServeAuth{HS256Secret: secret, QueryToken: true}})
+	inURL := request("", "access_token="+url.QueryEscape(hs256(t, secret, claims(nil))))
+	_, err = q.authenticate(inURL, true)
+	require.Nil(t, err, "serve.listen on loopback")
+	_, err = q.On(Listener{Key: "http.listen", Addr: "0.0.0.0:8080", TLS: true}).authenticate(inURL, true)
+	require.Nil(t, err, "over TLS")
+	_, err = q.On(Listener{Key: "http.listen", Addr: "0.0.0.0:8080"}).authenticate(inURL, true)
+	require.NotNil(t, err)
+	assert.Equal(t, `a token in the access_token query parameter is not accepted on http.listen "0.0.0.0:8080", which is served without TLS: send it in the Authorization header`, err.detail)
+	assert.Nil(t, (*Auth)(nil).On(Listener{}))
 }
