@@ -148,6 +148,15 @@ func (s *Serve) validateAuth(add func(p, format string, args ...any)) {
 	if mode == AuthProxy && s.ClientHeader == "" {
 		add("serve.client_header", "must be set with serve.auth.mode: proxy: the header the authenticating proxy sets")
 	}
+	switch {
+	case a.ScopeHeader == "":
+	case mode != AuthProxy:
+		add("serve.auth.scope_header", "needs serve.auth.mode: proxy (serve.client_header): with JWTs the scopes come from serve.auth.scope_claim")
+	case !headerRE.MatchString(a.ScopeHeader):
+		add("serve.auth.scope_header", "must be an HTTP header name such as X-Auth-Request-Groups, got %q", a.ScopeHeader)
+	case strings.EqualFold(a.ScopeHeader, s.ClientHeader):
+		add("serve.auth.scope_header", "must differ from serve.client_header (%q): one names the caller, the other its scopes", s.ClientHeader)
+	}
 	if mode != AuthJWT {
 		if a.TablesClaim != "" {
 			add("serve.auth.tables_claim", "needs JWT authentication (serve.auth.hs256_secret, jwks_file or jwks_url)")

@@ -42,6 +42,7 @@ serve:
     tables_claim: tables
     where: {eq: [tenant_id, "{{.claims.tenant_id}}"]}
     query_token: true
+    scope_claim: scp
   max_header_bytes: 8192
   max_query_bytes: 4096
   max_filter_depth: 4
@@ -63,7 +64,7 @@ serve:
 			TLS: ServerTLS{CertFile: "/tls/crt.pem", KeyFile: "/tls/key.pem", ClientCAFile: "/tls/ca.pem"},
 			Auth: ServeAuth{
 				Mode: "jwt", JWKSURL: "https://idp.example.com/jwks.json", Issuer: "https://idp.example.com/", Audience: "bridge",
-				Leeway: 5 * time.Second, TablesClaim: "tables", QueryToken: true,
+				Leeway: 5 * time.Second, TablesClaim: "tables", QueryToken: true, ScopeClaim: "scp",
 				Where: map[string]any{"eq": []any{"tenant_id", "{{.claims.tenant_id}}"}},
 			},
 			MaxHeaderBytes: 8192, MaxQueryBytes: 4096, MaxFilterDepth: 4,
@@ -143,6 +144,9 @@ func TestServeValidation(t *testing.T) {
 		{"query token in clear", "listen: \":8090\"\n  auth: {jwks_file: /j.json, query_token: true}", []string{"serve.auth.query_token: needs serve.tls, or serve.listen on loopback behind a TLS-terminating proxy: a token in the URL would cross the network in clear"}},
 		{"proxy header on every interface", "listen: \":8090\"\n  client_header: X-User", []string{`serve.client_header: "X-User" would be trusted from every client that reaches serve.listen ":8090", and any of them can send it: listen on 127.0.0.1 behind the proxy on the same host (a sidecar), or require the proxy's certificate with serve.tls.client_ca_file (mutual TLS)`}},
 		{"proxy header beyond loopback, TLS without client certificates", "listen: 10.0.0.5:8090\n  client_header: X-User\n  tls: {cert_file: /c, key_file: /k}", []string{`serve.client_header: "X-User" would be trusted from every client that reaches serve.listen "10.0.0.5:8090", and any of them can send it: listen on 127.0.0.1 behind the proxy on the same host (a sidecar), or require the proxy's certificate with serve.tls.client_ca_file (mutual TLS)`}},
+		{"scope header without proxy", "auth: {scope_header: X-Scopes}", []string{"serve.auth.scope_header: needs serve.auth.mode: proxy (serve.client_header): with JWTs the scopes come from serve.auth.scope_claim"}},
+		{"scope header is the client header", "client_header: X-User\n  auth: {scope_header: x-user}", []string{`serve.auth.scope_header: must differ from serve.client_header ("X-User"): one names the caller, the other its scopes`}},
+		{"scope header not a header", "client_header: X-User\n  auth: {scope_header: \"X Scopes\"}", []string{`serve.auth.scope_header: must be an HTTP header name such as X-Auth-Request-Groups, got "X Scopes"`}},
 		{"public without auth", "listen: 0.0.0.0:8090", []string{`serve.listen: "0.0.0.0:8090" can be reached from other machines and serve.auth is not set: anyone who reaches it reads every row. Set serve.auth.hs256_secret or jwks_url (JWT), serve.client_header behind an authenticating proxy, listen on 127.0.0.1, or set serve.auth.mode: none to serve without authentication`}},
 		{"every interface without auth", `listen: ":8090"`, []string{`serve.listen: ":8090" can be reached from other machines and serve.auth is not set: anyone who reaches it reads every row. Set serve.auth.hs256_secret or jwks_url (JWT), serve.client_header behind an authenticating proxy, listen on 127.0.0.1, or set serve.auth.mode: none to serve without authentication`}},
 	}
@@ -154,11 +158,11 @@ func TestServeValidation(t *testing.T) {
 	}
 	t.Run("accepted", func(t *testing.T) {
 		for _, y := range []string{
-			"listen: 127.0.0.1:8090",                          // loopback needs nothing
-			"listen: \"[::1]:8090\"",                          // nor IPv6 loopback
-			"listen: localhost:8090",                          // nor localhost
-			"listen: \":8090\"\n  auth: {mode: none}",         // the explicit opt-in
-			"listen: 127.0.0.1:8090\n  client_header: X-User", // behind a proxy on the same host
+			"listen: 127.0.0.1:8090",                  // loopback needs nothing
+			"listen: \"[::1]:8090\"",                  // nor IPv6 loopback
+			"listen: localhost:8090",                  // nor localhost
+			"listen: \":8090\"\n  auth: {mode: none}", // the explicit opt-in
+			"listen: 127.0.0.1:8090\n  client_header: X-User\n  auth: {scope_header: X-Scopes}",                     // behind a proxy on the same host
 			"listen: \":8090\"\n  client_header: X-User\n  tls: {cert_file: /c, key_file: /k, client_ca_file: /ca}", // behind a proxy with its certificate
 			"listen: \":8090\"\n  client_header: X-User\n  auth: {mode: none}",                                      // the header only keys max_per_client
 			"listen: \":8090\"\n  auth: {hs256_secret: " + strings.Repeat("s", 32) + "}",

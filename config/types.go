@@ -565,9 +565,25 @@ type ServeAuth struct {
 	// QueryToken accepts the token in the access_token query parameter as
 	// well, for browsers' EventSource, which cannot set headers. Query
 	// strings end up in proxies' access logs and browser history: only with
-	// serve.tls or on loopback (a TLS-terminating proxy on the same host).
-	// Default false.
+	// serve.tls or on loopback (a TLS-terminating proxy on the same host);
+	// the web console's listener accepts it only over http.tls or on
+	// loopback too. Default false.
 	QueryToken bool `koanf:"query_token"`
+	// ScopeClaim names the claim holding the caller's scopes: a string of
+	// scopes separated by spaces (OAuth's "scope") or a JSON array of
+	// strings ("scp", "roles"). The web console's overview needs the scope
+	// bridge:status or bridge:control, its pause, resume and snapshot
+	// buttons bridge:control (and a sub, which is recorded as who acted).
+	// The feeds need neither. Default "scope".
+	ScopeClaim string `koanf:"scope_claim"`
+	// ScopeHeader names the header in which the authenticating proxy
+	// (mode proxy) sends the caller's scopes, separated by spaces or
+	// commas: the console's overview needs bridge:status or
+	// bridge:control, its buttons bridge:control. Without it the console
+	// shows proxy-authenticated callers nothing. The proxy must set it
+	// and strip it from what clients send, like serve.client_header.
+	// Default "" (none).
+	ScopeHeader string `koanf:"scope_header"`
 }
 
 // ConfigSource names a shared, versioned configuration kept in NATS.

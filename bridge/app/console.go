@@ -44,7 +44,7 @@ func ConsoleOff(cfg *config.Config) string {
 	l := consoleListener(hc)
 	switch mode := cfg.Serve.EffectiveMode(); {
 	case !config.IsLoopback(hc.Listen) && mode == config.AuthNone:
-		return fmt.Sprintf("the web console is off: http.listen %q is beyond loopback and serve.auth is not set; set serve.auth (jwt or proxy) to serve it there, or http.console: false to silence this", hc.Listen)
+		return fmt.Sprintf("the web console is off: http.listen %q is beyond loopback and serve.auth is not set; set serve.auth (JWTs with the bridge:status and bridge:control scopes) to serve it there, or http.console: false to silence this", hc.Listen)
 	case mode == config.AuthProxy && !l.ProxyTrusted():
 		return fmt.Sprintf("the web console is off: http.listen %q can be reached without the authenticating proxy, so anyone could send serve.client_header %q; listen on 127.0.0.1 behind a proxy on the same host, require the proxy's certificate with http.tls.client_ca_file, use JWTs (serve.auth), or set http.console: false to silence this", hc.Listen, cfg.Serve.ClientHeader)
 	}
@@ -83,12 +83,27 @@ func (a *App) mountConsole(mux *http.ServeMux) (stop func(), err error) {
 	// On http.listen, not serve.listen: whether the proxy's header and a
 	// token in the URL are trusted depends on this listener.
 	sc.Auth = sc.Auth.On(consoleListener(hc))
+	var allow func(*http.Request, bool) (string, error)
+	if auth := sc.Auth; auth != nil {
+		allow = func(r *http.Request, control bool) (string, error) {
+			scope := serve.ScopeStatus
+			if control {
+				scope = serve.ScopeControl
+			}
+			who, err := auth.Permit(r, scope)
+			if auth.Mode() == config.AuthProxy {
+				return fmt.Sprintf("proxy user %q", who), err
+			}
+			return fmt.Sprintf("token sub %q", who), err
+		}
+	}
 	tail := &consoleTail{a: a, sc: sc, fc: fc, ctx: ctx}
 	c, err := console.New(console.Options{
 		Status:   a.consoleStatus,
 		Gatherer: a.metrics.Registry(),
 		Actions:  controlBridge{a},
 		Protect:  sc.Auth.Protect,
+		Allow:    allow,
 		Feed:     tail,
 		Interval: a.consoleEvery,
 		Log:      a.log,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -247,11 +249,14 @@ func TestServeDoors(t *testing.T) {
 // the image and deploy/k8s run it (http.listen 0.0.0.0, allow_public)
 // with serve.client_header set for a `bridge serve` behind a proxy: a
 // client sending the header itself gets no overview, no tail and no
-// button, and the body and the log say why.
+// button, and the body and the log say why. Behind a proxy on the same
+// host (a loopback http.listen) the header is trusted, the proxy's scope
+// header decides what its user may do, and the pause is recorded under
+// the proxy's user.
 func TestConsoleProxyHeader(t *testing.T) {
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE items (id int PRIMARY KEY)`)
-	const serveSection = "serve:\n  client_header: X-Auth-Request-User\n"
+	const serveSection = "serve:\n  client_header: X-Auth-Request-User\n  auth: {scope_header: X-Auth-Request-Scopes}\n"
 	ctx := t.Context()
 
 	port := freePort(t)
@@ -275,4 +280,94 @@ func TestConsoleProxyHeader(t *testing.T) {
 	code, _ := httpStatus(t, base+"/metrics")
 	require.Equal(t, http.StatusOK, code, "allow_public opens /metrics, nothing else")
 	require.False(t, e.ckpt("proxypub").Paused)
+	b.stop(t)
+
+	// A proxy on the same host: http.listen on loopback.
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	p = runConfig(t, e, "proxyloop", addr, "", serveSection)
+	b = startBinary(t, nil, "run", "-c", p)
+	base = "http://" + addr
+	waitHTTP(t, b, base, "/readyz")
+	waitSlotActive(t, e, "slot_proxyloop")
+	user := map[string]string{"X-Auth-Request-User": "alice", "Origin": base, "Content-Type": "application/json"}
+	code, body := call(t, ctx, "GET", base+"/console/api/overview", "", user, "")
+	require.Equal(t, http.StatusForbidden, code, body)
+	require.Equal(t, `reading the console's overview needs bridge:status or bridge:control, which the proxy does not grant "alice" (header X-Auth-Request-Scopes)`, detail(t, body))
+	user["X-Auth-Request-Scopes"] = "bridge:control"
+	code, body = call(t, ctx, "POST", base+"/console/api/sources/app/pause", "", user, `{"reason":"maintenance","by":"mallory"}`)
+	require.Equal(t, http.StatusOK, code, body)
+	_, by := sourceState(t, base, "", user)
+	require.True(t, strings.HasPrefix(by, `console, proxy user "alice"`), by)
+	require.Contains(t, b.out.String(), `msg="console: action taken" action=pause source=app by="console, proxy user \"alice\""`)
+}
+
+// TestConsoleScopes attacks the console with other roles' tokens: a
+// tenant's read token (tables claim, no scope) may follow its own tail but
+// neither read the overview nor pause, resume or snapshot; a token with
+// bridge:status reads the overview without buttons; one with
+// bridge:control acts, and what it did is recorded under its sub, never
+// the "by" it sends. The console's listener here is beyond loopback
+// without TLS: a token in the URL (query_token) is refused there, with the
+// reason, although serve.listen (loopback) accepts it.
+func TestConsoleScopes(t *testing.T) {
+	e := newEnv(t)
+	e.pg.ExecT(t, `CREATE TABLE orders (id int PRIMARY KEY, tenant_id int)`)
+	port := freePort(t)
+	p := runConfig(t, e, "scopes", fmt.Sprintf("0.0.0.0:%d", port), "  allow_public: true\n",
+		fmt.Sprintf("serve:\n  auth:\n    hs256_secret: %s\n    tables_claim: tables\n    query_token: true\n", testSecret))
+	b := startBinary(t, nil, "run", "-c", p)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	waitHTTP(t, b, base, "/readyz")
+	waitSlotActive(t, e, "slot_scopes")
+	ctx := t.Context()
+	token := func(sub string, extra jwt.MapClaims) map[string]string {
+		c := jwt.MapClaims{"sub": sub, "exp": time.Now().Add(time.Hour).Unix()}
+		for k, v := range extra {
+			c[k] = v
+		}
+		return map[string]string{"Authorization": "Bearer " + mint(t, testSecret, c), "Origin": base, "Content-Type": "application/json"}
+	}
+	tenant := token("tenant-1", jwt.MapClaims{"tables": []string{"public.orders"}})
+	reader := token("viewer", jwt.MapClaims{"scope": "bridge:status"})
+	ops := token("ops-alice", jwt.MapClaims{"scope": "openid bridge:control"})
+
+	code, body := call(t, ctx, "GET", base+"/console/api/overview", "", tenant, "")
+	require.Equal(t, http.StatusForbidden, code, body)
+	require.Equal(t, `reading the console's overview needs bridge:status or bridge:control, which the token does not grant (claim "scope")`, detail(t, body))
+	for _, a := range []string{"pause", "resume", "snapshot"} {
+		for _, who := range []map[string]string{tenant, reader} {
+			code, body = call(t, ctx, "POST", base+"/console/api/sources/app/"+a, "", who, `{"by":"ops-alice"}`)
+			require.Equal(t, http.StatusForbidden, code, "%s: %s", a, body)
+			require.Equal(t, `pausing, resuming and snapshotting sources needs bridge:control, which the token does not grant (claim "scope")`, detail(t, body))
+		}
+	}
+	require.Contains(t, b.out.String(), `msg="console: request refused" reason="pausing, resuming and snapshotting sources needs bridge:control`)
+	require.False(t, e.ckpt("scopes").Paused, "no read token paused the source")
+
+	// The tenant follows its tail, with the token in the header.
+	tctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	code, body = call(t, tctx, "GET", base+"/console/api/v1/feed?sse=1&token=now", "", tenant, "")
+	cancel()
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, ": feed")
+	// Not in the URL: this listener is served without TLS.
+	q := url.QueryEscape(strings.TrimPrefix(tenant["Authorization"], "Bearer "))
+	code, body = call(t, ctx, "GET", base+"/console/api/v1/feed?sse=1&token=now&access_token="+q, "", nil, "")
+	require.Equal(t, http.StatusUnauthorized, code, body)
+	require.Equal(t, fmt.Sprintf(`a token in the access_token query parameter is not accepted on http.listen "0.0.0.0:%d", which is served without TLS: send it in the Authorization header`, port), detail(t, body))
+
+	code, body = call(t, ctx, "GET", base+"/console/api/overview", "", reader, "")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `"actions":false`, "no buttons for a status token")
+
+	code, body = call(t, ctx, "POST", base+"/console/api/sources/app/pause", "", ops, `{"reason":"maintenance","by":"mallory"}`)
+	require.Equal(t, http.StatusOK, code, body)
+	state, by := sourceState(t, base, "", ops)
+	require.Equal(t, "paused", state)
+	require.True(t, strings.HasPrefix(by, `console, token sub "ops-alice"`), by)
+	require.NotContains(t, by, "mallory")
+	require.Contains(t, b.out.String(), `msg="console: action taken" action=pause source=app by="console, token sub \"ops-alice\""`)
+	require.Contains(t, b.out.String(), `msg="source paused" source=app`)
+	code, body = call(t, ctx, "POST", base+"/console/api/sources/app/resume", "", ops, `{}`)
+	require.Equal(t, http.StatusOK, code, body)
 }

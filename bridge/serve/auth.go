@@ -45,6 +45,9 @@ type Auth struct {
 	// listener is where the Auth is used: it decides whether the proxy's
 	// header and a token in the URL are trusted (On).
 	listener Listener
+	// scopeClaim (JWT) and scopeHeader (proxy) carry the caller's scopes
+	// (Permit).
+	scopeClaim, scopeHeader string
 	// queryConfigured is serve.auth.query_token; queryToken whether the
 	// listener accepts it (TLS, or loopback).
 	queryConfigured bool
@@ -67,6 +70,9 @@ type caller struct {
 	// name is who the caller is in logs and records: a JWT's sub, the
 	// proxy's header; "" for a token without sub.
 	name string
+	// scopes are what the token's scope claim or the proxy's scope header
+	// grant (Permit).
+	scopes []string
 	// tables the caller may read; nil when the token does not limit them.
 	tables []string
 	// where is ANDed with the request's filter; nil adds none.
@@ -110,9 +116,12 @@ func NewAuth(ctx context.Context, s config.Serve, log *slog.Logger) (*Auth, erro
 	case config.AuthNone:
 		return nil, nil
 	case config.AuthProxy:
-		return (&Auth{mode: mode, header: s.ClientHeader, log: log}).On(served), nil
+		return (&Auth{mode: mode, header: s.ClientHeader, scopeHeader: a.ScopeHeader, log: log}).On(served), nil
 	}
-	au := &Auth{mode: mode, log: log, tablesClaim: a.TablesClaim, queryConfigured: a.QueryToken, leeway: a.Leeway}
+	au := &Auth{mode: mode, log: log, tablesClaim: a.TablesClaim, queryConfigured: a.QueryToken, leeway: a.Leeway, scopeClaim: a.ScopeClaim}
+	if au.scopeClaim == "" {
+		au.scopeClaim = "scope"
+	}
 	au.keys = new(atomic.Pointer[jwt.Keyfunc])
 	au.listener, au.queryToken = served, a.QueryToken && served.queryTokenOK()
 	opts := []jwt.ParserOption{
@@ -245,7 +254,11 @@ func (a *Auth) authenticate(r *http.Request, grants bool) (*caller, *authError) 
 		if id == "" {
 			return nil, unauthorized("", "no %s header: requests must come through the authenticating proxy", a.header)
 		}
-		return &caller{id: id, name: id}, nil
+		c := &caller{id: id, name: id}
+		if a.scopeHeader != "" {
+			c.scopes = splitScopes(r.Header.Get(a.scopeHeader))
+		}
+		return c, nil
 	}
 	raw, aerr := a.bearer(r)
 	if aerr != nil {
@@ -265,6 +278,7 @@ func (a *Auth) authenticate(r *http.Request, grants bool) (*caller, *authError) 
 	if sub, _ := claims["sub"].(string); sub != "" {
 		c.id, c.name = "sub:"+sub, sub
 	}
+	c.scopes = claimScopes(claims, a.scopeClaim)
 	if exp, err := claims.GetExpirationTime(); err == nil && exp != nil {
 		c.until = exp.Add(a.leeway)
 	}
@@ -537,19 +551,24 @@ func (a *Auth) watch(ctx context.Context, trigger <-chan struct{}) error {
 // Protect returns next behind a's authentication: a request without valid
 // credentials gets 401 (400, 403) as on /v1/position, and never reaches
 // next. A nil *Auth returns next. The web console (bridge/console) guards
-// its API with it, so it asks what `bridge serve` asks.
+// its API with it, so it asks what `bridge serve` asks; Permit then says
+// what the caller may do there.
 func (a *Auth) Protect(next http.Handler) http.Handler {
 	if a == nil {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, err := a.authenticate(r, false); err != nil {
+		c, err := a.authenticate(r, false)
+		if err != nil {
 			challenge(w, err)
 			return
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
 	})
 }
+
+// callerKey is the context key of the caller Protect authenticated.
+type callerKey struct{}
 
 // Listener is the listener an Auth serves on: it decides whether an
 // authenticating proxy's header can be trusted there (only the proxy can
@@ -583,7 +602,7 @@ func (a *Auth) On(l Listener) *Auth {
 	if a == nil {
 		return nil
 	}
-	b := &Auth{mode: a.mode, header: a.header, log: a.log, listener: l,
+	b := &Auth{mode: a.mode, header: a.header, log: a.log, listener: l, scopeClaim: a.scopeClaim, scopeHeader: a.scopeHeader,
 		queryConfigured: a.queryConfigured, queryToken: a.queryConfigured && l.queryTokenOK(),
 		keys: a.keys, parser: a.parser, algs: a.algs, jwksFile: a.jwksFile, tablesClaim: a.tablesClaim, where: a.where, leeway: a.leeway}
 	return b
@@ -609,4 +628,78 @@ func (a *Auth) proxyTrusted(r *http.Request) *authError {
 	e := forbidden("the %s header is not trusted on %s %q: every client that reaches it could send it; the proxy must reach the bridge on loopback or with a client certificate (mutual TLS)", a.header, l.Key, l.Addr)
 	a.log.Warn("request refused: "+e.detail, "remote", r.RemoteAddr, "path", r.URL.Path)
 	return e
+}
+
+// Scopes of the web console's API, granted by the token's scope claim
+// (serve.auth.scope_claim) or the proxy's scope header
+// (serve.auth.scope_header). The feeds and the console's tail need
+// neither: tables_claim and where decide what a caller reads there.
+const (
+	// ScopeStatus reads the console's overview: the sources' states,
+	// lag, slots, sinks and snapshots.
+	ScopeStatus = "bridge:status"
+	// ScopeControl pauses, resumes and snapshots sources, and reads the
+	// overview.
+	ScopeControl = "bridge:control"
+)
+
+// Permit reports whether r's caller, authenticated by Protect, has scope
+// (ScopeControl grants ScopeStatus too), and names it for the logs and the
+// records of what it did: the token's sub, or the user the proxy names.
+// Acting (ScopeControl) needs a named caller. A refusal is a 403 whose
+// error says why in one line. A nil *Auth allows everything, naming no
+// one ("").
+func (a *Auth) Permit(r *http.Request, scope string) (string, error) {
+	if a == nil {
+		return "", nil
+	}
+	c, _ := r.Context().Value(callerKey{}).(*caller)
+	if c == nil {
+		var aerr *authError
+		if c, aerr = a.authenticate(r, false); aerr != nil {
+			return "", aerr
+		}
+	}
+	has := slices.Contains(c.scopes, scope) || (scope == ScopeStatus && slices.Contains(c.scopes, ScopeControl))
+	what := "reading the console's overview needs " + ScopeStatus + " or " + ScopeControl
+	if scope == ScopeControl {
+		what = "pausing, resuming and snapshotting sources needs " + ScopeControl
+	}
+	var e *authError
+	switch {
+	case !has && a.mode == config.AuthProxy && a.scopeHeader == "":
+		e = forbidden("%s, and the proxy passes no scopes: set serve.auth.scope_header to the header in which it sends the caller's scopes", what)
+	case !has && a.mode == config.AuthProxy:
+		e = forbidden("%s, which the proxy does not grant %q (header %s)", what, c.name, a.scopeHeader)
+	case !has:
+		e = forbidden("%s, which the token does not grant (claim %q)", what, a.scopeClaim)
+	case scope == ScopeControl && c.name == "":
+		e = forbidden("the token has no sub claim: the console records who pauses, resumes and snapshots by it")
+	default:
+		return c.name, nil
+	}
+	return c.name, e
+}
+
+// claimScopes reads the scope claim: a string of scopes separated by
+// spaces (RFC 9068's scope) or a JSON array of strings (scp, roles).
+func claimScopes(claims jwt.MapClaims, name string) []string {
+	switch x := claims[name].(type) {
+	case string:
+		return splitScopes(x)
+	case []any:
+		var out []string
+		for _, e := range x {
+			if s, ok := e.(string); ok {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+// splitScopes splits a list of scopes separated by spaces or commas.
+func splitScopes(v string) []string {
+	return strings.FieldsFunc(v, func(r rune) bool { return r == ' ' || r == ',' })
 }

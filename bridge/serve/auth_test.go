@@ -426,3 +426,72 @@ func TestAuthOnListener(t *testing.T) {
 	assert.Equal(t, `a token in the access_token query parameter is not accepted on http.listen "0.0.0.0:8080", which is served without TLS: send it in the Authorization header`, err.detail)
 	assert.Nil(t, (*Auth)(nil).On(Listener{}))
 }
+
+// TestPermit: the console's overview needs bridge:status or
+// bridge:control, its buttons bridge:control and a sub; scopes come from
+// the scope claim (a string or a list) or the proxy's scope header, and
+// the caller is named by its sub or the proxy's user.
+func TestPermit(t *testing.T) {
+	a := newAuth(t, config.Serve{Auth: config.ServeAuth{HS256Secret: secret}})
+	permit := func(a *Auth, r *http.Request, scope string) (string, string) {
+		who, err := a.Permit(r, scope)
+		if err != nil {
+			return who, err.Error()
+		}
+		return who, ""
+	}
+	tok := func(extra map[string]any) *http.Request { return request(hs256(t, secret, claims(extra)), "") }
+
+	for name, tc := range map[string]struct {
+		extra           map[string]any
+		status, control string // "" allowed, else the refusal
+	}{
+		"a tenant's read token": {nil,
+			`reading the console's overview needs bridge:status or bridge:control, which the token does not grant (claim "scope")`,
+			`pausing, resuming and snapshotting sources needs bridge:control, which the token does not grant (claim "scope")`},
+		"status":               {map[string]any{"scope": "feeds bridge:status"}, "", `pausing, resuming and snapshotting sources needs bridge:control, which the token does not grant (claim "scope")`},
+		"control":              {map[string]any{"scope": "bridge:control"}, "", ""},
+		"control as a list":    {map[string]any{"scope": []any{"x", "bridge:control"}}, "", ""},
+		"control without sub":  {map[string]any{"scope": "bridge:control", "sub": nil}, "", "the token has no sub claim: the console records who pauses, resumes and snapshots by it"},
+		"a lookalike scope":    {map[string]any{"scope": "bridge:control-x bridge:statusx"}, `reading the console's overview needs bridge:status or bridge:control, which the token does not grant (claim "scope")`, `pausing, resuming and snapshotting sources needs bridge:control, which the token does not grant (claim "scope")`},
+		"another claim's name": {map[string]any{"scp": "bridge:control"}, `reading the console's overview needs bridge:status or bridge:control, which the token does not grant (claim "scope")`, `pausing, resuming and snapshotting sources needs bridge:control, which the token does not grant (claim "scope")`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, got := permit(a, tok(tc.extra), ScopeStatus)
+			assert.Equal(t, tc.status, got, "status")
+			who, got := permit(a, tok(tc.extra), ScopeControl)
+			assert.Equal(t, tc.control, got, "control")
+			if got == "" {
+				assert.Equal(t, "alice", who)
+			}
+		})
+	}
+	scp := newAuth(t, config.Serve{Auth: config.ServeAuth{HS256Secret: secret, ScopeClaim: "roles"}})
+	_, got := permit(scp, tok(map[string]any{"roles": []any{"bridge:control"}}), ScopeControl)
+	assert.Empty(t, got, "serve.auth.scope_claim")
+
+	// Through Protect, which keeps the caller for Permit.
+	var who string
+	var perr error
+	h := a.Protect(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { who, perr = a.Permit(r, ScopeControl) }))
+	h.ServeHTTP(httptest.NewRecorder(), tok(map[string]any{"scope": "bridge:control", "sub": "ops-7"}))
+	require.NoError(t, perr)
+	assert.Equal(t, "ops-7", who)
+
+	proxy := newAuth(t, config.Serve{ClientHeader: "X-User", Auth: config.ServeAuth{ScopeHeader: "X-Scopes"}})
+	r := request("", "")
+	r.Header.Set("X-User", "bob")
+	_, got = permit(proxy, r, ScopeStatus)
+	assert.Equal(t, `reading the console's overview needs bridge:status or bridge:control, which the proxy does not grant "bob" (header X-Scopes)`, got)
+	r.Header.Set("X-Scopes", "readers,bridge:control")
+	who, got = permit(proxy, r, ScopeControl)
+	assert.Empty(t, got)
+	assert.Equal(t, "bob", who)
+	bare := newAuth(t, config.Serve{ClientHeader: "X-User"})
+	_, got = permit(bare, r, ScopeStatus)
+	assert.Equal(t, "reading the console's overview needs bridge:status or bridge:control, and the proxy passes no scopes: set serve.auth.scope_header to the header in which it sends the caller's scopes", got)
+
+	who, err := (*Auth)(nil).Permit(r, ScopeControl)
+	assert.NoError(t, err)
+	assert.Empty(t, who)
+}
