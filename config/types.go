@@ -468,13 +468,17 @@ type Serve struct {
 	// MaxConns bounds the feed requests (long-polls and SSE streams) in
 	// progress; beyond it requests get 503 with Retry-After. Default 10000.
 	MaxConns int `koanf:"max_conns"`
-	// MaxPerClient bounds the feed requests in progress per client (the
-	// client_header value, else the remote IP); beyond it requests get 429
-	// with Retry-After. Default 100.
+	// MaxPerClient bounds the feed requests in progress per client (with
+	// JWTs the token's sub, or the token itself when it has none, whatever
+	// headers it sends; else the client_header value; else the remote IP);
+	// beyond it requests get 429 with Retry-After. Default 100.
 	MaxPerClient int `koanf:"max_per_client"`
 	// ClientHeader names the request header identifying a client for
-	// max_per_client, e.g. one an authenticating proxy sets. Default "" (the
-	// remote IP).
+	// max_per_client, e.g. one an authenticating proxy sets; without a JWT
+	// key it makes serve.auth.mode proxy, which trusts the header only on a
+	// loopback serve.listen or with serve.tls.client_ca_file. With JWTs the
+	// token names the client, never this header. Default "" (the remote
+	// IP).
 	ClientHeader string `koanf:"client_header"`
 	// Hold is the default and longest long-poll wait. Default 20s.
 	Hold time.Duration `koanf:"hold"`

@@ -213,15 +213,18 @@ func TestConsoleDNSRebinding(t *testing.T) {
 
 // TestServeDoors attacks `bridge serve` over real HTTP: a DNS-rebinding
 // Host on a loopback serve.listen without authentication (refused with
-// the reason, body and log), and `bridge validate` refusing
-// serve.client_header trusted on a listener every client reaches.
+// the reason, body and log), a request for a table outside serve.tables
+// (the refusal lists none of them), a JWT caller changing
+// serve.client_header to dodge max_per_client (it is counted by its sub),
+// and `bridge validate` refusing serve.client_header trusted on a listener
+// every client reaches.
 func TestServeDoors(t *testing.T) {
 	natsURL, _ := cdcStream(t)
 
-	t.Run("DNS rebinding", func(t *testing.T) {
+	t.Run("DNS rebinding and serve.tables", func(t *testing.T) {
 		port := freePort(t)
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		cfg := serveYAML(t, natsURL, fmt.Sprintf("  listen: %q\n", addr))
+		cfg := serveYAML(t, natsURL, fmt.Sprintf("  listen: %q\n  tables: [public.orders, secret.payroll]\n", addr))
 		b := startBinary(t, nil, "serve", "-c", cfg)
 		base := "http://" + addr
 		waitHTTP(t, b, base, "/readyz")
@@ -235,6 +238,43 @@ func TestServeDoors(t *testing.T) {
 		require.Contains(t, b.out.String(), `msg="http request refused" reason="Host \"`+evil+`\"`)
 		code, body := call(t, t.Context(), "GET", base+"/v1/position", fmt.Sprintf("localhost:%d", port), nil, "")
 		require.Equal(t, http.StatusOK, code, body)
+
+		code, body = call(t, t.Context(), "GET", base+"/v1/feed?timeout=1ms&tables=public.items", "", nil, "")
+		require.Equal(t, http.StatusBadRequest, code, body)
+		require.Equal(t, `tables: "public.items" is not served here (serve.tables)`, detail(t, body))
+		require.NotContains(t, body, "payroll", "the served tables are not revealed")
+	})
+
+	t.Run("max_per_client by the token's subject", func(t *testing.T) {
+		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		cfg := serveYAML(t, natsURL, fmt.Sprintf("  listen: %q\n  max_per_client: 1\n  client_header: X-Client-Id\n  auth: {hs256_secret: %q}\n", addr, testSecret))
+		b := startBinary(t, nil, "serve", "-c", cfg)
+		base := "http://" + addr
+		waitHTTP(t, b, base, "/readyz")
+		tok := func(sub string) string {
+			return mint(t, testSecret, jwt.MapClaims{"sub": sub, "exp": time.Now().Add(time.Hour).Unix()})
+		}
+		u1 := tok("u1")
+		// u1 parks a long-poll, then comes back under other client ids.
+		pctx, cancel := context.WithCancel(t.Context())
+		parked := make(chan struct{})
+		go func() {
+			defer close(parked)
+			req, _ := http.NewRequestWithContext(pctx, "GET", base+"/v1/feed?token=now&timeout=60s", nil)
+			req.Header.Set("Authorization", "Bearer "+u1)
+			req.Header.Set("X-Client-Id", "a")
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		defer func() { cancel(); <-parked }()
+		require.Eventually(t, func() bool { return counter(t, base, "bridge_feeds_requests_in_progress") == 1 }, 30*time.Second, 20*time.Millisecond)
+		for _, id := range []string{"b", "c", ""} {
+			code, body := call(t, t.Context(), "GET", base+"/v1/feed?token=now&timeout=1ms", "", map[string]string{"Authorization": "Bearer " + u1, "X-Client-Id": id}, "")
+			require.Equal(t, http.StatusTooManyRequests, code, "X-Client-Id %q: %s", id, body)
+		}
+		code, body := call(t, t.Context(), "GET", base+"/v1/feed?token=now&timeout=1ms", "", map[string]string{"Authorization": "Bearer " + tok("u2"), "X-Client-Id": "a"}, "")
+		require.Equal(t, http.StatusOK, code, "another subject is another client, whatever its header: %s", body)
 	})
 
 	t.Run("a proxy header every client can send", func(t *testing.T) {

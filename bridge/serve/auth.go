@@ -7,10 +7,13 @@ package serve
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"regexp"
@@ -64,8 +67,8 @@ type Auth struct {
 
 // caller is an authenticated request's identity and grants.
 type caller struct {
-	// id keys the per-client limit: the proxy's header, or the token's
-	// subject; "" falls back to the remote IP.
+	// id keys the per-client limit: the proxy's header, the token's
+	// subject, or for a token without one, a digest of the token.
 	id string
 	// name is who the caller is in logs and records: a JWT's sub, the
 	// proxy's header; "" for a token without sub.
@@ -277,6 +280,11 @@ func (a *Auth) authenticate(r *http.Request, grants bool) (*caller, *authError) 
 	c := &caller{}
 	if sub, _ := claims["sub"].(string); sub != "" {
 		c.id, c.name = "sub:"+sub, sub
+	} else {
+		// Without a subject the token itself names the caller: one token
+		// is one client, whatever header it sends.
+		d := sha256.Sum256([]byte(raw))
+		c.id = "token:" + hex.EncodeToString(d[:12])
 	}
 	c.scopes = claimScopes(claims, a.scopeClaim)
 	if exp, err := claims.GetExpirationTime(); err == nil && exp != nil {
@@ -702,4 +710,21 @@ func claimScopes(claims jwt.MapClaims, name string) []string {
 // splitScopes splits a list of scopes separated by spaces or commas.
 func splitScopes(v string) []string {
 	return strings.FieldsFunc(v, func(r rune) bool { return r == ' ' || r == ',' })
+}
+
+// clientKey names r's client for max_per_client: the authenticated caller
+// (a JWT's sub, else a digest of its token; the proxy's user), else the
+// client header without authentication (serve.auth.mode: none), else the
+// remote IP. With a JWT the caller cannot change its key with a header.
+func clientKey(r *http.Request, who *caller, header string) string {
+	if who != nil && who.id != "" {
+		return who.id
+	}
+	if header != "" {
+		if v := r.Header.Get(header); v != "" {
+			return v
+		}
+	}
+	host, _, _ := net.SplitHostPort(r.RemoteAddr)
+	return host
 }

@@ -495,3 +495,68 @@ func TestPermit(t *testing.T) {
 	assert.NoError(t, err)
 	assert.Empty(t, who)
 }
+
+// TestClientKey: max_per_client counts a JWT's caller by its sub (or its
+// token), whatever client header it sends; the proxy's user; the header
+// without authentication; else the remote IP.
+func TestClientKey(t *testing.T) {
+	a := newAuth(t, config.Serve{ClientHeader: "X-Client-Id", Auth: config.ServeAuth{HS256Secret: secret}})
+	key := func(tok, header string) string {
+		r := request(tok, "")
+		r.RemoteAddr = "192.0.2.7:5555"
+		if header != "" {
+			r.Header.Set("X-Client-Id", header)
+		}
+		var c *caller
+		if tok != "" {
+			var err *authError
+			c, err = a.authenticate(r, true)
+			require.Nil(t, err)
+		}
+		return clientKey(r, c, "X-Client-Id")
+	}
+	alice := hs256(t, secret, claims(nil))
+	assert.Equal(t, "sub:alice", key(alice, ""))
+	assert.Equal(t, "sub:alice", key(alice, "dodge-1"), "a JWT's caller cannot change its key with the header")
+	noSub := hs256(t, secret, claims(map[string]any{"sub": nil, "n": 1}))
+	k := key(noSub, "dodge-2")
+	assert.True(t, strings.HasPrefix(k, "token:"), k)
+	assert.Equal(t, k, key(noSub, "dodge-3"), "one token, one key")
+	assert.NotEqual(t, k, key(hs256(t, secret, claims(map[string]any{"sub": nil, "n": 2})), ""), "another token, another key")
+	assert.Equal(t, "x1", key("", "x1"), "no authentication: the header names the client")
+	assert.Equal(t, "192.0.2.7", key("", ""))
+}
+
+// TestTablesNotRevealed: a refused table never lists serve.tables, and a
+// caller whose token does not grant a table learns only that, not whether
+// the table is served.
+func TestTablesNotRevealed(t *testing.T) {
+	s := &Server{cfg: Config{Tables: []string{"public.orders", "secret.payroll"}}}
+	parse := func(query string, who *caller) string {
+		_, _, err := s.parseRequest(httptest.NewRequest("GET", "/v1/feed?"+query, nil), who)
+		require.Error(t, err)
+		return err.Error()
+	}
+	got := parse("tables=public.items", nil)
+	assert.Equal(t, `tables: "public.items" is not served here (serve.tables)`, got)
+	tenant := &caller{tables: []string{"public.orders", "public.items"}}
+	for _, q := range []string{"tables=secret.payroll", "tables=public.nothing"} {
+		got = parse(q, tenant)
+		assert.Contains(t, got, "the token does not grant", q)
+	}
+	got = parse("", &caller{tables: []string{"public.items"}})
+	assert.Equal(t, "tables: the token grants none of the tables served here (serve.tables)", got)
+	for _, q := range []string{"tables=public.items", "tables=secret.payroll", "tables=public.nothing", ""} {
+		for _, who := range []*caller{nil, tenant, {tables: []string{"public.items"}}} {
+			_, _, err := s.parseRequest(httptest.NewRequest("GET", "/v1/feed?"+q, nil), who)
+			if err == nil {
+				continue
+			}
+			for _, served := range s.cfg.Tables {
+				if !strings.Contains(q, served) {
+					assert.NotContains(t, err.Error(), served, "%s: %v", q, err)
+				}
+			}
+		}
+	}
+}
