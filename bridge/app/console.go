@@ -127,6 +127,9 @@ func (a *App) mountConsole(mux *http.ServeMux) (stop func(), err error) {
 		auth = "serve.auth " + mode
 	}
 	a.log.Info("web console", "url", "/console/", "auth", auth)
+	if !config.IsLoopback(hc.Listen) && !hc.TLS.Enabled() {
+		a.log.Warn("the web console's tokens and rows cross the network in clear: set http.tls to serve it over HTTPS", "addr", hc.Listen)
+	}
 	return func() {
 		cancel()
 		if started.Load() {
