@@ -2,7 +2,9 @@ package config
 
 import (
 	"net"
+	"net/netip"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -70,6 +72,23 @@ func checkServerTLS(add func(p, format string, args ...any), p string, t ServerT
 	}
 }
 
+// hostNameRE is a host name of allowed_hosts: dot-separated labels of
+// letters, digits, '-' and '_', optionally led by a dot (a domain and the
+// names below it).
+var hostNameRE = regexp.MustCompile(`^\.?[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?$`)
+
+// checkAllowedHosts adds the problems of an allowed_hosts list at p.
+func checkAllowedHosts(add func(p, format string, args ...any), p string, hosts []string) {
+	for i, h := range hosts {
+		if _, err := netip.ParseAddr(h); err == nil {
+			continue
+		}
+		if !hostNameRE.MatchString(h) || len(h) > 253 {
+			add(indexPath(p, i), "must be a host name such as bridge.internal, .example.com for a domain and the names below it, or an IP address, without scheme, port or path; got %q", h)
+		}
+	}
+}
+
 // validate adds the problems of the http section.
 func (h *HTTP) validate(add func(p, format string, args ...any)) {
 	if h.Listen == "" {
@@ -80,6 +99,7 @@ func (h *HTTP) validate(add func(p, format string, args ...any)) {
 		return
 	}
 	checkServerTLS(add, "http.tls", h.TLS)
+	checkAllowedHosts(add, "http.allowed_hosts", h.AllowedHosts)
 	if !IsLoopback(h.Listen) && h.Token == "" && h.TLS.ClientCAFile == "" && !h.AllowPublic {
 		add("http.listen", "%q serves /metrics to every machine that can reach it: set http.token (a bearer token Prometheus sends) or http.tls.client_ca_file (mutual TLS), listen on 127.0.0.1, or set http.allow_public: true to serve it openly", h.Listen)
 	}
@@ -128,6 +148,15 @@ func (s *Serve) validateAuth(add func(p, format string, args ...any)) {
 	if mode == AuthProxy && s.ClientHeader == "" {
 		add("serve.client_header", "must be set with serve.auth.mode: proxy: the header the authenticating proxy sets")
 	}
+	switch {
+	case a.ScopeHeader == "":
+	case mode != AuthProxy:
+		add("serve.auth.scope_header", "needs serve.auth.mode: proxy (serve.client_header): with JWTs the scopes come from serve.auth.scope_claim")
+	case !headerRE.MatchString(a.ScopeHeader):
+		add("serve.auth.scope_header", "must be an HTTP header name such as X-Auth-Request-Groups, got %q", a.ScopeHeader)
+	case strings.EqualFold(a.ScopeHeader, s.ClientHeader):
+		add("serve.auth.scope_header", "must differ from serve.client_header (%q): one names the caller, the other its scopes", s.ClientHeader)
+	}
 	if mode != AuthJWT {
 		if a.TablesClaim != "" {
 			add("serve.auth.tables_claim", "needs JWT authentication (serve.auth.hs256_secret, jwks_file or jwks_url)")
@@ -145,6 +174,9 @@ func (s *Serve) validateAuth(add func(p, format string, args ...any)) {
 	loopback := IsLoopback(s.Listen)
 	if a.QueryToken && !s.TLS.Enabled() && !loopback {
 		add("serve.auth.query_token", "needs serve.tls, or serve.listen on loopback behind a TLS-terminating proxy: a token in the URL would cross the network in clear")
+	}
+	if mode == AuthProxy && s.ClientHeader != "" && !loopback && s.TLS.ClientCAFile == "" {
+		add("serve.client_header", "%q would be trusted from every client that reaches serve.listen %q, and any of them can send it: listen on 127.0.0.1 behind the proxy on the same host (a sidecar), or require the proxy's certificate with serve.tls.client_ca_file (mutual TLS)", s.ClientHeader, s.Listen)
 	}
 	if mode == AuthNone && a.Mode == "" && !loopback {
 		add("serve.listen", "%q can be reached from other machines and serve.auth is not set: anyone who reaches it reads every row. Set serve.auth.hs256_secret or jwks_url (JWT), serve.client_header behind an authenticating proxy, listen on 127.0.0.1, or set serve.auth.mode: none to serve without authentication", s.Listen)

@@ -30,11 +30,12 @@ http:
   token: m3tricsT0ken
   allow_public: true
   console: false
+  allowed_hosts: [bridge.internal, .corp.example, 10.0.0.5, "::1"]
 `))
 		require.NoError(t, err)
 		assert.Equal(t, HTTP{Listen: ":9090", MaxCheckpointAge: defaultHTTP.MaxCheckpointAge,
 			TLS:   ServerTLS{CertFile: "/tls/crt.pem", KeyFile: "/tls/key.pem", ClientCAFile: "/tls/ca.pem"},
-			Token: "m3tricsT0ken", AllowPublic: true}, cfg.HTTP)
+			Token: "m3tricsT0ken", AllowPublic: true, AllowedHosts: []string{"bridge.internal", ".corp.example", "10.0.0.5", "::1"}}, cfg.HTTP)
 	})
 	const public = `http.listen: ":8080" serves /metrics to every machine that can reach it: set http.token (a bearer token Prometheus sends) or http.tls.client_ca_file (mutual TLS), listen on 127.0.0.1, or set http.allow_public: true to serve it openly`
 	for _, tc := range []struct {
@@ -50,6 +51,14 @@ http:
 		{"opt-in", "listen: \":8080\"\n  allow_public: true", nil},
 		{"no port", "listen: 0.0.0.0", []string{`http.listen: must be host:port such as 127.0.0.1:8080, or "" to turn the server off, got "0.0.0.0"`}},
 		{"cert without key", "tls: {cert_file: /c}", []string{"http.tls.key_file: must be set with cert_file: the private key of the certificate"}},
+		{"allowed hosts", "allowed_hosts: [bridge.internal, http://bridge.internal, \"bridge.internal:8080\", \"*.example.com\", \"a b\", bridge.internal/console, \"\"]", []string{
+			`http.allowed_hosts[1]: must be a host name such as bridge.internal, .example.com for a domain and the names below it, or an IP address, without scheme, port or path; got "http://bridge.internal"`,
+			`http.allowed_hosts[2]: must be a host name such as bridge.internal, .example.com for a domain and the names below it, or an IP address, without scheme, port or path; got "bridge.internal:8080"`,
+			`http.allowed_hosts[3]: must be a host name such as bridge.internal, .example.com for a domain and the names below it, or an IP address, without scheme, port or path; got "*.example.com"`,
+			`http.allowed_hosts[4]: must be a host name such as bridge.internal, .example.com for a domain and the names below it, or an IP address, without scheme, port or path; got "a b"`,
+			`http.allowed_hosts[5]: must be a host name such as bridge.internal, .example.com for a domain and the names below it, or an IP address, without scheme, port or path; got "bridge.internal/console"`,
+			`http.allowed_hosts[6]: must be a host name such as bridge.internal, .example.com for a domain and the names below it, or an IP address, without scheme, port or path; got ""`,
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := loadYAML(t, withBase(t, "http:\n  "+tc.yaml+"\n"))

@@ -72,6 +72,7 @@ func defaults() map[string]any {
 		"serve.read_header_timeout": 10 * time.Second,
 		"serve.idle_timeout":        2 * time.Minute,
 		"serve.auth.leeway":         30 * time.Second,
+		"serve.auth.scope_claim":    "scope",
 	}
 }
 

@@ -619,7 +619,7 @@ var (
 		Listen: "127.0.0.1:8090", Stream: "CDC", MaxConns: 10000, MaxPerClient: 100,
 		Hold: 20 * time.Second, KeepAlive: 15 * time.Second, WriteTimeout: 10 * time.Second,
 		MaxLag: 100000, WindowTxns: 100000,
-		Auth:           ServeAuth{Leeway: 30 * time.Second},
+		Auth:           ServeAuth{Leeway: 30 * time.Second, ScopeClaim: "scope"},
 		MaxHeaderBytes: 65536, MaxQueryBytes: 16384, MaxFilterDepth: 16,
 		ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 	}

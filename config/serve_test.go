@@ -42,11 +42,13 @@ serve:
     tables_claim: tables
     where: {eq: [tenant_id, "{{.claims.tenant_id}}"]}
     query_token: true
+    scope_claim: scp
   max_header_bytes: 8192
   max_query_bytes: 4096
   max_filter_depth: 4
   read_header_timeout: 3s
   idle_timeout: 1m
+  allowed_hosts: [feeds.example.com]
 `))
 		require.NoError(t, err)
 		assert.Equal(t, Serve{
@@ -62,11 +64,12 @@ serve:
 			TLS: ServerTLS{CertFile: "/tls/crt.pem", KeyFile: "/tls/key.pem", ClientCAFile: "/tls/ca.pem"},
 			Auth: ServeAuth{
 				Mode: "jwt", JWKSURL: "https://idp.example.com/jwks.json", Issuer: "https://idp.example.com/", Audience: "bridge",
-				Leeway: 5 * time.Second, TablesClaim: "tables", QueryToken: true,
+				Leeway: 5 * time.Second, TablesClaim: "tables", QueryToken: true, ScopeClaim: "scp",
 				Where: map[string]any{"eq": []any{"tenant_id", "{{.claims.tenant_id}}"}},
 			},
 			MaxHeaderBytes: 8192, MaxQueryBytes: 4096, MaxFilterDepth: 4,
 			ReadHeaderTimeout: 3 * time.Second, IdleTimeout: time.Minute,
+			AllowedHosts: []string{"feeds.example.com"},
 		}, cfg.Serve)
 	})
 	t.Run("environment", func(t *testing.T) {
@@ -113,7 +116,7 @@ func TestServeValidation(t *testing.T) {
 		{"max_lag negative", "max_lag: -5", []string{"serve.max_lag: expected a non-negative integer, got a negative one"}},
 		{"window_txns zero", "window_txns: 0", []string{"serve.window_txns: must be > 0, got 0"}},
 		{"where not a mapping", `where: "tenant_id = 42"`, []string{"serve.where: expected a mapping, got a string"}},
-		{"unknown key", "max_conn: 5", []string{"serve.max_conn: unknown key (known: auth, client_header, hold, idle_timeout, keep_alive, listen, max_conns, max_filter_depth, max_header_bytes, max_lag, max_per_client, max_query_bytes, read_header_timeout, route, stream, tables, tls, where, window_txns, write_timeout)"}},
+		{"unknown key", "max_conn: 5", []string{"serve.max_conn: unknown key (known: allowed_hosts, auth, client_header, hold, idle_timeout, keep_alive, listen, max_conns, max_filter_depth, max_header_bytes, max_lag, max_per_client, max_query_bytes, read_header_timeout, route, stream, tables, tls, where, window_txns, write_timeout)"}},
 		{"several at once", "max_conns: 0\n  hold: 0s", []string{"serve.hold: must be > 0, got 0s", "serve.max_conns: must be > 0, got 0"}},
 		{"max_header_bytes too small", "max_header_bytes: 100", []string{"serve.max_header_bytes: must be >= 4096, got 100"}},
 		{"max_query_bytes zero", "max_query_bytes: 0", []string{"serve.max_query_bytes: must be > 0, got 0"}},
@@ -122,6 +125,7 @@ func TestServeValidation(t *testing.T) {
 		{"idle_timeout negative", "idle_timeout: -1s", []string{"serve.idle_timeout: must be > 0, got -1s"}},
 		{"tls cert without key", "tls: {cert_file: /c.pem}", []string{"serve.tls.key_file: must be set with cert_file: the private key of the certificate"}},
 		{"tls key without cert", "tls: {key_file: /k.pem}", []string{"serve.tls.cert_file: must be set with key_file: the certificate of the private key"}},
+		{"allowed host with a port", "allowed_hosts: [feeds.internal, \"feeds.internal:8090\"]", []string{`serve.allowed_hosts[1]: must be a host name such as bridge.internal, .example.com for a domain and the names below it, or an IP address, without scheme, port or path; got "feeds.internal:8090"`}},
 		{"tls client CA alone", "tls: {client_ca_file: /ca.pem}", []string{"serve.tls.client_ca_file: needs cert_file and key_file: mutual TLS is served over TLS"}},
 		{"auth mode unknown", "auth: {mode: oauth}", []string{`serve.auth.mode: must be one of jwt, proxy, none, got "oauth"`}},
 		{"jwt without a key", "auth: {mode: jwt}", []string{"serve.auth.mode: jwt needs a key to verify tokens: set serve.auth.hs256_secret, jwks_file or jwks_url"}},
@@ -138,6 +142,11 @@ func TestServeValidation(t *testing.T) {
 			"serve.auth.where: needs JWT authentication (serve.auth.hs256_secret, jwks_file or jwks_url); use serve.where for a condition without claims",
 		}},
 		{"query token in clear", "listen: \":8090\"\n  auth: {jwks_file: /j.json, query_token: true}", []string{"serve.auth.query_token: needs serve.tls, or serve.listen on loopback behind a TLS-terminating proxy: a token in the URL would cross the network in clear"}},
+		{"proxy header on every interface", "listen: \":8090\"\n  client_header: X-User", []string{`serve.client_header: "X-User" would be trusted from every client that reaches serve.listen ":8090", and any of them can send it: listen on 127.0.0.1 behind the proxy on the same host (a sidecar), or require the proxy's certificate with serve.tls.client_ca_file (mutual TLS)`}},
+		{"proxy header beyond loopback, TLS without client certificates", "listen: 10.0.0.5:8090\n  client_header: X-User\n  tls: {cert_file: /c, key_file: /k}", []string{`serve.client_header: "X-User" would be trusted from every client that reaches serve.listen "10.0.0.5:8090", and any of them can send it: listen on 127.0.0.1 behind the proxy on the same host (a sidecar), or require the proxy's certificate with serve.tls.client_ca_file (mutual TLS)`}},
+		{"scope header without proxy", "auth: {scope_header: X-Scopes}", []string{"serve.auth.scope_header: needs serve.auth.mode: proxy (serve.client_header): with JWTs the scopes come from serve.auth.scope_claim"}},
+		{"scope header is the client header", "client_header: X-User\n  auth: {scope_header: x-user}", []string{`serve.auth.scope_header: must differ from serve.client_header ("X-User"): one names the caller, the other its scopes`}},
+		{"scope header not a header", "client_header: X-User\n  auth: {scope_header: \"X Scopes\"}", []string{`serve.auth.scope_header: must be an HTTP header name such as X-Auth-Request-Groups, got "X Scopes"`}},
 		{"public without auth", "listen: 0.0.0.0:8090", []string{`serve.listen: "0.0.0.0:8090" can be reached from other machines and serve.auth is not set: anyone who reaches it reads every row. Set serve.auth.hs256_secret or jwks_url (JWT), serve.client_header behind an authenticating proxy, listen on 127.0.0.1, or set serve.auth.mode: none to serve without authentication`}},
 		{"every interface without auth", `listen: ":8090"`, []string{`serve.listen: ":8090" can be reached from other machines and serve.auth is not set: anyone who reaches it reads every row. Set serve.auth.hs256_secret or jwks_url (JWT), serve.client_header behind an authenticating proxy, listen on 127.0.0.1, or set serve.auth.mode: none to serve without authentication`}},
 	}
@@ -149,11 +158,13 @@ func TestServeValidation(t *testing.T) {
 	}
 	t.Run("accepted", func(t *testing.T) {
 		for _, y := range []string{
-			"listen: 127.0.0.1:8090",                     // loopback needs nothing
-			"listen: \"[::1]:8090\"",                     // nor IPv6 loopback
-			"listen: localhost:8090",                     // nor localhost
-			"listen: \":8090\"\n  auth: {mode: none}",    // the explicit opt-in
-			"listen: \":8090\"\n  client_header: X-User", // behind an authenticating proxy
+			"listen: 127.0.0.1:8090",                  // loopback needs nothing
+			"listen: \"[::1]:8090\"",                  // nor IPv6 loopback
+			"listen: localhost:8090",                  // nor localhost
+			"listen: \":8090\"\n  auth: {mode: none}", // the explicit opt-in
+			"listen: 127.0.0.1:8090\n  client_header: X-User\n  auth: {scope_header: X-Scopes}",                     // behind a proxy on the same host
+			"listen: \":8090\"\n  client_header: X-User\n  tls: {cert_file: /c, key_file: /k, client_ca_file: /ca}", // behind a proxy with its certificate
+			"listen: \":8090\"\n  client_header: X-User\n  auth: {mode: none}",                                      // the header only keys max_per_client
 			"listen: \":8090\"\n  auth: {hs256_secret: " + strings.Repeat("s", 32) + "}",
 			"listen: \":8090\"\n  auth: {jwks_url: https://idp/jwks.json, query_token: true}\n  tls: {cert_file: /c, key_file: /k}",
 			"auth: {jwks_url: http://127.0.0.1:9999/jwks.json, query_token: true}", // loopback: plain http and query tokens

@@ -447,6 +447,15 @@ type HTTP struct {
 	// behind serve.auth (jwt or proxy), the authentication of `bridge
 	// serve`, and is otherwise left off with a warning. Default true.
 	Console bool `koanf:"console"`
+	// AllowedHosts are the names, besides localhost and loopback
+	// addresses, that requests may carry in their Host header (any port):
+	// "bridge.internal", or ".example.com" for example.com and every name
+	// below it. On a loopback listen address any other Host is refused
+	// with 403, so that a web page whose name is re-pointed at 127.0.0.1
+	// (DNS rebinding) cannot read or press anything; beyond loopback, when
+	// set, only these names, loopback names and IP addresses are served.
+	// Default none.
+	AllowedHosts []string `koanf:"allowed_hosts"`
 }
 
 // ServerTLS is the certificate of an HTTPS listener (http.tls, serve.tls),
@@ -490,13 +499,17 @@ type Serve struct {
 	// MaxConns bounds the feed requests (long-polls and SSE streams) in
 	// progress; beyond it requests get 503 with Retry-After. Default 10000.
 	MaxConns int `koanf:"max_conns"`
-	// MaxPerClient bounds the feed requests in progress per client (the
-	// client_header value, else the remote IP); beyond it requests get 429
-	// with Retry-After. Default 100.
+	// MaxPerClient bounds the feed requests in progress per client (with
+	// JWTs the token's sub, or the token itself when it has none, whatever
+	// headers it sends; else the client_header value; else the remote IP);
+	// beyond it requests get 429 with Retry-After. Default 100.
 	MaxPerClient int `koanf:"max_per_client"`
 	// ClientHeader names the request header identifying a client for
-	// max_per_client, e.g. one an authenticating proxy sets. Default "" (the
-	// remote IP).
+	// max_per_client, e.g. one an authenticating proxy sets; without a JWT
+	// key it makes serve.auth.mode proxy, which trusts the header only on a
+	// loopback serve.listen or with serve.tls.client_ca_file. With JWTs the
+	// token names the client, never this header. Default "" (the remote
+	// IP).
 	ClientHeader string `koanf:"client_header"`
 	// Hold is the default and longest long-poll wait. Default 20s.
 	Hold time.Duration `koanf:"hold"`
@@ -534,6 +547,14 @@ type Serve struct {
 	// IdleTimeout closes a kept-alive connection without a request for this
 	// long. Default 2m.
 	IdleTimeout time.Duration `koanf:"idle_timeout"`
+	// AllowedHosts are the names, besides localhost and loopback
+	// addresses, that requests may carry in their Host header (any port):
+	// "feeds.internal", or ".example.com" for example.com and every name
+	// below it. On a loopback listen address any other Host is refused
+	// with 403 (DNS rebinding protection); beyond loopback, when set, only
+	// these names, loopback names and IP addresses are served. Default
+	// none.
+	AllowedHosts []string `koanf:"allowed_hosts"`
 }
 
 // ServeAuth authenticates `bridge serve`'s callers and limits what each
@@ -579,9 +600,25 @@ type ServeAuth struct {
 	// QueryToken accepts the token in the access_token query parameter as
 	// well, for browsers' EventSource, which cannot set headers. Query
 	// strings end up in proxies' access logs and browser history: only with
-	// serve.tls or on loopback (a TLS-terminating proxy on the same host).
-	// Default false.
+	// serve.tls or on loopback (a TLS-terminating proxy on the same host);
+	// the web console's listener accepts it only over http.tls or on
+	// loopback too. Default false.
 	QueryToken bool `koanf:"query_token"`
+	// ScopeClaim names the claim holding the caller's scopes: a string of
+	// scopes separated by spaces (OAuth's "scope") or a JSON array of
+	// strings ("scp", "roles"). The web console's overview needs the scope
+	// bridge:status or bridge:control, its pause, resume and snapshot
+	// buttons bridge:control (and a sub, which is recorded as who acted).
+	// The feeds need neither. Default "scope".
+	ScopeClaim string `koanf:"scope_claim"`
+	// ScopeHeader names the header in which the authenticating proxy
+	// (mode proxy) sends the caller's scopes, separated by spaces or
+	// commas: the console's overview needs bridge:status or
+	// bridge:control, its buttons bridge:control. Without it the console
+	// shows proxy-authenticated callers nothing. The proxy must set it
+	// and strip it from what clients send, like serve.client_header.
+	// Default "" (none).
+	ScopeHeader string `koanf:"scope_header"`
 }
 
 // ConfigSource names a shared, versioned configuration kept in NATS.

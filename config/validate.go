@@ -342,6 +342,7 @@ func (s *Serve) validate(add func(p, format string, args ...any)) {
 	checkPositive(add, "serve.read_header_timeout", s.ReadHeaderTimeout)
 	checkPositive(add, "serve.idle_timeout", s.IdleTimeout)
 	checkServerTLS(add, "serve.tls", s.TLS)
+	checkAllowedHosts(add, "serve.allowed_hosts", s.AllowedHosts)
 	s.validateAuth(add)
 }
 

@@ -145,6 +145,22 @@ func quantity(t *testing.T, s string) int64 {
 	return n * mult
 }
 
+// requireConsoleClosed checks that cfg serves no rows and no buttons to
+// the network: the web console is off, on loopback, or refused by the
+// bridge itself (app.ConsoleOff), also once serve.client_header is set for
+// a `bridge serve` behind an authenticating proxy (issue 35: a header any
+// client reaching the listener could send).
+func requireConsoleClosed(t *testing.T, cfg *config.Config, what string) {
+	t.Helper()
+	exposed := func(c *config.Config) bool {
+		return c.HTTP.Listen != "" && c.HTTP.Console && !config.IsLoopback(c.HTTP.Listen) && app.ConsoleOff(c) == ""
+	}
+	require.False(t, exposed(cfg), "%s: the web console is served on %s without authentication", what, cfg.HTTP.Listen)
+	proxied := *cfg
+	proxied.Serve.ClientHeader = "X-Auth-Request-User"
+	require.False(t, exposed(&proxied), "%s: with serve.client_header set, the web console trusts the header on %s", what, cfg.HTTP.Listen)
+}
+
 // ---------------------------------------------------------------------------
 // Dockerfile
 
@@ -428,6 +444,21 @@ func TestDockerfile(t *testing.T) {
 	require.Equal(t, []string{"run", "-c", "/etc/bridge/bridge.yaml"}, cmd)
 	require.Equal(t, []string{"8080"}, got["EXPOSE"])
 	require.Contains(t, got["ENV"], "BRIDGE_HTTP__LISTEN=0.0.0.0:8080", "the metrics port must be reachable from outside the container")
+	// What the image's environment opens: metrics and health, no rows.
+	imageEnv := map[string]string{}
+	for _, e := range got["ENV"] {
+		k, v, ok := strings.Cut(e, "=")
+		require.True(t, ok, "ENV %s: key=value", e)
+		imageEnv[k] = v
+	}
+	requireConsoleClosed(t, loadConfig(t, `name: shop
+sources:
+  shop: {type: pgoutput, config: {dsn: "postgres://bridge@db:5432/shop", slot: bridge_shop, publication: bridge_shop}}
+sinks:
+  main: {type: nats_jetstream, config: {stream: CDC, subjects: ["cdc.>"]}}
+routes:
+  - sinks: [main]
+`, imageEnv), "the image")
 
 	// Reproduce the build and check the binary.
 	b := buildLikeImage(t)
@@ -625,6 +656,7 @@ func TestComposeFile(t *testing.T) {
 		published = published || strings.HasSuffix(p, ":"+strconv.Itoa(port))
 	}
 	require.True(t, published, "the bridge publishes its http.listen port %d: %v", port, br.Ports)
+	requireConsoleClosed(t, cfg, "compose")
 	grace, err := time.ParseDuration(br.StopGracePeriod)
 	require.NoError(t, err)
 	require.Greater(t, grace, cfg.Shutdown.Timeout*time.Duration(goodbyes(cfg)),
@@ -1138,6 +1170,8 @@ func TestKubernetesManifests(t *testing.T) {
 	if v, ok := env["GOMEMLIMIT"]; ok {
 		require.Less(t, quantity(t, v), limit, "GOMEMLIMIT below the memory limit")
 	}
+	requireConsoleClosed(t, cfg, "deploy/k8s")
+	require.False(t, cfg.HTTP.Console, "deploy/k8s: every pod of the cluster reaches the pod's port: the console stays off unless turned on")
 
 	// Probes and ports agree with http.listen.
 	port := listenPort(t, cfg.HTTP.Listen)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -29,16 +30,48 @@ import (
 // history (default 10s, an hour in 360 samples). For tests.
 func WithConsoleInterval(d time.Duration) Option { return func(a *App) { a.consoleEvery = d } }
 
+// ConsoleOff returns why the web console is not served on http.listen
+// with cfg, in one line, or "" when it is: http.console is off; the
+// listener is beyond loopback and serve.auth is not set; or serve.auth is
+// an authenticating proxy's header (serve.client_header) and http.listen
+// can be reached without the proxy (not loopback, no mutual TLS), so that
+// anyone could send the header.
+func ConsoleOff(cfg *config.Config) string {
+	hc := cfg.HTTP
+	if !hc.Console {
+		return "" // not served, and nothing to say: it was turned off
+	}
+	l := consoleListener(hc)
+	switch mode := cfg.Serve.EffectiveMode(); {
+	case !config.IsLoopback(hc.Listen) && mode == config.AuthNone:
+		return fmt.Sprintf("the web console is off: http.listen %q is beyond loopback and serve.auth is not set; set serve.auth (JWTs with the bridge:status and bridge:control scopes) to serve it there, or http.console: false to silence this", hc.Listen)
+	case mode == config.AuthProxy && !l.ProxyTrusted():
+		return fmt.Sprintf("the web console is off: http.listen %q can be reached without the authenticating proxy, so anyone could send serve.client_header %q; listen on 127.0.0.1 behind a proxy on the same host, require the proxy's certificate with http.tls.client_ca_file, use JWTs (serve.auth), or set http.console: false to silence this", hc.Listen, cfg.Serve.ClientHeader)
+	}
+	return ""
+}
+
+// consoleListener describes http.listen for serve.Auth.On.
+func consoleListener(hc config.HTTP) serve.Listener {
+	return serve.Listener{Key: "http.listen", Addr: hc.Listen, TLS: hc.TLS.Enabled(), MutualTLS: hc.TLS.ClientCAFile != ""}
+}
+
 // mountConsole mounts the console on mux, or nothing when http.console is
-// off or not allowed; stop ends its sampler and its tail.
+// off, or a page saying why when it is not allowed (ConsoleOff); stop ends
+// its sampler and its tail.
 func (a *App) mountConsole(mux *http.ServeMux) (stop func(), err error) {
 	hc := a.cfg.HTTP
 	if !hc.Console {
 		return func() {}, nil
 	}
 	mode := a.cfg.Serve.EffectiveMode()
-	if !config.IsLoopback(hc.Listen) && mode == config.AuthNone {
-		a.log.Warn("the web console is off: http.listen is beyond loopback and serve.auth is not set; set serve.auth (jwt or proxy) to serve it there, or http.console: false to silence this", "addr", hc.Listen)
+	if off := ConsoleOff(a.cfg); off != "" {
+		a.log.Warn(off, "addr", hc.Listen)
+		mux.HandleFunc(console.Prefix, func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			_ = json.NewEncoder(w).Encode(map[string]string{"error": "console-off", "detail": off})
+		})
 		return func() {}, nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -47,12 +80,30 @@ func (a *App) mountConsole(mux *http.ServeMux) (stop func(), err error) {
 		cancel()
 		return nil, err
 	}
+	// On http.listen, not serve.listen: whether the proxy's header and a
+	// token in the URL are trusted depends on this listener.
+	sc.Auth = sc.Auth.On(consoleListener(hc))
+	var allow func(*http.Request, bool) (string, error)
+	if auth := sc.Auth; auth != nil {
+		allow = func(r *http.Request, control bool) (string, error) {
+			scope := serve.ScopeStatus
+			if control {
+				scope = serve.ScopeControl
+			}
+			who, err := auth.Permit(r, scope)
+			if auth.Mode() == config.AuthProxy {
+				return fmt.Sprintf("proxy user %q", who), err
+			}
+			return fmt.Sprintf("token sub %q", who), err
+		}
+	}
 	tail := &consoleTail{a: a, sc: sc, fc: fc, ctx: ctx}
 	c, err := console.New(console.Options{
 		Status:   a.consoleStatus,
 		Gatherer: a.metrics.Registry(),
 		Actions:  controlBridge{a},
 		Protect:  sc.Auth.Protect,
+		Allow:    allow,
 		Feed:     tail,
 		Interval: a.consoleEvery,
 		Log:      a.log,
@@ -76,6 +127,9 @@ func (a *App) mountConsole(mux *http.ServeMux) (stop func(), err error) {
 		auth = "serve.auth " + mode
 	}
 	a.log.Info("web console", "url", "/console/", "auth", auth)
+	if !config.IsLoopback(hc.Listen) && !hc.TLS.Enabled() {
+		a.log.Warn("the web console's tokens and rows cross the network in clear: set http.tls to serve it over HTTPS", "addr", hc.Listen)
+	}
 	return func() {
 		cancel()
 		if started.Load() {

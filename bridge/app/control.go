@@ -167,7 +167,11 @@ func (b controlBridge) Snapshot(ctx context.Context, source string, req control.
 	if err != nil {
 		return control.SnapshotReply{}, control.Errorf(control.CodeBadRequest, "snapshot of source %s refused: %v", source, err)
 	}
-	a.log.Info("snapshot requested", "source", source, "snapshot", id, "tables", tables, "where", req.Where)
+	by := req.By
+	if by == "" {
+		by = "control endpoint"
+	}
+	a.log.Info("snapshot requested", "source", source, "snapshot", id, "tables", tables, "where", req.Where, "by", by)
 	return control.SnapshotReply{Source: source, ID: id, Tables: tables, Where: req.Where}, nil
 }
 

@@ -13,11 +13,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/internal/httpguard"
 	"github.com/bridgecdc/bridge/internal/reload"
 )
 
 // The App's HTTP listener (http.listen): /metrics, /livez and /readyz,
-// the web console under /console/ (console.go),
+// the web console under /console/ (console.go), behind the Host and
+// Origin checks of internal/httpguard (http.allowed_hosts),
 // over TLS with http.tls (reloaded on SIGHUP and when the files change),
 // /metrics behind http.token when it is set.
 
@@ -64,7 +66,10 @@ func (a *App) startHTTP() error {
 		_ = ln.Close()
 		return err
 	}
-	a.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute,
+	// On loopback only this machine's names are served (DNS rebinding), and
+	// a state-changing request must come from the console's own page.
+	guard := httpguard.New(httpguard.Options{Listen: addr, Hosts: hc.AllowedHosts, Key: "http.allowed_hosts", Log: a.log})
+	a.httpSrv = &http.Server{Handler: guard.Handler(mux), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute,
 		MaxHeaderBytes: 16 << 10, ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelDebug)}
 	a.httpAddr = ln.Addr().String()
 	srv := a.httpSrv

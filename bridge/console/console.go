@@ -47,6 +47,14 @@ type Options struct {
 	// no data): the same authentication as `bridge serve`. nil: open,
 	// which the App allows on a loopback address only.
 	Protect func(http.Handler) http.Handler
+	// Allow decides, for a request Protect let through, whether its
+	// caller may read the overview (control false) or pause, resume and
+	// snapshot sources (control true), and names it for the logs and the
+	// pause it records (a token's subject, the proxy's user): never a name
+	// the request chooses. A refusal's error says why in one line and is
+	// answered with 403. nil: every caller may do everything, named by its
+	// remote address (the open console on loopback).
+	Allow func(r *http.Request, control bool) (who string, err error)
 	// Feed serves the live tail: the feeds HTTP API of `bridge serve`
 	// (GET /v1/feed) over the bridge's own stream, mounted at
 	// <Prefix>api/v1/feed. nil: no tail.
@@ -218,7 +226,15 @@ func (c *Console) Handler() http.Handler {
 	files := http.StripPrefix(Prefix, http.FileServerFS(static))
 	api := http.NewServeMux()
 	api.HandleFunc("GET "+Prefix+"api/overview", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, c.overview(r.Context()))
+		if _, ok := c.allow(w, r, false); !ok {
+			return
+		}
+		o := c.overview(r.Context())
+		if o.Actions && c.opt.Allow != nil {
+			_, err := c.opt.Allow(r, true)
+			o.Actions = err == nil // the page shows buttons to those who may press them
+		}
+		writeJSON(w, http.StatusOK, o)
 	})
 	api.HandleFunc("POST "+Prefix+"api/sources/{source}/{action}", c.action)
 	if c.opt.Feed != nil {
@@ -245,6 +261,22 @@ func (c *Console) Handler() http.Handler {
 	})
 }
 
+// allow answers 403 with the reason when r's caller may not read the
+// overview (control false) or act (control true), and returns the caller
+// as the logs and the records name it.
+func (c *Console) allow(w http.ResponseWriter, r *http.Request, control bool) (string, bool) {
+	if c.opt.Allow == nil {
+		return "console, no authentication, from " + r.RemoteAddr, true
+	}
+	who, err := c.opt.Allow(r, control)
+	if err != nil {
+		c.opt.Log.Info("console: request refused", "reason", err.Error(), "method", r.Method, "path", r.URL.Path, "who", who, "remote", r.RemoteAddr)
+		writeJSON(w, http.StatusForbidden, actionError{Error: "forbidden", Detail: err.Error()})
+		return "", false
+	}
+	return "console, " + who, true
+}
+
 // actionError is the JSON body of a refused or failed action.
 type actionError struct {
 	Error  string `json:"error"`
@@ -263,6 +295,10 @@ func (c *Console) action(w http.ResponseWriter, r *http.Request) {
 	source, name := r.PathValue("source"), r.PathValue("action")
 	if c.opt.Actions == nil {
 		writeJSON(w, http.StatusForbidden, actionError{Error: "actions are off", Detail: "this console shows the bridge but offers no actions"})
+		return
+	}
+	by, ok := c.allow(w, r, true)
+	if !ok {
 		return
 	}
 	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
@@ -292,30 +328,28 @@ func (c *Console) action(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	var reply any
+	// The actor is who authenticated, whatever the body's "by" says.
 	switch name {
 	case control.ActionPause:
 		var req control.PauseRequest
 		if !decode(&req) {
 			return
 		}
-		if req.By == "" {
-			req.By = "console (" + r.RemoteAddr + ")"
-		}
+		req.By = by
 		reply, err = c.opt.Actions.Pause(ctx, source, req)
 	case control.ActionResume:
 		var req control.ResumeRequest
 		if !decode(&req) {
 			return
 		}
-		if req.By == "" {
-			req.By = "console (" + r.RemoteAddr + ")"
-		}
+		req.By = by
 		reply, err = c.opt.Actions.Resume(ctx, source, req)
 	case control.ActionSnapshot:
 		var req control.SnapshotRequest
 		if !decode(&req) {
 			return
 		}
+		req.By = by
 		reply, err = c.opt.Actions.Snapshot(ctx, source, req)
 	default:
 		writeJSON(w, http.StatusNotFound, actionError{Error: "no such action", Detail: fmt.Sprintf("%q is not one of pause, resume, snapshot", name)})
@@ -329,11 +363,11 @@ func (c *Console) action(w http.ResponseWriter, r *http.Request) {
 			body.Detail = strings.Join(ce.Details, "\n")
 			status = httpStatus(ce.Code)
 		}
-		c.opt.Log.Info("console: action refused", "action", name, "source", source, "remote", r.RemoteAddr, "err", err)
+		c.opt.Log.Info("console: action refused", "action", name, "source", source, "by", by, "remote", r.RemoteAddr, "err", err)
 		writeJSON(w, status, body)
 		return
 	}
-	c.opt.Log.Info("console: action taken", "action", name, "source", source, "remote", r.RemoteAddr)
+	c.opt.Log.Info("console: action taken", "action", name, "source", source, "by", by, "remote", r.RemoteAddr)
 	writeJSON(w, http.StatusOK, reply)
 }
 

@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -41,21 +42,25 @@ func TestHistoryRingIsBounded(t *testing.T) {
 // fakeActions records the actions called; err, when set, is returned.
 type fakeActions struct {
 	calls []string
+	by    []string // the actor of each action
 	err   error
 }
 
 func (f *fakeActions) Pause(_ context.Context, source string, req control.PauseRequest) (control.SourceReply, error) {
 	f.calls = append(f.calls, "pause "+source+" "+req.Reason)
+	f.by = append(f.by, req.By)
 	return control.SourceReply{Source: control.SourceStatus{Name: source, State: "paused"}}, f.err
 }
 
-func (f *fakeActions) Resume(_ context.Context, source string, _ control.ResumeRequest) (control.SourceReply, error) {
+func (f *fakeActions) Resume(_ context.Context, source string, req control.ResumeRequest) (control.SourceReply, error) {
 	f.calls = append(f.calls, "resume "+source)
+	f.by = append(f.by, req.By)
 	return control.SourceReply{Source: control.SourceStatus{Name: source, State: "streaming"}}, f.err
 }
 
 func (f *fakeActions) Snapshot(_ context.Context, source string, req control.SnapshotRequest) (control.SnapshotReply, error) {
 	f.calls = append(f.calls, "snapshot "+source+" "+strings.Join(req.Tables, ","))
+	f.by = append(f.by, req.By)
 	return control.SnapshotReply{Source: source, ID: "s1", Tables: req.Tables}, f.err
 }
 
@@ -156,6 +161,64 @@ func TestProtect(t *testing.T) {
 	w := do(h, "GET", "/console/api/v1/feed?sse=1", "", auth)
 	assert.Equal(t, "feed /v1/feed", w.Body.String(), "the tail reaches the feed handler at its own path")
 	assert.Equal(t, http.StatusOK, do(h, "POST", "/console/api/sources/app/pause", "{}", auth).Code)
+}
+
+// TestAllow: the overview and the buttons ask Allow, for reading and for
+// acting; a refusal is a 403 with its reason, the overview offers the
+// buttons only to callers who may press them, and the actor recorded is
+// the one Allow names, never the body's "by".
+func TestAllow(t *testing.T) {
+	fa := &fakeActions{}
+	// Bearer reader may read, Bearer operator may act.
+	allow := func(r *http.Request, control bool) (string, error) {
+		switch who := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "); {
+		case who == "operator", who == "reader" && !control:
+			return "token sub " + who, nil
+		case who == "reader":
+			return who, errors.New("pausing, resuming and snapshotting sources needs bridge:control, which the token does not grant (claim \"scope\")")
+		default:
+			return who, errors.New("reading the console's overview needs bridge:status or bridge:control, which the token does not grant (claim \"scope\")")
+		}
+	}
+	h := newConsole(t, Options{Actions: fa, Allow: allow})
+	as := func(who string) map[string]string {
+		return map[string]string{"Authorization": "Bearer " + who, "Content-Type": "application/json"}
+	}
+	overview := func(who string) (int, Overview, string) {
+		w := do(h, "GET", "/console/api/overview", "", as(who))
+		var o Overview
+		_ = json.Unmarshal(w.Body.Bytes(), &o)
+		return w.Code, o, w.Body.String()
+	}
+
+	code, _, body := overview("tenant")
+	assert.Equal(t, http.StatusForbidden, code)
+	assert.Contains(t, body, `"detail":"reading the console's overview needs bridge:status or bridge:control`)
+	code, o, _ := overview("reader")
+	assert.Equal(t, http.StatusOK, code)
+	assert.False(t, o.Actions, "no buttons for a reader")
+	code, o, _ = overview("operator")
+	assert.Equal(t, http.StatusOK, code)
+	assert.True(t, o.Actions)
+
+	for _, who := range []string{"tenant", "reader"} {
+		w := do(h, "POST", "/console/api/sources/app/pause", `{"by":"someone else"}`, as(who))
+		assert.Equal(t, http.StatusForbidden, w.Code, who)
+		assert.Contains(t, w.Body.String(), "needs bridge:", who)
+	}
+	assert.Empty(t, fa.calls, "nothing refused reached the control plane")
+	for _, a := range []string{"pause", "resume", "snapshot"} {
+		w := do(h, "POST", "/console/api/sources/app/"+a, `{"by":"someone else"}`, as("operator"))
+		assert.Equal(t, http.StatusOK, w.Code, w.Body.String())
+	}
+	assert.Equal(t, []string{"console, token sub operator", "console, token sub operator", "console, token sub operator"}, fa.by,
+		"the actor is who authenticated, not the body's by")
+
+	fa.by = nil
+	open := newConsole(t, Options{Actions: fa})
+	w := do(open, "POST", "/console/api/sources/app/pause", `{"by":"someone else"}`, jsonCT)
+	require.Equal(t, http.StatusOK, w.Code)
+	assert.Equal(t, []string{"console, no authentication, from 192.0.2.1:1234"}, fa.by)
 }
 
 // TestOverview: the overview joins the control plane's status with the

@@ -203,6 +203,8 @@ type SnapshotRequest struct {
 	// in the restricted form docs/snapshots.md describes (column op
 	// literal; never SQL).
 	Where string `json:"where,omitempty"`
+	// By names who asks (a user, a tool); logged with the request.
+	By string `json:"by,omitempty"`
 }
 
 // SnapshotReply answers snapshot: the queued request.

@@ -302,8 +302,9 @@ func consoleOn(t *testing.T, e *env, name, serve string) string {
 	return base
 }
 
-// consoleCall sends a request to the console with token (none when "")
-// and returns the status and the body's start.
+// consoleCall sends a request to the console with token (none when ""),
+// a POST from the console's own page (Origin), and returns the status and
+// the body's start.
 func consoleCall(t *testing.T, method, u, token string, ctx context.Context) (int, string) {
 	t.Helper()
 	var body io.Reader
@@ -313,6 +314,9 @@ func consoleCall(t *testing.T, method, u, token string, ctx context.Context) (in
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
+	if method == http.MethodPost {
+		req.Header.Set("Origin", req.URL.Scheme+"://"+req.URL.Host) // from the console's page
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -325,9 +329,11 @@ func consoleCall(t *testing.T, method, u, token string, ctx context.Context) (in
 }
 
 // TestConsoleBeyondLoopback: on an address beyond loopback the console is
-// off without serve.auth; with it, its API and tail ask for the same JWT
-// as `bridge serve` (the page's files, which hold no data, stay open) and
-// the buttons act only for a valid token.
+// off without serve.auth, and says so; with it, its API and tail ask for
+// the same JWT as `bridge serve` (the page's files, which hold no data,
+// stay open), the buttons act only for a valid token with the
+// bridge:control scope, and a token in the URL is refused on this
+// listener, which serves no TLS.
 func TestConsoleBeyondLoopback(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -335,16 +341,17 @@ func TestConsoleBeyondLoopback(t *testing.T) {
 	ctx := context.Background()
 
 	open := consoleOn(t, e, "conpub", "")
-	code, _ := consoleCall(t, http.MethodGet, open+"/console/api/overview", "", ctx)
+	code, body := consoleCall(t, http.MethodGet, open+"/console/api/overview", "", ctx)
 	require.Equal(t, http.StatusNotFound, code, "no console beyond loopback without serve.auth")
+	require.Contains(t, body, `"detail":"the web console is off: http.listen \"0.0.0.0:0\" is beyond loopback and serve.auth is not set`)
 	code, _ = consoleCall(t, http.MethodGet, open+"/metrics", "", ctx)
 	require.Equal(t, http.StatusOK, code, "the rest of the listener is served")
 
 	base := consoleOn(t, e, "conjwt", fmt.Sprintf("serve:\n  auth:\n    hs256_secret: %s\n    query_token: true\n", testSecret))
-	good := mint(t, testSecret, jwt.MapClaims{"sub": "ops", "exp": time.Now().Add(time.Hour).Unix(), "iat": time.Now().Unix()})
+	good := mint(t, testSecret, jwt.MapClaims{"sub": "ops", "scope": "bridge:control", "exp": time.Now().Add(time.Hour).Unix(), "iat": time.Now().Unix()})
 	bad := mint(t, "another-secret-0123456789abcdef-0123456", jwt.MapClaims{"sub": "ops", "exp": time.Now().Add(time.Hour).Unix()})
 
-	code, body := consoleCall(t, http.MethodGet, base+"/console/", "", ctx)
+	code, body = consoleCall(t, http.MethodGet, base+"/console/", "", ctx)
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, "bridge console")
 	for _, tok := range []string{"", bad} {
@@ -359,16 +366,65 @@ func TestConsoleBeyondLoopback(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	require.Contains(t, body, `"bridge":"conjwt"`)
 
-	// The tail with the token in the query, as the page's EventSource sends it.
+	// The tail with the token in the header, as the page sends it; in the
+	// query it is refused here (no http.tls), though serve.auth.query_token
+	// is set.
 	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	code, body = consoleCall(t, http.MethodGet, base+"/console/api/v1/feed?sse=1&token=now&access_token="+url.QueryEscape(good), "", tctx)
+	code, body = consoleCall(t, http.MethodGet, base+"/console/api/v1/feed?sse=1&token=now", good, tctx)
 	require.Equal(t, http.StatusOK, code, body)
 	require.Contains(t, body, ": feed")
+	code, body = consoleCall(t, http.MethodGet, base+"/console/api/v1/feed?sse=1&token=now&access_token="+url.QueryEscape(good), "", ctx)
+	require.Equal(t, http.StatusUnauthorized, code, body)
+	require.Contains(t, body, `not accepted on http.listen \"0.0.0.0:0\", which is served without TLS`)
 
 	code, body = consoleCall(t, http.MethodPost, base+"/console/api/sources/app/pause", good, ctx)
 	require.Equal(t, http.StatusOK, code, body)
 	require.Contains(t, body, `"state":"paused"`)
 	code, body = consoleCall(t, http.MethodPost, base+"/console/api/sources/app/resume", good, ctx)
 	require.Equal(t, http.StatusOK, code, body)
+}
+
+// TestConsoleTailWithToken follows the live tail in headless Chromium
+// from a console behind serve.auth (JWT, no query_token): the page sends
+// the token entered in its form in the Authorization header, for the
+// overview and for the tail, never in the URL, so the tail works where
+// only headers are accepted; the buttons a bridge:control token offers
+// work from the page (its Origin passes the listener's checks).
+func TestConsoleTailWithToken(t *testing.T) {
+	e := newEnv(t)
+	e.pg.ExecT(t, `CREATE TABLE items (id int PRIMARY KEY, v text)`)
+	p := e.config("contok", "")
+	appendYAML(t, p, fmt.Sprintf("serve:\n  auth:\n    hs256_secret: %s\n", testSecret))
+	r := e.startWith(p, app.WithConsoleInterval(250*time.Millisecond))
+	base := "http://" + r.app.HTTPAddr()
+	require.Eventually(t, func() bool { c, _ := httpStatus(t, base+"/readyz"); return c == http.StatusOK }, 60*time.Second, 50*time.Millisecond)
+	tok := mint(t, testSecret, jwt.MapClaims{"sub": "ops", "scope": "bridge:control", "exp": time.Now().Add(time.Hour).Unix()})
+
+	ctx, problems := browser(t)
+	// The token as the page's form stores it, before the page's first
+	// request (without it the overview answers 401, which the page logs).
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/console/console.css")))
+	_, err := chromedp.Run(ctx, chromedp.Evaluate[bool](fmt.Sprintf(`(() => { sessionStorage.setItem("bridge-token", %q); return true; })()`, tok)))
+	require.NoError(t, err)
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/console/")))
+	state := `#src-app [data-field=state]`
+	waitText(t, ctx, state, "the overview with the token", func(s string) bool { return s == "streaming" })
+
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click("#tail-start")))
+	waitText(t, ctx, "#tail-status", "the tail connects with the token in its header", func(s string) bool { return strings.HasPrefix(s, "Following") })
+	e.pg.ExecT(t, `INSERT INTO items VALUES (1, 'a'), (2, 'b')`)
+	require.Eventually(t, func() bool {
+		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#tail tbody tr").length`))
+		return err == nil && n == 2
+	}, 60*time.Second, 100*time.Millisecond, "the tail shows the 2 inserts; status: %s", textOf(ctx, "#tail-status"))
+	require.Contains(t, textOf(ctx, "#tail tbody"), "public.items")
+
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(`#src-app button[data-action=pause]`)))
+	waitText(t, ctx, state, "the source pauses", func(s string) bool { return s == "paused" })
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(`#src-app button[data-action=resume]`)))
+	waitText(t, ctx, state, "the source resumes", func(s string) bool { return s == "streaming" })
+	require.Empty(t, textOf(ctx, "#problem"), "no action was refused")
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click("#tail-stop")))
+	require.Empty(t, problems(), "the page logged errors")
 }

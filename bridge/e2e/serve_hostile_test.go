@@ -76,7 +76,7 @@ func rawGet(t *testing.T, addr, target string, headers ...string) int {
 	defer c.Close()
 	require.NoError(t, c.SetDeadline(time.Now().Add(time.Minute)))
 	w := bufio.NewWriter(c)
-	fmt.Fprintf(w, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n", target)
+	fmt.Fprintf(w, "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n", target)
 	for _, h := range headers {
 		fmt.Fprintf(w, "%s\r\n", h)
 	}
@@ -188,7 +188,7 @@ func TestServeHostileInput(t *testing.T) {
 		c, err := net.Dial("tcp", addr)
 		require.NoError(t, err)
 		defer c.Close()
-		_, err = io.WriteString(c, "GET /v1/feed HTTP/1.1\r\nHost: x\r\n")
+		_, err = io.WriteString(c, "GET /v1/feed HTTP/1.1\r\nHost: 127.0.0.1\r\n")
 		require.NoError(t, err)
 		closed := make(chan struct{})
 		go func() {
@@ -246,7 +246,7 @@ func TestServeHostileInput(t *testing.T) {
 				}
 				defer c.Close()
 				go func() { <-ctx.Done(); c.Close() }()
-				fmt.Fprintf(c, "GET /v1/feed?timeout=60s&where=%s HTTP/1.1\r\nHost: x\r\n\r\n", url.QueryEscape(fmt.Sprintf(`{"eq":["tenant",%d]}`, i)))
+				fmt.Fprintf(c, "GET /v1/feed?timeout=60s&where=%s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", url.QueryEscape(fmt.Sprintf(`{"eq":["tenant",%d]}`, i)))
 				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 				if err != nil {
 					return // closed by the test once all are counted

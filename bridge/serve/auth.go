@@ -7,10 +7,13 @@ package serve
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"regexp"
@@ -42,11 +45,20 @@ type Auth struct {
 	mode   string // config.AuthJWT or config.AuthProxy
 	header string // proxy: the header the proxy sets
 	log    *slog.Logger
+	// listener is where the Auth is used: it decides whether the proxy's
+	// header and a token in the URL are trusted (On).
+	listener Listener
+	// scopeClaim (JWT) and scopeHeader (proxy) carry the caller's scopes
+	// (Permit).
+	scopeClaim, scopeHeader string
+	// queryConfigured is serve.auth.query_token; queryToken whether the
+	// listener accepts it (TLS, or loopback).
+	queryConfigured bool
 
 	parser      *jwt.Parser
-	algs        []string // the algorithms accepted
-	keys        atomic.Pointer[jwt.Keyfunc]
-	jwksFile    string // reloaded by Watch
+	algs        []string                     // the algorithms accepted
+	keys        *atomic.Pointer[jwt.Keyfunc] // shared by the copies On makes
+	jwksFile    string                       // reloaded by Watch
 	tablesClaim string
 	where       *whereTemplate
 	queryToken  bool
@@ -55,9 +67,15 @@ type Auth struct {
 
 // caller is an authenticated request's identity and grants.
 type caller struct {
-	// id keys the per-client limit: the proxy's header, or the token's
-	// subject; "" falls back to the remote IP.
+	// id keys the per-client limit: the proxy's header, the token's
+	// subject, or for a token without one, a digest of the token.
 	id string
+	// name is who the caller is in logs and records: a JWT's sub, the
+	// proxy's header; "" for a token without sub.
+	name string
+	// scopes are what the token's scope claim or the proxy's scope header
+	// grant (Permit).
+	scopes []string
 	// tables the caller may read; nil when the token does not limit them.
 	tables []string
 	// where is ANDed with the request's filter; nil adds none.
@@ -96,13 +114,19 @@ func NewAuth(ctx context.Context, s config.Serve, log *slog.Logger) (*Auth, erro
 	}
 	a := s.Auth
 	mode := s.EffectiveMode()
+	served := Listener{Key: "serve.listen", Addr: s.Listen, TLS: s.TLS.Enabled(), MutualTLS: s.TLS.ClientCAFile != ""}
 	switch mode {
 	case config.AuthNone:
 		return nil, nil
 	case config.AuthProxy:
-		return &Auth{mode: mode, header: s.ClientHeader, log: log}, nil
+		return (&Auth{mode: mode, header: s.ClientHeader, scopeHeader: a.ScopeHeader, log: log}).On(served), nil
 	}
-	au := &Auth{mode: mode, log: log, tablesClaim: a.TablesClaim, queryToken: a.QueryToken, leeway: a.Leeway}
+	au := &Auth{mode: mode, log: log, tablesClaim: a.TablesClaim, queryConfigured: a.QueryToken, leeway: a.Leeway, scopeClaim: a.ScopeClaim}
+	if au.scopeClaim == "" {
+		au.scopeClaim = "scope"
+	}
+	au.keys = new(atomic.Pointer[jwt.Keyfunc])
+	au.listener, au.queryToken = served, a.QueryToken && served.queryTokenOK()
 	opts := []jwt.ParserOption{
 		jwt.WithLeeway(a.Leeway), jwt.WithIssuedAt(), jwt.WithExpirationRequired(), jwt.WithJSONNumber(),
 	}
@@ -197,6 +221,9 @@ func (a *Auth) bearer(r *http.Request) (string, *authError) {
 	h := r.Header.Get("Authorization")
 	q, inQuery := r.URL.Query()["access_token"]
 	if inQuery && !a.queryToken {
+		if a.queryConfigured {
+			return "", unauthorized("invalid_request", "a token in the access_token query parameter is not accepted on %s %q, which is served without TLS: send it in the Authorization header", a.listener.Key, a.listener.Addr)
+		}
 		return "", unauthorized("invalid_request", "a token in the access_token query parameter is not accepted here: send it in the Authorization header")
 	}
 	if h != "" && inQuery {
@@ -223,11 +250,18 @@ func (a *Auth) bearer(r *http.Request) (string, *authError) {
 // (/metrics beyond loopback).
 func (a *Auth) authenticate(r *http.Request, grants bool) (*caller, *authError) {
 	if a.mode == config.AuthProxy {
+		if aerr := a.proxyTrusted(r); aerr != nil {
+			return nil, aerr
+		}
 		id := r.Header.Get(a.header)
 		if id == "" {
 			return nil, unauthorized("", "no %s header: requests must come through the authenticating proxy", a.header)
 		}
-		return &caller{id: id}, nil
+		c := &caller{id: id, name: id}
+		if a.scopeHeader != "" {
+			c.scopes = splitScopes(r.Header.Get(a.scopeHeader))
+		}
+		return c, nil
 	}
 	raw, aerr := a.bearer(r)
 	if aerr != nil {
@@ -245,8 +279,14 @@ func (a *Auth) authenticate(r *http.Request, grants bool) (*caller, *authError) 
 	}
 	c := &caller{}
 	if sub, _ := claims["sub"].(string); sub != "" {
-		c.id = "sub:" + sub
+		c.id, c.name = "sub:"+sub, sub
+	} else {
+		// Without a subject the token itself names the caller: one token
+		// is one client, whatever header it sends.
+		d := sha256.Sum256([]byte(raw))
+		c.id = "token:" + hex.EncodeToString(d[:12])
 	}
+	c.scopes = claimScopes(claims, a.scopeClaim)
 	if exp, err := claims.GetExpirationTime(); err == nil && exp != nil {
 		c.until = exp.Add(a.leeway)
 	}
@@ -519,16 +559,172 @@ func (a *Auth) watch(ctx context.Context, trigger <-chan struct{}) error {
 // Protect returns next behind a's authentication: a request without valid
 // credentials gets 401 (400, 403) as on /v1/position, and never reaches
 // next. A nil *Auth returns next. The web console (bridge/console) guards
-// its API with it, so it asks what `bridge serve` asks.
+// its API with it, so it asks what `bridge serve` asks; Permit then says
+// what the caller may do there.
 func (a *Auth) Protect(next http.Handler) http.Handler {
 	if a == nil {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, err := a.authenticate(r, false); err != nil {
+		c, err := a.authenticate(r, false)
+		if err != nil {
 			challenge(w, err)
 			return
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
 	})
+}
+
+// callerKey is the context key of the caller Protect authenticated.
+type callerKey struct{}
+
+// Listener is the listener an Auth serves on: it decides whether an
+// authenticating proxy's header can be trusted there (only the proxy can
+// reach the listener) and whether a token may travel in the URL (only over
+// TLS, or on loopback behind a TLS-terminating proxy on the same host).
+type Listener struct {
+	// Key is the YAML key of the listen address, named in refusals:
+	// "serve.listen", "http.listen".
+	Key string
+	// Addr is the listen address (host:port).
+	Addr string
+	// TLS is true when the listener serves HTTPS; MutualTLS when clients
+	// must present a certificate of its client_ca_file.
+	TLS, MutualTLS bool
+}
+
+// ProxyTrusted reports whether an authenticating proxy's header can be
+// trusted on l: l is on loopback (a proxy on the same host; a sidecar) or
+// requires a client certificate (the proxy's). On any other listener every
+// client that reaches it can send the header.
+func (l Listener) ProxyTrusted() bool { return config.IsLoopback(l.Addr) || l.MutualTLS }
+
+// queryTokenOK reports whether a token in the URL is accepted on l.
+func (l Listener) queryTokenOK() bool { return l.TLS || config.IsLoopback(l.Addr) }
+
+// On returns a's authentication on another listener than serve.listen
+// (the web console on http.listen): the proxy's header is trusted only
+// where l.ProxyTrusted, and access_token (query_token) only where l serves
+// TLS or is on loopback. A nil *Auth returns nil.
+func (a *Auth) On(l Listener) *Auth {
+	if a == nil {
+		return nil
+	}
+	b := &Auth{mode: a.mode, header: a.header, log: a.log, listener: l, scopeClaim: a.scopeClaim, scopeHeader: a.scopeHeader,
+		queryConfigured: a.queryConfigured, queryToken: a.queryConfigured && l.queryTokenOK(),
+		keys: a.keys, parser: a.parser, algs: a.algs, jwksFile: a.jwksFile, tablesClaim: a.tablesClaim, where: a.where, leeway: a.leeway}
+	return b
+}
+
+// Listener returns the listener a serves on.
+func (a *Auth) Listener() Listener { return a.listener }
+
+// Mode returns a's mode: config.AuthJWT or config.AuthProxy.
+func (a *Auth) Mode() string { return a.mode }
+
+// proxyTrusted refuses a request whose proxy header cannot be trusted: on
+// a listener other clients reach (not loopback, no mutual TLS), or over a
+// connection without a verified client certificate.
+func (a *Auth) proxyTrusted(r *http.Request) *authError {
+	l := a.listener
+	switch {
+	case config.IsLoopback(l.Addr):
+		return nil
+	case l.MutualTLS && r.TLS != nil && len(r.TLS.VerifiedChains) > 0:
+		return nil
+	}
+	e := forbidden("the %s header is not trusted on %s %q: every client that reaches it could send it; the proxy must reach the bridge on loopback or with a client certificate (mutual TLS)", a.header, l.Key, l.Addr)
+	a.log.Warn("request refused: "+e.detail, "remote", r.RemoteAddr, "path", r.URL.Path)
+	return e
+}
+
+// Scopes of the web console's API, granted by the token's scope claim
+// (serve.auth.scope_claim) or the proxy's scope header
+// (serve.auth.scope_header). The feeds and the console's tail need
+// neither: tables_claim and where decide what a caller reads there.
+const (
+	// ScopeStatus reads the console's overview: the sources' states,
+	// lag, slots, sinks and snapshots.
+	ScopeStatus = "bridge:status"
+	// ScopeControl pauses, resumes and snapshots sources, and reads the
+	// overview.
+	ScopeControl = "bridge:control"
+)
+
+// Permit reports whether r's caller, authenticated by Protect, has scope
+// (ScopeControl grants ScopeStatus too), and names it for the logs and the
+// records of what it did: the token's sub, or the user the proxy names.
+// Acting (ScopeControl) needs a named caller. A refusal is a 403 whose
+// error says why in one line. A nil *Auth allows everything, naming no
+// one ("").
+func (a *Auth) Permit(r *http.Request, scope string) (string, error) {
+	if a == nil {
+		return "", nil
+	}
+	c, _ := r.Context().Value(callerKey{}).(*caller)
+	if c == nil {
+		var aerr *authError
+		if c, aerr = a.authenticate(r, false); aerr != nil {
+			return "", aerr
+		}
+	}
+	has := slices.Contains(c.scopes, scope) || (scope == ScopeStatus && slices.Contains(c.scopes, ScopeControl))
+	what := "reading the console's overview needs " + ScopeStatus + " or " + ScopeControl
+	if scope == ScopeControl {
+		what = "pausing, resuming and snapshotting sources needs " + ScopeControl
+	}
+	var e *authError
+	switch {
+	case !has && a.mode == config.AuthProxy && a.scopeHeader == "":
+		e = forbidden("%s, and the proxy passes no scopes: set serve.auth.scope_header to the header in which it sends the caller's scopes", what)
+	case !has && a.mode == config.AuthProxy:
+		e = forbidden("%s, which the proxy does not grant %q (header %s)", what, c.name, a.scopeHeader)
+	case !has:
+		e = forbidden("%s, which the token does not grant (claim %q)", what, a.scopeClaim)
+	case scope == ScopeControl && c.name == "":
+		e = forbidden("the token has no sub claim: the console records who pauses, resumes and snapshots by it")
+	default:
+		return c.name, nil
+	}
+	return c.name, e
+}
+
+// claimScopes reads the scope claim: a string of scopes separated by
+// spaces (RFC 9068's scope) or a JSON array of strings (scp, roles).
+func claimScopes(claims jwt.MapClaims, name string) []string {
+	switch x := claims[name].(type) {
+	case string:
+		return splitScopes(x)
+	case []any:
+		var out []string
+		for _, e := range x {
+			if s, ok := e.(string); ok {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+// splitScopes splits a list of scopes separated by spaces or commas.
+func splitScopes(v string) []string {
+	return strings.FieldsFunc(v, func(r rune) bool { return r == ' ' || r == ',' })
+}
+
+// clientKey names r's client for max_per_client: the authenticated caller
+// (a JWT's sub, else a digest of its token; the proxy's user), else the
+// client header without authentication (serve.auth.mode: none), else the
+// remote IP. With a JWT the caller cannot change its key with a header.
+func clientKey(r *http.Request, who *caller, header string) string {
+	if who != nil && who.id != "" {
+		return who.id
+	}
+	if header != "" {
+		if v := r.Header.Get(header); v != "" {
+			return v
+		}
+	}
+	host, _, _ := net.SplitHostPort(r.RemoteAddr)
+	return host
 }

@@ -1,6 +1,8 @@
 package serve
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -381,4 +383,180 @@ func TestJSONDepth(t *testing.T) {
 	c, err := feeds.ParseCond([]byte(`{"and":[{"eq":["a",1]},{"or":[{"not":{"null":"b"}},{"eq":["c",2]}]}]}`))
 	require.NoError(t, err)
 	assert.Equal(t, 4, condDepth(&c))
+}
+
+// TestAuthOnListener: the proxy's header is trusted only on a listener
+// only the proxy reaches (loopback; mutual TLS with a verified client
+// certificate), and a token in the URL only over TLS or on loopback, each
+// judged on the listener the Auth is used on (the console's http.listen),
+// not on serve.listen.
+func TestAuthOnListener(t *testing.T) {
+	proxy := newAuth(t, config.Serve{ClientHeader: "X-User"}) // serve.listen 127.0.0.1:8090
+	forged := request("", "")
+	forged.Header.Set("X-User", "admin")
+	forged.RemoteAddr = "203.0.113.9:4444"
+	_, err := proxy.authenticate(forged, true)
+	require.Nil(t, err, "on loopback the proxy is on the same host")
+
+	public := proxy.On(Listener{Key: "http.listen", Addr: "0.0.0.0:8080"})
+	c, err := public.authenticate(forged, false)
+	require.Nil(t, c)
+	require.NotNil(t, err)
+	assert.Equal(t, http.StatusForbidden, err.status)
+	assert.Equal(t, `the X-User header is not trusted on http.listen "0.0.0.0:8080": every client that reaches it could send it; the proxy must reach the bridge on loopback or with a client certificate (mutual TLS)`, err.detail)
+	assert.False(t, Listener{Addr: ":8080", TLS: true}.ProxyTrusted(), "TLS alone authenticates no proxy")
+
+	mtls := proxy.On(Listener{Key: "http.listen", Addr: "0.0.0.0:8080", TLS: true, MutualTLS: true})
+	_, err = mtls.authenticate(forged, false)
+	require.NotNil(t, err, "no client certificate on this connection")
+	withCert := forged.Clone(t.Context())
+	withCert.TLS = &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{{}}}}
+	c, err = mtls.authenticate(withCert, false)
+	require.Nil(t, err)
+	assert.Equal(t, "admin", c.name)
+
+	q := newAuth(t, config.Serve{Auth: config.ServeAuth{HS256Secret: secret, QueryToken: true}})
+	inURL := request("", "access_token="+url.QueryEscape(hs256(t, secret, claims(nil))))
+	_, err = q.authenticate(inURL, true)
+	require.Nil(t, err, "serve.listen on loopback")
+	_, err = q.On(Listener{Key: "http.listen", Addr: "0.0.0.0:8080", TLS: true}).authenticate(inURL, true)
+	require.Nil(t, err, "over TLS")
+	_, err = q.On(Listener{Key: "http.listen", Addr: "0.0.0.0:8080"}).authenticate(inURL, true)
+	require.NotNil(t, err)
+	assert.Equal(t, `a token in the access_token query parameter is not accepted on http.listen "0.0.0.0:8080", which is served without TLS: send it in the Authorization header`, err.detail)
+	assert.Nil(t, (*Auth)(nil).On(Listener{}))
+}
+
+// TestPermit: the console's overview needs bridge:status or
+// bridge:control, its buttons bridge:control and a sub; scopes come from
+// the scope claim (a string or a list) or the proxy's scope header, and
+// the caller is named by its sub or the proxy's user.
+func TestPermit(t *testing.T) {
+	a := newAuth(t, config.Serve{Auth: config.ServeAuth{HS256Secret: secret}})
+	permit := func(a *Auth, r *http.Request, scope string) (string, string) {
+		who, err := a.Permit(r, scope)
+		if err != nil {
+			return who, err.Error()
+		}
+		return who, ""
+	}
+	tok := func(extra map[string]any) *http.Request { return request(hs256(t, secret, claims(extra)), "") }
+
+	for name, tc := range map[string]struct {
+		extra           map[string]any
+		status, control string // "" allowed, else the refusal
+	}{
+		"a tenant's read token": {nil,
+			`reading the console's overview needs bridge:status or bridge:control, which the token does not grant (claim "scope")`,
+			`pausing, resuming and snapshotting sources needs bridge:control, which the token does not grant (claim "scope")`},
+		"status":               {map[string]any{"scope": "feeds bridge:status"}, "", `pausing, resuming and snapshotting sources needs bridge:control, which the token does not grant (claim "scope")`},
+		"control":              {map[string]any{"scope": "bridge:control"}, "", ""},
+		"control as a list":    {map[string]any{"scope": []any{"x", "bridge:control"}}, "", ""},
+		"control without sub":  {map[string]any{"scope": "bridge:control", "sub": nil}, "", "the token has no sub claim: the console records who pauses, resumes and snapshots by it"},
+		"a lookalike scope":    {map[string]any{"scope": "bridge:control-x bridge:statusx"}, `reading the console's overview needs bridge:status or bridge:control, which the token does not grant (claim "scope")`, `pausing, resuming and snapshotting sources needs bridge:control, which the token does not grant (claim "scope")`},
+		"another claim's name": {map[string]any{"scp": "bridge:control"}, `reading the console's overview needs bridge:status or bridge:control, which the token does not grant (claim "scope")`, `pausing, resuming and snapshotting sources needs bridge:control, which the token does not grant (claim "scope")`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, got := permit(a, tok(tc.extra), ScopeStatus)
+			assert.Equal(t, tc.status, got, "status")
+			who, got := permit(a, tok(tc.extra), ScopeControl)
+			assert.Equal(t, tc.control, got, "control")
+			if got == "" {
+				assert.Equal(t, "alice", who)
+			}
+		})
+	}
+	scp := newAuth(t, config.Serve{Auth: config.ServeAuth{HS256Secret: secret, ScopeClaim: "roles"}})
+	_, got := permit(scp, tok(map[string]any{"roles": []any{"bridge:control"}}), ScopeControl)
+	assert.Empty(t, got, "serve.auth.scope_claim")
+
+	// Through Protect, which keeps the caller for Permit.
+	var who string
+	var perr error
+	h := a.Protect(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { who, perr = a.Permit(r, ScopeControl) }))
+	h.ServeHTTP(httptest.NewRecorder(), tok(map[string]any{"scope": "bridge:control", "sub": "ops-7"}))
+	require.NoError(t, perr)
+	assert.Equal(t, "ops-7", who)
+
+	proxy := newAuth(t, config.Serve{ClientHeader: "X-User", Auth: config.ServeAuth{ScopeHeader: "X-Scopes"}})
+	r := request("", "")
+	r.Header.Set("X-User", "bob")
+	_, got = permit(proxy, r, ScopeStatus)
+	assert.Equal(t, `reading the console's overview needs bridge:status or bridge:control, which the proxy does not grant "bob" (header X-Scopes)`, got)
+	r.Header.Set("X-Scopes", "readers,bridge:control")
+	who, got = permit(proxy, r, ScopeControl)
+	assert.Empty(t, got)
+	assert.Equal(t, "bob", who)
+	bare := newAuth(t, config.Serve{ClientHeader: "X-User"})
+	_, got = permit(bare, r, ScopeStatus)
+	assert.Equal(t, "reading the console's overview needs bridge:status or bridge:control, and the proxy passes no scopes: set serve.auth.scope_header to the header in which it sends the caller's scopes", got)
+
+	who, err := (*Auth)(nil).Permit(r, ScopeControl)
+	assert.NoError(t, err)
+	assert.Empty(t, who)
+}
+
+// TestClientKey: max_per_client counts a JWT's caller by its sub (or its
+// token), whatever client header it sends; the proxy's user; the header
+// without authentication; else the remote IP.
+func TestClientKey(t *testing.T) {
+	a := newAuth(t, config.Serve{ClientHeader: "X-Client-Id", Auth: config.ServeAuth{HS256Secret: secret}})
+	key := func(tok, header string) string {
+		r := request(tok, "")
+		r.RemoteAddr = "192.0.2.7:5555"
+		if header != "" {
+			r.Header.Set("X-Client-Id", header)
+		}
+		var c *caller
+		if tok != "" {
+			var err *authError
+			c, err = a.authenticate(r, true)
+			require.Nil(t, err)
+		}
+		return clientKey(r, c, "X-Client-Id")
+	}
+	alice := hs256(t, secret, claims(nil))
+	assert.Equal(t, "sub:alice", key(alice, ""))
+	assert.Equal(t, "sub:alice", key(alice, "dodge-1"), "a JWT's caller cannot change its key with the header")
+	noSub := hs256(t, secret, claims(map[string]any{"sub": nil, "n": 1}))
+	k := key(noSub, "dodge-2")
+	assert.True(t, strings.HasPrefix(k, "token:"), k)
+	assert.Equal(t, k, key(noSub, "dodge-3"), "one token, one key")
+	assert.NotEqual(t, k, key(hs256(t, secret, claims(map[string]any{"sub": nil, "n": 2})), ""), "another token, another key")
+	assert.Equal(t, "x1", key("", "x1"), "no authentication: the header names the client")
+	assert.Equal(t, "192.0.2.7", key("", ""))
+}
+
+// TestTablesNotRevealed: a refused table never lists serve.tables, and a
+// caller whose token does not grant a table learns only that, not whether
+// the table is served.
+func TestTablesNotRevealed(t *testing.T) {
+	s := &Server{cfg: Config{Tables: []string{"public.orders", "secret.payroll"}}}
+	parse := func(query string, who *caller) string {
+		_, _, err := s.parseRequest(httptest.NewRequest("GET", "/v1/feed?"+query, nil), who)
+		require.Error(t, err)
+		return err.Error()
+	}
+	got := parse("tables=public.items", nil)
+	assert.Equal(t, `tables: "public.items" is not served here (serve.tables)`, got)
+	tenant := &caller{tables: []string{"public.orders", "public.items"}}
+	for _, q := range []string{"tables=secret.payroll", "tables=public.nothing"} {
+		got = parse(q, tenant)
+		assert.Contains(t, got, "the token does not grant", q)
+	}
+	got = parse("", &caller{tables: []string{"public.items"}})
+	assert.Equal(t, "tables: the token grants none of the tables served here (serve.tables)", got)
+	for _, q := range []string{"tables=public.items", "tables=secret.payroll", "tables=public.nothing", ""} {
+		for _, who := range []*caller{nil, tenant, {tables: []string{"public.items"}}} {
+			_, _, err := s.parseRequest(httptest.NewRequest("GET", "/v1/feed?"+q, nil), who)
+			if err == nil {
+				continue
+			}
+			for _, served := range s.cfg.Tables {
+				if !strings.Contains(q, served) {
+					assert.NotContains(t, err.Error(), served, "%s: %v", q, err)
+				}
+			}
+		}
+	}
 }

@@ -38,11 +38,13 @@ type Config struct {
 	// MaxConns bounds the feed requests (long-polls and SSE streams) in
 	// progress; beyond it: 503 with Retry-After. Default 10000.
 	MaxConns int
-	// MaxPerClient bounds them per client (ClientHeader's value, else the
-	// remote IP); beyond it: 429 with Retry-After. Default 100.
+	// MaxPerClient bounds them per client (the authenticated caller: a
+	// JWT's sub, the proxy's ClientHeader; else ClientHeader's value; else
+	// the remote IP); beyond it: 429 with Retry-After. Default 100.
 	MaxPerClient int
 	// ClientHeader names the request header identifying a client (for
 	// example one an authenticating proxy sets); "" uses the remote IP.
+	// With a JWT the token's subject names the client, never the header.
 	ClientHeader string
 	// Hold is the default and largest long-poll wait. Default 20s.
 	Hold time.Duration
@@ -79,6 +81,9 @@ type Config struct {
 	ReadHeaderTimeout time.Duration
 	// IdleTimeout closes a kept-alive connection idle this long. Default 2m.
 	IdleTimeout time.Duration
+	// AllowedHosts are the names besides localhost and loopback addresses
+	// a request's Host may carry on a loopback Listen (guard.go).
+	AllowedHosts []string
 }
 
 func (c *Config) defaults() {
@@ -245,7 +250,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, grants boo
 // level: hostile clients must not flood the log.
 func (s *Server) HTTPServer() *http.Server {
 	srv := &http.Server{
-		Handler:           s.Handler(),
+		Handler:           s.guard(s.Handler()),
 		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
@@ -306,19 +311,10 @@ type apiError struct {
 }
 
 // admit counts a feed request in; the returned func counts it out. The
-// client is ClientHeader's value, else the authenticated caller's, else
-// the remote IP.
+// client is the authenticated caller, else ClientHeader's value, else the
+// remote IP (clientKey).
 func (s *Server) admit(w http.ResponseWriter, r *http.Request, mode string, who *caller) (func(), bool) {
-	client := ""
-	if s.cfg.ClientHeader != "" {
-		client = r.Header.Get(s.cfg.ClientHeader)
-	}
-	if client == "" && who != nil {
-		client = who.id
-	}
-	if client == "" {
-		client, _, _ = net.SplitHostPort(r.RemoteAddr)
-	}
+	client := clientKey(r, who, s.cfg.ClientHeader)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	retry := strconv.Itoa(1 + rand.IntN(3))
@@ -360,11 +356,13 @@ func (s *Server) parseRequest(r *http.Request, who *caller) (feeds.Filter, feeds
 		if schema, table, ok := strings.Cut(t, "."); !ok || schema == "" || table == "" {
 			return f, feeds.Token{}, fmt.Errorf("tables: %q is not schema.table (e.g. public.orders)", t)
 		}
-		if len(s.cfg.Tables) > 0 && !contains(s.cfg.Tables, t) {
-			return f, feeds.Token{}, fmt.Errorf("tables: %q is not served here (served: %s)", t, strings.Join(s.cfg.Tables, ","))
-		}
+		// The caller's grant first, and never the list of served tables:
+		// a caller learns nothing of tables it may not read.
 		if who != nil && who.tables != nil && !contains(who.tables, t) {
 			return f, feeds.Token{}, forbidden("tables: the token does not grant %q", t)
+		}
+		if len(s.cfg.Tables) > 0 && !contains(s.cfg.Tables, t) {
+			return f, feeds.Token{}, fmt.Errorf("tables: %q is not served here (serve.tables)", t)
 		}
 	}
 	if len(f.Tables) == 0 {
@@ -379,7 +377,7 @@ func (s *Server) parseRequest(r *http.Request, who *caller) (feeds.Filter, feeds
 					}
 				}
 				if len(f.Tables) == 0 {
-					return f, feeds.Token{}, forbidden("tables: the token grants none of the tables served here (%s)", strings.Join(s.cfg.Tables, ","))
+					return f, feeds.Token{}, forbidden("tables: the token grants none of the tables served here (serve.tables)")
 				}
 			}
 		}
@@ -862,7 +860,7 @@ func FromConfig(ctx context.Context, s config.Serve, log *slog.Logger) (Config, 
 		ClientHeader: s.ClientHeader, Hold: s.Hold, KeepAlive: s.KeepAlive, WriteTimeout: s.WriteTimeout, MaxLag: s.MaxLag,
 		Auth: auth, ProtectMetrics: auth != nil && !config.IsLoopback(s.Listen),
 		MaxHeaderBytes: s.MaxHeaderBytes, MaxQueryBytes: s.MaxQueryBytes, MaxFilterDepth: s.MaxFilterDepth,
-		ReadHeaderTimeout: s.ReadHeaderTimeout, IdleTimeout: s.IdleTimeout,
+		ReadHeaderTimeout: s.ReadHeaderTimeout, IdleTimeout: s.IdleTimeout, AllowedHosts: s.AllowedHosts,
 	}
 	if s.TLS.Enabled() {
 		if sc.TLS, err = reload.NewServerTLS("serve.tls", s.TLS, log); err != nil {

@@ -1,5 +1,6 @@
 // The bridge console: polls api/overview every 2 seconds and renders it;
-// follows the live tail over the feeds SSE API (api/v1/feed). Plain DOM,
+// follows the live tail over the feeds SSE API (api/v1/feed), sending the
+// token in the Authorization header, never in the URL. Plain DOM,
 // no framework, no build step. Text is always set with textContent.
 "use strict";
 
@@ -253,11 +254,97 @@ async function refresh() {
   if (!o.tail) document.getElementById("tail-status").textContent = "No live tail: the bridge writes no JetStream stream the console can read.";
 }
 
-// The live tail.
-let es = null;
+// The live tail: the feeds SSE API read with fetch, so that the token
+// travels in the Authorization header, as every listener accepts it, and
+// never in the URL (EventSource cannot set headers). It reconnects as
+// EventSource does, with the last event id, until stopped.
+let tail = null; // {ctrl, lastId, stopped}
 function stopTail(msg) {
-  if (es) { es.close(); es = null; }
+  if (tail) { tail.stopped = true; tail.ctrl.abort(); tail = null; }
   document.getElementById("tail-status").textContent = msg || "Not following.";
+}
+function refusal(body, r) {
+  return body && (body.detail || body.error) ? (body.error + (body.detail ? ": " + body.detail : "")) : r.status + " " + r.statusText;
+}
+function showChanges(data) {
+  const b = JSON.parse(data);
+  const tb = document.querySelector("#tail tbody");
+  for (const c of b.changes) {
+    const row = c.after || c.before || c.key || {};
+    tb.prepend(el("tr", { "data-op": c.op, "data-table": c.table },
+      el("td", {}, c.seq), el("td", {}, c.op + (c.moved ? " (moved " + c.moved + ")" : "")), el("td", {}, c.table),
+      el("td", {}, c.commit_lsn || ""), el("td", { class: "row" }, JSON.stringify(row))));
+  }
+  while (tb.children.length > TAIL_MAX) tb.lastElementChild.remove();
+}
+// dispatch handles one event of the stream; false ends the tail.
+function dispatch(t, ev) {
+  if (!ev.data.length) return true; // a keep-alive: its id was kept
+  const data = ev.data.join("\n");
+  switch (ev.event) {
+    case "changes": showChanges(data); return true;
+    case "must-refetch": stopTail("The feed must be restarted: " + data); return false;
+    case "error": stopTail("The feed ended: " + data); return false;
+  }
+  return true;
+}
+async function follow(t, q, following) {
+  const status = document.getElementById("tail-status");
+  while (!t.stopped) {
+    const headers = { Accept: "text/event-stream" };
+    if (token()) headers["Authorization"] = "Bearer " + token();
+    if (t.lastId) headers["Last-Event-ID"] = t.lastId;
+    let r;
+    try {
+      r = await fetch("api/v1/feed?" + q, { headers, signal: t.ctrl.signal, cache: "no-store" });
+    } catch (e) {
+      if (t.stopped) return;
+      status.textContent = "Reconnecting…";
+      await new Promise(res => setTimeout(res, 1000));
+      continue;
+    }
+    if (!r.ok) {
+      let body = null;
+      try { body = await r.json(); } catch (e) { body = null; }
+      if (!t.stopped) stopTail("The feed was refused: " + refusal(body, r));
+      return;
+    }
+    status.textContent = following;
+    const reader = r.body.getReader();
+    const dec = new TextDecoder();
+    let buf = "", ev = { event: "", data: [] };
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += dec.decode(value, { stream: true });
+        let i;
+        while ((i = buf.indexOf("\n")) >= 0) {
+          let line = buf.slice(0, i);
+          buf = buf.slice(i + 1);
+          if (line.endsWith("\r")) line = line.slice(0, -1);
+          if (line === "") {
+            if (!dispatch(t, ev)) return;
+            ev = { event: "", data: [] };
+            continue;
+          }
+          if (line.startsWith(":")) continue;
+          const c = line.indexOf(":");
+          const field = c < 0 ? line : line.slice(0, c);
+          let val = c < 0 ? "" : line.slice(c + 1);
+          if (val.startsWith(" ")) val = val.slice(1);
+          if (field === "event") ev.event = val;
+          else if (field === "data") ev.data.push(val);
+          else if (field === "id") t.lastId = val;
+        }
+      }
+    } catch (e) {
+      if (t.stopped) return;
+    }
+    if (t.stopped) return;
+    status.textContent = "Reconnecting…";
+    await new Promise(res => setTimeout(res, 1000));
+  }
 }
 function startTail(ev) {
   if (ev) ev.preventDefault();
@@ -269,29 +356,10 @@ function startTail(ev) {
   if (tables) q.set("tables", tables.split(",").map(t => t.trim()).filter(Boolean).map(t => t.includes(".") ? t : "public." + t).join(","));
   if (op) q.set("ops", op);
   if (where) q.set("where", where);
-  if (token()) q.set("access_token", token());
   document.querySelector("#tail tbody").replaceChildren();
-  const status = document.getElementById("tail-status");
-  status.textContent = "Connecting…";
-  es = new EventSource("api/v1/feed?" + q.toString());
-  es.addEventListener("open", () => { status.textContent = "Following" + (tables || op || where ? " (filtered)" : "") + "."; });
-  es.addEventListener("changes", e => {
-    const b = JSON.parse(e.data);
-    const tb = document.querySelector("#tail tbody");
-    for (const c of b.changes) {
-      const row = c.after || c.before || c.key || {};
-      tb.prepend(el("tr", { "data-op": c.op, "data-table": c.table },
-        el("td", {}, c.seq), el("td", {}, c.op + (c.moved ? " (moved " + c.moved + ")" : "")), el("td", {}, c.table),
-        el("td", {}, c.commit_lsn || ""), el("td", { class: "row" }, JSON.stringify(row))));
-    }
-    while (tb.children.length > TAIL_MAX) tb.lastElementChild.remove();
-  });
-  es.addEventListener("must-refetch", e => stopTail("The feed must be restarted: " + e.data));
-  es.addEventListener("error", e => {
-    if (e.data) { stopTail("The feed ended: " + e.data); return; }
-    if (es && es.readyState === EventSource.CLOSED) stopTail("The feed was refused (check the filter and the credentials).");
-    else status.textContent = "Reconnecting…";
-  });
+  document.getElementById("tail-status").textContent = "Connecting…";
+  tail = { ctrl: new AbortController(), lastId: "", stopped: false };
+  follow(tail, q.toString(), "Following" + (tables || op || where ? " (filtered)" : "") + ".");
 }
 
 document.addEventListener("DOMContentLoaded", () => {
