@@ -392,6 +392,7 @@ func TestConsoleBeyondLoopback(t *testing.T) {
 // only headers are accepted; the buttons a bridge:control token offers
 // work from the page (its Origin passes the listener's checks).
 func TestConsoleTailWithToken(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE items (id int PRIMARY KEY, v text)`)
 	p := e.config("contok", "")

@@ -97,6 +97,8 @@ func holds(s string, parts []string) bool {
 // settings. The pings must take both for dead and say so by name, the
 // bridge must reconnect over new connections and go on, and the stream
 // must hold every committed change exactly once and in order.
+//
+// Serial: it black-holes links against the pings and timeouts and reports how long noticing took.
 func TestDeadConnNATS(t *testing.T) {
 	e := newEnv(t)
 	w := newSeqWorkload(t, e)
@@ -198,6 +200,8 @@ func walsenderPID(t *testing.T, e *env, slot string) int {
 // default wal_sender_timeout, 60 s, which would otherwise hold the slot),
 // stream again over new connections, and the stream must hold every
 // committed change exactly once and in order.
+//
+// Serial: it black-holes the replication link against receive_timeout and TCP_USER_TIMEOUT and reports how long noticing took.
 func TestDeadConnPostgres(t *testing.T) {
 	e := newEnv(t)
 	w := newSeqWorkload(t, e)
@@ -247,6 +251,8 @@ func TestDeadConnPostgres(t *testing.T) {
 // Postgres, find the walsender busy and wait: no connection taken as
 // lost, no run restarted, the same walsender, and the next change
 // delivered once.
+//
+// Serial: a large transaction replayed against receive_timeout, which other tests' load would stretch unevenly.
 func TestDeadConnBusyWalsender(t *testing.T) {
 	for _, plugin := range []string{"pgoutput", "wal2json"} {
 		t.Run(plugin, func(t *testing.T) {
@@ -287,6 +293,8 @@ func TestDeadConnBusyWalsender(t *testing.T) {
 // bridge takes nothing for dead and keeps its walsender; a change after
 // it is delivered. TEST_LONG=1 runs it with the default status_interval
 // and receive_timeout (10 s, 30 s) over 5 minutes instead.
+//
+// Serial: it waits out the liveness timeouts on an idle database, which other tests' load would stretch unevenly.
 func TestDeadConnIdleDatabase(t *testing.T) {
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE watched (id int PRIMARY KEY)`)

@@ -141,11 +141,15 @@ const (
 // walsender holds the slot until the owner wakes or wal_sender_timeout);
 // after SIGCONT the woken owner writes no checkpoint, and the stream holds
 // every committed change once, in order.
+//
+// Serial: a takeover, bounded in time, while members renew leases.
 func TestFleetTakeoverFrozenOwner(t *testing.T) { fleetTakeover(t, syscall.SIGSTOP) }
 
 // TestFleetTakeoverKilledOwner is TestFleetTakeoverFrozenOwner with SIGKILL:
 // the walsender ends with the connection, and the other member streams once
 // the lease expired.
+//
+// Serial: a takeover, bounded in time, while members renew leases.
 func TestFleetTakeoverKilledOwner(t *testing.T) { fleetTakeover(t, syscall.SIGKILL) }
 
 func fleetTakeover(t *testing.T, sig syscall.Signal) {
@@ -244,11 +248,15 @@ func plainConfig(t *testing.T, e *env, name, ownerTimeout string) string {
 // its walsender and streams before the owner wakes; the woken owner writes
 // no checkpoint after the standby's, and the stream holds every committed
 // change once, in order.
+//
+// Serial: a takeover, bounded in time, while members renew leases.
 func TestStandbyTakeoverFrozenOwner(t *testing.T) { standbyTakeover(t, syscall.SIGSTOP) }
 
 // TestStandbyTakeoverKilledOwner is TestStandbyTakeoverFrozenOwner with
 // SIGKILL: the walsender ends with the connection; the standby's next
 // attempt opens the slot.
+//
+// Serial: a takeover, bounded in time, while members renew leases.
 func TestStandbyTakeoverKilledOwner(t *testing.T) { standbyTakeover(t, syscall.SIGKILL) }
 
 func standbyTakeover(t *testing.T, sig syscall.Signal) {
@@ -321,6 +329,8 @@ func standbyTakeover(t *testing.T, sig syscall.Signal) {
 // healthy, first streaming a writer's changes, then idle: the owner's
 // heartbeat keeps changing, so the standby never ends its walsender, and
 // the slot keeps its reader throughout.
+//
+// Serial: a takeover, bounded in time, while members renew leases.
 func TestStandbyHealthyOwnerNotTerminated(t *testing.T) {
 	bin := bridgeBinary(t)
 	e := newEnv(t)
