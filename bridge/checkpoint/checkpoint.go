@@ -270,10 +270,18 @@ func (s *Store) Save(ctx context.Context, key string, st State, rev uint64) (_ u
 		// An earlier Save of this very run whose reply was lost (the
 		// server went away after writing it): nobody else wrote since,
 		// so write on top of it, still compare-and-set.
-		if next, err := s.kv.Update(ctx, key, b, curRev); err == nil {
+		next, uerr := s.kv.Update(ctx, key, b, curRev)
+		if uerr == nil {
 			return next, nil
 		}
 		cur, curRev, lerr = s.Load(ctx, key)
+		if lerr == nil && ownEarlierWrite(cur, st) {
+			// Still this run's own write on top: the write over it failed
+			// for another reason (a full store, NATS flapping), not
+			// because anyone else wrote. Not a fence: the caller ends its
+			// run and the next one loads the key again.
+			return 0, fmt.Errorf("saving checkpoint %q to bucket %q over this run's own revision %d: %w", key, s.bucket, curRev, denied(s.nc, uerr))
+		}
 	}
 	if lerr == nil && curRev <= rev {
 		// The server refused revision rev, yet the key reads back at or

@@ -262,7 +262,7 @@ func streamsAgain(t *testing.T, out string) time.Time {
 
 func storedCount(t *testing.T, e *env, stream string) uint64 {
 	t.Helper()
-	nc, err := nats.Connect(e.natsURL())
+	nc, err := nats.Connect(e.natsURL(), e.natsOpts...)
 	require.NoError(t, err)
 	defer nc.Close()
 	js, err := jetstream.New(nc)

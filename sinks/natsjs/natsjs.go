@@ -132,6 +132,19 @@ func (s *Sink) Connect(ctx context.Context) error {
 	s.fence.newRun() // the pipeline connects at the start of every run (fence.go)
 	nc, js, acks := s.nc, s.js, s.acks
 	s.mu.Unlock()
+	if acks != nil {
+		if n := acks.pending(); n > 0 {
+			// Acks of a Write that failed (the pipeline ends the run and
+			// connects again): the caller has given those publishes up, and
+			// waiting for them (up to ack_timeout, forever silent when their
+			// stream was deleted) would only hold the publish window. What
+			// they stored, the next Delivered reads; the fence refuses what
+			// they store later. Given up first, so that a Connect that
+			// fails (a server that does not answer its ping) leaves none.
+			s.log.Debug("dropping the acks of an abandoned Write", "stream", s.cfg.Stream, "pending", n)
+			acks.drop()
+		}
+	}
 
 	if nc == nil || nc.IsClosed() {
 		var err error
@@ -152,16 +165,6 @@ func (s *Sink) Connect(ctx context.Context) error {
 		// A connection that went silent is reconnected here rather than
 		// failing run after run until the pings declare it stale.
 		return fmt.Errorf("connecting to %s: %w: %w", redact(s.cfg.URL), sinks.ErrNotConnected, err)
-	}
-	if n := acks.pending(); n > 0 {
-		// Acks of a Write that failed (the pipeline ends the run and
-		// connects again): the caller has given those publishes up, and
-		// waiting for them (up to ack_timeout, forever silent when their
-		// stream was deleted) would only hold the publish window. What
-		// they stored, the next Delivered reads; the fence refuses what
-		// they store later.
-		s.log.Debug("dropping the acks of an abandoned Write", "stream", s.cfg.Stream, "pending", n)
-		acks.drop()
 	}
 	return s.ensureStream(ctx, nc, js)
 }
