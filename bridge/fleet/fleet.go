@@ -178,6 +178,25 @@ func (m *Member) Run(ctx context.Context) error {
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
 	go m.watch(wctx)
+	// Leases expire on their own clock: the loop below may spend seconds
+	// in calls that time out (NATS unreachable: renewals, the heartbeat,
+	// takes of sources that look free), and a source must stop when its
+	// lease runs out, before another member may take it over, not when
+	// the loop comes round again.
+	expiring := make(chan struct{})
+	go func() {
+		defer close(expiring)
+		t := time.NewTicker(m.opts.Lease / 20)
+		defer t.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-t.C:
+				m.expire(ctx)
+			}
+		}
+	}()
 	m.heartbeat(ctx)
 	tick := time.NewTicker(m.opts.Lease / 20)
 	defer tick.Stop()
@@ -185,6 +204,8 @@ func (m *Member) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			wcancel()
+			<-expiring
 			m.leave()
 			return nil
 		case <-tick.C:

@@ -308,3 +308,41 @@ func TestFleetHoldingWhileTheLeaseIsValid(t *testing.T) {
 	l.mu.Unlock()
 	t.Logf("cut off: held until %v after the cut; taken over after %v (lease %v)", gaveUp, taken, testLease)
 }
+
+// TestFleetCutOffStopsOnItsLeasesClock: a member cut off from NATS sees
+// the other member's key go stale and tries to take its sources, each
+// take a call that times out; its own sources must still stop when their
+// leases run out, before the other member may start them, however long
+// those calls keep its loop busy.
+func TestFleetCutOffStopsOnItsLeasesClock(t *testing.T) {
+	srv := natsembed.StartT(t, natsembed.Options{})
+	l := newLedger()
+	var sources []string
+	for i := range 16 {
+		sources = append(sources, fmt.Sprintf("s%02d", i))
+	}
+	a := startMember(t, srv, l, "a", sources)
+	startMember(t, srv, l, "b", sources)
+	waitSpread(t, l, len(sources), []string{"a", "b"})
+
+	aHeld := a.m.Held()
+	require.NotEmpty(t, aHeld)
+	a.proxy.Stall()
+	overlap := ""
+	require.Eventually(t, func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for _, s := range aHeld {
+			if _, holds := a.m.Holding(s); holds && l.running[s] == "b" && overlap == "" {
+				overlap = s
+			}
+		}
+		for _, s := range aHeld {
+			if l.running[s] != "b" {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 2*time.Millisecond, "the other member never took the cut-off member's sources over")
+	require.Empty(t, overlap, "the cut-off member still held the lease of %s while the other member ran it", overlap)
+}
