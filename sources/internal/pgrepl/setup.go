@@ -106,9 +106,12 @@ func serverChecks(ctx context.Context, c *pgx.Conn) (role, []config.Check, error
 		checks = append(checks, config.Check{Status: config.CheckOK, What: "wal_level is logical"})
 	}
 	var r role
+	var rds, rdsMember bool // Amazon RDS and Aurora: replication comes from the rds_replication role
 	if err := c.QueryRow(ctx, `SELECT current_user, rolsuper, rolreplication, current_database(),
-			has_database_privilege(current_database(), 'CREATE')
-		FROM pg_roles WHERE rolname = current_user`).Scan(&r.name, &r.super, &r.replication, &r.database, &r.canCreateInDatabase); err != nil {
+			has_database_privilege(current_database(), 'CREATE'),
+			EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'rds_replication'),
+			EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'rds_replication' AND pg_has_role(current_user, oid, 'MEMBER'))
+		FROM pg_roles WHERE rolname = current_user`).Scan(&r.name, &r.super, &r.replication, &r.database, &r.canCreateInDatabase, &rds, &rdsMember); err != nil {
 		return role{}, nil, fmt.Errorf("reading role attributes: %w", err)
 	}
 	switch {
@@ -116,6 +119,14 @@ func serverChecks(ctx context.Context, c *pgx.Conn) (role, []config.Check, error
 		checks = append(checks, config.Check{Status: config.CheckOK, What: fmt.Sprintf("role %q is a superuser (REPLICATION included)", r.name)})
 	case r.replication:
 		checks = append(checks, config.Check{Status: config.CheckOK, What: fmt.Sprintf("role %q has the REPLICATION privilege", r.name)})
+	case rdsMember:
+		r.replication = true
+		checks = append(checks, config.Check{Status: config.CheckOK, What: fmt.Sprintf("role %q is a member of rds_replication (Amazon RDS, Aurora)", r.name)})
+	case rds:
+		checks = append(checks, config.Check{Status: config.CheckFail,
+			What: fmt.Sprintf("role %q lacks the REPLICATION privilege; on Amazon RDS and Aurora it comes from the rds_replication role", r.name),
+			Fix:  fmt.Sprintf("GRANT rds_replication TO %s; (as a member of rds_superuser; set rds.logical_replication = 1 in the parameter group too)", pgx.Identifier{r.name}.Sanitize()),
+		})
 	default:
 		checks = append(checks, config.Check{Status: config.CheckFail,
 			What: fmt.Sprintf("role %q lacks the REPLICATION privilege", r.name),
