@@ -13,9 +13,6 @@ import (
 	"github.com/bridgecdc/bridge/sources"
 )
 
-// emitMessage is the function heartbeats and snapshot watermarks call.
-const emitMessage = "pg_catalog.pg_logical_emit_message(boolean, text, text)"
-
 // privilegeChecks checks what a role that is not a superuser needs beyond
 // the REPLICATION attribute (serverChecks) and a publication its tables'
 // owner made (PublicationChecks), for the streamed tables (nil: every
@@ -27,12 +24,19 @@ const emitMessage = "pg_catalog.pg_logical_emit_message(boolean, text, text)"
 // otherwise: only a requested snapshot, or the heartbeat, would fail. Each
 // names the GRANT that fixes it. Nothing for a superuser.
 func (s *Source) privilegeChecks(ctx context.Context, c *pgx.Conn, tables []string) ([]config.Check, error) {
-	var user string
+	var user, emitMessage string
 	var super, canEmit bool
-	if err := c.QueryRow(ctx, `SELECT current_user, rolsuper, has_function_privilege($1, 'EXECUTE') FROM pg_roles WHERE rolname = current_user`,
-		emitMessage).Scan(&user, &super, &canEmit); err != nil {
+	// The variant heartbeats and watermarks call, with text content:
+	// (boolean, text, text), and from PostgreSQL 17 (boolean, text, text,
+	// boolean), whose flush argument has a default.
+	if err := c.QueryRow(ctx, `SELECT current_user, rolsuper, p.oid::pg_catalog.regprocedure::text, has_function_privilege(p.oid, 'EXECUTE')
+		FROM pg_catalog.pg_roles r, pg_catalog.pg_proc p
+		WHERE r.rolname = current_user AND p.proname = 'pg_logical_emit_message'
+			AND p.pronamespace = 'pg_catalog'::pg_catalog.regnamespace AND p.proargtypes[2] = 'text'::pg_catalog.regtype`,
+	).Scan(&user, &super, &emitMessage, &canEmit); err != nil {
 		return nil, fmt.Errorf("reading the role's privileges: %w", err)
 	}
+	emitMessage = "pg_catalog." + strings.TrimPrefix(strings.ReplaceAll(emitMessage, ",", ", "), "pg_catalog.")
 	if super {
 		return nil, nil
 	}
