@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the demo and the tests need on a fresh Debian machine:
-# PostgreSQL 15 server binaries, the wal2json plugin, and promtool (Debian's
+# PostgreSQL 15 server binaries, the wal2json plugin, PostGIS (the type
+# tests store geometry and geography), and promtool (Debian's
 # prometheus package) for the alert rules' tests in deploy/, and Chromium
 # (Debian's chromium package, /usr/bin/chromium) for the web console's
 # browser tests (bridge/e2e/console_test.go). Idempotent.
@@ -8,6 +9,7 @@ set -euo pipefail
 need=()
 [ -x /usr/lib/postgresql/15/bin/initdb ] || need+=(postgresql-15)
 [ -f /usr/lib/postgresql/15/lib/wal2json.so ] || need+=(postgresql-15-wal2json)
+[ -f /usr/share/postgresql/15/extension/postgis.control ] || need+=(postgresql-15-postgis-3)
 command -v promtool >/dev/null || need+=(prometheus)
 [ -x /usr/bin/chromium ] || need+=(chromium fonts-dejavu-core)
 if [ ${#need[@]} -gt 0 ]; then

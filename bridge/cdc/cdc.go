@@ -3,6 +3,8 @@
 package cdc
 
 import (
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -288,8 +290,11 @@ func ParseID(id string) (producer string, pos Pos, err error) {
 // bool, int64, float64, Numeric, string, []byte (bytea), RawJSON (json, jsonb),
 // time.Time (timestamptz, in UTC), Timestamp (timestamp without time zone),
 // Date, Infinity (±infinity of a date or timestamp), []any (arrays, nested for
-// more dimensions), Unchanged and Absent. Types without a better Go form
-// (interval, inet, money, ranges, geometric types, ...) keep Postgres' text.
+// more dimensions), Record (composite types), Geometry (PostGIS geometry and
+// geography), Unchanged and Absent. Types without a better Go form (interval,
+// inet, money, enums, ranges, multiranges, built-in geometric types, types of
+// extensions the bridge does not know, such as pgvector's vector) keep
+// Postgres' text.
 
 // Numeric is an exact decimal in Postgres' text form, or "NaN", "Infinity",
 // "-Infinity".
@@ -321,6 +326,49 @@ type UnchangedToast struct{}
 
 // Unchanged is the value of an unchanged TOAST column.
 var Unchanged = UnchangedToast{}
+
+// Record is a value of a composite type: its fields, in the type's order,
+// decoded like columns (a field may itself be a Record or an array).
+type Record struct {
+	// Names are the fields' names; shared between values of one type, so
+	// they must not be modified.
+	Names []string
+	// Values are the fields' values, one per name.
+	Values []any
+	// Text is the value as Postgres prints it, e.g. (1,"a b").
+	Text string
+}
+
+// String returns the value as Postgres prints it.
+func (r Record) String() string { return r.Text }
+
+// Geometry is a value of PostGIS' geometry or geography type, in the
+// extended well-known binary form (EWKB) that Postgres' text form spells in
+// hex.
+type Geometry struct {
+	EWKB      []byte
+	Geography bool // the geography type; geometry otherwise
+}
+
+// String returns the EWKB in upper-case hex, as Postgres prints the value.
+func (g Geometry) String() string { return strings.ToUpper(hex.EncodeToString(g.EWKB)) }
+
+// SRID returns the spatial reference id the EWKB carries, and whether it
+// carries one.
+func (g Geometry) SRID() (int32, bool) {
+	b := g.EWKB
+	if len(b) < 9 || b[0] > 1 {
+		return 0, false
+	}
+	var order binary.ByteOrder = binary.BigEndian
+	if b[0] == 1 {
+		order = binary.LittleEndian
+	}
+	if order.Uint32(b[1:5])&0x20000000 == 0 {
+		return 0, false
+	}
+	return int32(order.Uint32(b[5:9])), true
+}
 
 // AbsentValue marks a column the before image does not carry (replica
 // identity default or index: only key columns are sent).

@@ -290,6 +290,12 @@ func appendDebeziumRow(dst []byte, cols []cdc.Column, row, alt []any) []byte {
 //     microseconds past midnight and money into a plain decimal string.
 //   - float NaN and ±Inf are "NaN", "Infinity", "-Infinity" (Jackson).
 //   - arrays are arrays of their elements rendered the same way.
+//   - PostGIS geometry and geography are Debezium's
+//     io.debezium.data.geometry.Geometry and Geography structs:
+//     {"wkb": base64 of the EWKB as PostGIS sends it, "srid": the EWKB's
+//     SRID or null}.
+//   - composites (which Debezium does not map) are objects of their fields
+//     rendered the same way, in the type's order.
 //   - cdc.Unchanged is the placeholder: ["__debezium_unavailable_value"]
 //     for text, varchar, json and jsonb arrays, the placeholder's bytes as
 //     numbers for int4, int8 and date arrays, base64 of its bytes for bytea,
@@ -331,6 +337,31 @@ func AppendDebeziumValue(dst []byte, v any, col *cdc.Column) []byte {
 			dst = AppendDebeziumValue(dst, e, col)
 		}
 		return append(dst, ']')
+	case cdc.Record:
+		dst = append(dst, '{')
+		for i, n := range v.Names {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendString(dst, n)
+			dst = append(dst, ':')
+			if i < len(v.Values) {
+				dst = AppendDebeziumValue(dst, v.Values[i], nil)
+			} else {
+				dst = append(dst, "null"...)
+			}
+		}
+		return append(dst, '}')
+	case cdc.Geometry:
+		dst = append(dst, `{"wkb":`...)
+		dst = appendBase64(dst, v.EWKB)
+		dst = append(dst, `,"srid":`...)
+		if srid, ok := v.SRID(); ok {
+			dst = strconv.AppendInt(dst, int64(srid), 10)
+		} else {
+			dst = append(dst, "null"...)
+		}
+		return append(dst, '}')
 	case cdc.UnchangedToast:
 		return appendDebeziumPlaceholder(dst, col)
 	case cdc.AbsentValue:

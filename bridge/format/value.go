@@ -28,7 +28,11 @@ import (
 //   - cdc.Numeric is a bare JSON number with its exact digits (a value
 //     that is not a JSON number is written as a string);
 //   - cdc.RawJSON is embedded verbatim and must be valid JSON (empty is
-//     null); []any is an array of values;
+//     null); []any is an array of values; cdc.Record (a composite) is an
+//     object of its fields in the type's order, as to_jsonb writes it;
+//   - cdc.Geometry is GeoJSON, as PostGIS' to_jsonb(geometry) writes it,
+//     for geography too (to_jsonb writes geography as hex EWKB): see
+//     appendGeometry;
 //   - strings have control characters, '"', '\\', U+2028 and U+2029
 //     escaped, and each byte of invalid UTF-8 replaced with U+FFFD;
 //   - cdc.Unchanged and cdc.Absent, which AppendNative leaves out, are the
@@ -86,6 +90,23 @@ func AppendValue(dst []byte, v any) []byte {
 			dst = AppendValue(dst, e)
 		}
 		return append(dst, ']')
+	case cdc.Record:
+		dst = append(dst, '{')
+		for i, n := range v.Names {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendString(dst, n)
+			dst = append(dst, ':')
+			if i < len(v.Values) {
+				dst = AppendValue(dst, v.Values[i])
+			} else {
+				dst = append(dst, "null"...)
+			}
+		}
+		return append(dst, '}')
+	case cdc.Geometry:
+		return appendGeometry(dst, v)
 	case cdc.UnchangedToast:
 		return append(dst, `"unchanged_toast"`...)
 	case cdc.AbsentValue:

@@ -484,6 +484,14 @@ func celValue(v any) ref.Val {
 			vals[i] = celValue(e)
 		}
 		return types.NewRefValList(types.DefaultTypeAdapter, vals)
+	case cdc.Record:
+		m := make(map[ref.Val]ref.Val, len(v.Names))
+		for i, n := range v.Names {
+			if i < len(v.Values) {
+				m[types.String(n)] = celValue(v.Values[i])
+			}
+		}
+		return types.NewRefValMap(types.DefaultTypeAdapter, m)
 	case int:
 		return types.Int(v)
 	case int32:

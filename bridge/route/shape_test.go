@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -109,6 +110,35 @@ func TestFilter(t *testing.T) {
 			} else {
 				require.Equal(t, []int{1}, sinks, "a rejected change falls through to the next route")
 			}
+		})
+	}
+}
+
+// TestFilterUserTypes: a filter reads a composite column's fields as a
+// map, and a PostGIS value as its text, hex EWKB.
+func TestFilterUserTypes(t *testing.T) {
+	rel := &cdc.Relation{Schema: "public", Table: "places", Columns: []cdc.Column{
+		{Name: "id", Type: "int4", OID: 23, Key: true},
+		{Name: "addr", Type: "public.addr", OID: 17001},
+		{Name: "pos", Type: "public.geometry", OID: 17002},
+	}}
+	row := []any{int64(1),
+		cdc.Record{Names: []string{"city", "no", "tags"}, Values: []any{"Oslo", int64(7), []any{"a", nil}}, Text: `(Oslo,7,"{a,NULL}")`},
+		cdc.Geometry{EWKB: []byte{1, 1, 0, 0, 0}}}
+	for _, c := range []struct {
+		filter string
+		want   bool
+	}{
+		{`after.addr.city == "Oslo" && after.addr.no > 5 && after.addr.tags[0] == "a"`, true},
+		{`after.addr.city == "Bergen"`, false},
+		{`after.pos == "0101000000"`, true},
+	} {
+		t.Run(c.filter, func(t *testing.T) {
+			r := newRouter(t, "drop", config.Route{Filter: c.filter, Sinks: []string{"a"}}, config.Route{Sinks: []string{"b"}})
+			sinks, ok, err := r.Route(change(cdc.OpInsert, rel, nil, row))
+			require.NoError(t, err)
+			require.True(t, ok)
+			require.Equal(t, c.want, slices.Equal(sinks, []int{0}), "sinks %v", sinks)
 		})
 	}
 }

@@ -133,8 +133,9 @@ type plugin struct {
 	cfg           pgrepl.Config
 	source        string
 	log           *slog.Logger
-	numbersAsText bool // send optNumbersAsText
-	major         int  // server major version, set by Prepare
+	numbersAsText bool     // send optNumbersAsText
+	major         int      // server major version, set by Prepare
+	addTables     []string // tables with partitioned ones' partitions added, set by Prepare
 }
 
 func (p *plugin) Name() string { return "wal2json" }
@@ -145,6 +146,9 @@ func (p *plugin) Name() string { return "wal2json" }
 func (p *plugin) Prepare(ctx context.Context, cat *pgx.Conn, log *slog.Logger) error {
 	checks, _, err := p.Check(ctx, cat)
 	if err != nil {
+		return err
+	}
+	if p.addTables, err = withPartitions(ctx, cat, p.cfg.Tables); err != nil {
 		return err
 	}
 	for _, c := range checks {
@@ -187,6 +191,50 @@ func (p *plugin) Check(ctx context.Context, cat *pgx.Conn) ([]config.Check, []st
 	return append(checks, tc...), p.cfg.Tables, nil
 }
 
+// partitions maps each partitioned table among tables to its partitions
+// (every level), in name order.
+func partitions(ctx context.Context, cat *pgx.Conn, tables []string) (map[string][]string, error) {
+	out := map[string][]string{}
+	if len(tables) == 0 {
+		return out, nil
+	}
+	rows, err := cat.Query(ctx, `SELECT rn.nspname::text || '.' || r.relname::text, n.nspname::text || '.' || c.relname::text
+		FROM pg_class r JOIN pg_namespace rn ON rn.oid = r.relnamespace
+		CROSS JOIN LATERAL pg_partition_tree(r.oid) t
+		JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE r.relkind = 'p' AND rn.nspname::text || '.' || r.relname::text = ANY ($1) AND t.relid <> r.oid
+		ORDER BY 1, 2`, tables)
+	if err != nil {
+		return nil, fmt.Errorf("listing the partitions of the configured tables: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var root, part string
+		if err := rows.Scan(&root, &part); err != nil {
+			return nil, fmt.Errorf("listing the partitions of the configured tables: %w", err)
+		}
+		out[root] = append(out[root], part)
+	}
+	return out, rows.Err()
+}
+
+// withPartitions returns tables with each partitioned table's partitions
+// added after it: wal2json reports a partitioned table's changes under the
+// names of its partitions, and add-tables matches those names. nil when no
+// table is partitioned.
+func withPartitions(ctx context.Context, cat *pgx.Conn, tables []string) ([]string, error) {
+	parts, err := partitions(ctx, cat, tables)
+	if err != nil || len(parts) == 0 {
+		return nil, err
+	}
+	var out []string
+	for _, t := range tables {
+		out = append(out, t)
+		out = append(out, parts[t]...)
+	}
+	return out, nil
+}
+
 // tableChecks warns about configured tables that do not exist, and
 // streamed tables whose UPDATEs and DELETEs wal2json skips for lack of a
 // replica identity.
@@ -227,6 +275,18 @@ func tableChecks(ctx context.Context, cat *pgx.Conn, source, db string, tables [
 	}
 	var checks []config.Check
 	key := fmt.Sprintf("sources.%s.config.tables", source)
+	parts, err := partitions(ctx, cat, tables)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range tables {
+		if ps, ok := parts[t]; ok {
+			checks = append(checks, config.Check{Status: config.CheckWarn,
+				What: fmt.Sprintf("table %s is partitioned: wal2json reports its changes under its partitions' names (%s), which the source adds to its add-tables filter when it starts; a partition attached later streams only after the source restarts, and a detached one streams until then",
+					t, strings.Join(ps, ", ")),
+				Fix: fmt.Sprintf("restart the bridge after attaching or detaching a partition, or use the pgoutput source, which follows partitions as they change and can name the changes %s", t)})
+		}
+	}
 	for _, t := range tables {
 		if !have[t] {
 			checks = append(checks, config.Check{Status: config.CheckWarn,
@@ -263,8 +323,11 @@ func (p *plugin) Args() []string {
 	if p.numbersAsText {
 		args = append(args, `"`+optNumbersAsText+`" '1'`)
 	}
-	if len(p.cfg.Tables) > 0 {
-		args = append(args, `"add-tables" `+literal(AddTables(p.cfg.Tables)))
+	if tables := p.cfg.Tables; len(tables) > 0 {
+		if p.addTables != nil {
+			tables = p.addTables
+		}
+		args = append(args, `"add-tables" `+literal(AddTables(tables)))
 	}
 	if v, ok := msgPrefixes(p.cfg.MessagePrefixes); ok {
 		args = append(args, `"add-msg-prefixes" `+literal(v))

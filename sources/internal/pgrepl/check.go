@@ -87,6 +87,11 @@ func (s *Source) Check(ctx context.Context, req sources.CheckRequest) []config.C
 		return failed("checking the "+s.plugin.Name()+" setup", err)
 	}
 	add(pc...)
+	privc, err := s.privilegeChecks(ctx, cat, tables)
+	if err != nil {
+		return failed("checking the role's privileges", err)
+	}
+	add(privc...)
 	cc, err := columnChecks(ctx, cat, tables, req.Columns)
 	if err != nil {
 		return failed("reading the columns of the streamed tables", err)
@@ -230,6 +235,8 @@ func connectFix(err error, dsnKey string, cc *pgx.ConnConfig) string {
 			return fmt.Sprintf("check the user and password in %s", dsnKey)
 		case "28000":
 			return fmt.Sprintf("pg_hba.conf on the server has no entry that lets user %q connect to database %q from this host: add one (then SELECT pg_reload_conf();), or use another role", cc.User, cc.Database)
+		case "42501":
+			return fmt.Sprintf("GRANT CONNECT ON DATABASE %s TO %s;", pgx.Identifier{cc.Database}.Sanitize(), pgx.Identifier{cc.User}.Sanitize())
 		case "3D000":
 			return fmt.Sprintf("create the database (CREATE DATABASE %s;), or fix the database name in %s", pgx.Identifier{cc.Database}.Sanitize(), dsnKey)
 		case "53300":

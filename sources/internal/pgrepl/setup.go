@@ -106,9 +106,12 @@ func serverChecks(ctx context.Context, c *pgx.Conn) (role, []config.Check, error
 		checks = append(checks, config.Check{Status: config.CheckOK, What: "wal_level is logical"})
 	}
 	var r role
+	var rds, rdsMember bool // Amazon RDS and Aurora: replication comes from the rds_replication role
 	if err := c.QueryRow(ctx, `SELECT current_user, rolsuper, rolreplication, current_database(),
-			has_database_privilege(current_database(), 'CREATE')
-		FROM pg_roles WHERE rolname = current_user`).Scan(&r.name, &r.super, &r.replication, &r.database, &r.canCreateInDatabase); err != nil {
+			has_database_privilege(current_database(), 'CREATE'),
+			EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'rds_replication'),
+			EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'rds_replication' AND pg_has_role(current_user, oid, 'MEMBER'))
+		FROM pg_roles WHERE rolname = current_user`).Scan(&r.name, &r.super, &r.replication, &r.database, &r.canCreateInDatabase, &rds, &rdsMember); err != nil {
 		return role{}, nil, fmt.Errorf("reading role attributes: %w", err)
 	}
 	switch {
@@ -116,6 +119,14 @@ func serverChecks(ctx context.Context, c *pgx.Conn) (role, []config.Check, error
 		checks = append(checks, config.Check{Status: config.CheckOK, What: fmt.Sprintf("role %q is a superuser (REPLICATION included)", r.name)})
 	case r.replication:
 		checks = append(checks, config.Check{Status: config.CheckOK, What: fmt.Sprintf("role %q has the REPLICATION privilege", r.name)})
+	case rdsMember:
+		r.replication = true
+		checks = append(checks, config.Check{Status: config.CheckOK, What: fmt.Sprintf("role %q is a member of rds_replication (Amazon RDS, Aurora)", r.name)})
+	case rds:
+		checks = append(checks, config.Check{Status: config.CheckFail,
+			What: fmt.Sprintf("role %q lacks the REPLICATION privilege; on Amazon RDS and Aurora it comes from the rds_replication role", r.name),
+			Fix:  fmt.Sprintf("GRANT rds_replication TO %s; (as a member of rds_superuser; set rds.logical_replication = 1 in the parameter group too)", pgx.Identifier{r.name}.Sanitize()),
+		})
 	default:
 		checks = append(checks, config.Check{Status: config.CheckFail,
 			What: fmt.Sprintf("role %q lacks the REPLICATION privilege", r.name),
@@ -195,7 +206,11 @@ func EnsurePublication(ctx context.Context, c *pgx.Conn, log *slog.Logger, sourc
 		return err
 	}
 	if !exists && create {
-		sql := CreatePublicationSQL(pub, tables)
+		info, err := readTables(ctx, c, tables)
+		if err != nil {
+			return err
+		}
+		sql := CreatePublicationSQL(pub, tables, anyPartitioned(info))
 		if _, err := c.Exec(ctx, sql); err != nil {
 			return fmt.Errorf("creating publication: %s: %w", sql, err)
 		}
@@ -370,7 +385,12 @@ func PublicationChecks(ctx context.Context, c *pgx.Conn, source, pub string, tab
 		return false, nil, nil, err
 	}
 	if !exists {
-		sql := CreatePublicationSQL(pub, tables) + ";"
+		if len(tables) == 0 {
+			if info, err = readTables(ctx, c, nil); err != nil {
+				return false, nil, nil, err
+			}
+		}
+		sql := CreatePublicationSQL(pub, tables, anyPartitioned(info)) + ";"
 		switch {
 		case !create:
 			checks = append(checks, config.Check{Status: config.CheckFail,
@@ -408,8 +428,6 @@ func PublicationChecks(ctx context.Context, c *pgx.Conn, source, pub string, tab
 		}
 		if len(tables) > 0 {
 			streamed = tables
-		} else if info, err = readTables(ctx, c, nil); err != nil {
-			return false, nil, nil, err
 		}
 		checks = append(checks, identityChecks(slices.Sorted(maps.Keys(info)), info)...)
 		return false, streamed, checks, nil
@@ -435,7 +453,21 @@ func PublicationChecks(ctx context.Context, c *pgx.Conn, source, pub string, tab
 	}
 	var missing []string
 	for _, t := range tables {
-		if _, ok := info[t]; ok && !slices.Contains(streamed, t) {
+		if ti, ok := info[t]; ok && !slices.Contains(streamed, t) {
+			if ti.kind == "p" {
+				// Without publish_via_partition_root the publication
+				// lists a partitioned table's partitions, not the table.
+				var in bool
+				schema, table, _ := strings.Cut(t, ".")
+				if err := c.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_partition_tree($1::regclass) p
+						JOIN pg_class c ON c.oid = p.relid JOIN pg_namespace n ON n.oid = c.relnamespace
+						WHERE n.nspname::text || '.' || c.relname::text = ANY ($2))`, pgx.Identifier{schema, table}.Sanitize(), streamed).Scan(&in); err != nil {
+					return false, nil, nil, fmt.Errorf("reading the partitions of %s: %w", t, err)
+				}
+				if in {
+					continue
+				}
+			}
 			missing = append(missing, t)
 		}
 	}
@@ -483,11 +515,29 @@ func listNames(names []string) string {
 
 // CreatePublicationSQL returns the statement that creates pub for tables
 // (all tables when empty).
-func CreatePublicationSQL(pub string, tables []string) string {
-	if len(tables) == 0 {
-		return fmt.Sprintf("CREATE PUBLICATION %s FOR ALL TABLES", pgx.Identifier{pub}.Sanitize())
+//
+// viaRoot, for publications with a partitioned table, adds
+// publish_via_partition_root, so that its changes carry its own name, as
+// the user named it in tables, rather than each partition's.
+func CreatePublicationSQL(pub string, tables []string, viaRoot bool) string {
+	with := ""
+	if viaRoot {
+		with = " WITH (publish_via_partition_root = true)"
 	}
-	return fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pgx.Identifier{pub}.Sanitize(), quoteTables(tables))
+	if len(tables) == 0 {
+		return fmt.Sprintf("CREATE PUBLICATION %s FOR ALL TABLES%s", pgx.Identifier{pub}.Sanitize(), with)
+	}
+	return fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s%s", pgx.Identifier{pub}.Sanitize(), quoteTables(tables), with)
+}
+
+// anyPartitioned reports whether info holds a partitioned table.
+func anyPartitioned(info map[string]tableInfo) bool {
+	for _, t := range info {
+		if t.kind == "p" {
+			return true
+		}
+	}
+	return false
 }
 
 func quoteTables(tables []string) string {

@@ -86,7 +86,7 @@ func (s *Source) explain(err error) error {
 			Fix: fmt.Sprintf("recreate it (%s;). PostgreSQL before 18 cannot decode past the drop with this slot even then: "+
 				"skip past it with SELECT pg_replication_slot_advance('%s', pg_current_wal_lsn()); (changes in between are lost, consumers should re-read), "+
 				"or drop the slot and restart with on_slot_lost: recreate",
-				CreatePublicationSQL(pub, s.cfg.Tables), s.cfg.Slot),
+				CreatePublicationSQL(pub, s.cfg.Tables, false), s.cfg.Slot),
 		}
 	case pgErr.Code == "55000" && strings.Contains(msg, "wal_level"):
 		return &SetupError{

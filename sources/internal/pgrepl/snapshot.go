@@ -77,6 +77,10 @@ type snapState struct {
 	conn   *pgx.Conn
 	types  *pgtypes.Resolver
 	tables map[string]*snapMeta
+	// storedGenerated: the publication publishes stored generated
+	// columns (PostgreSQL 18's publish_generated_columns = stored), so the
+	// snapshot reads them too.
+	storedGenerated bool
 }
 
 // snapMeta is what a chunk read needs of a table.
@@ -120,7 +124,25 @@ func (s *Source) snapConn(ctx context.Context) (*snapState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening the snapshot connection to %s: %w", Redact(s.cfg.DSN), explainConnect(s.cfg.DSN, err))
 	}
-	s.snap.conn, s.snap.types, s.snap.tables = c, pgtypes.NewResolver(c), map[string]*snapMeta{}
+	stored := false
+	if s.plugin.Name() == "pgoutput" {
+		// pg_publication.pubgencols came with PostgreSQL 18.
+		if err := c.QueryRow(ctx, `SELECT current_setting('server_version_num')::int >= 180000`).Scan(&stored); err != nil {
+			_ = c.Close(ctx)
+			return nil, fmt.Errorf("reading the server version: %w", err)
+		}
+		if stored {
+			err := c.QueryRow(ctx, `SELECT pubgencols::text = 's' FROM pg_catalog.pg_publication WHERE pubname = $1`, s.cfg.Publication).Scan(&stored)
+			if errors.Is(err, pgx.ErrNoRows) {
+				stored, err = false, nil
+			}
+			if err != nil {
+				_ = c.Close(ctx)
+				return nil, fmt.Errorf("reading publish_generated_columns of publication %q: %w", s.cfg.Publication, err)
+			}
+		}
+	}
+	s.snap.conn, s.snap.types, s.snap.tables, s.snap.storedGenerated = c, pgtypes.NewResolver(c), map[string]*snapMeta{}, stored
 	return &s.snap, nil
 }
 
@@ -315,8 +337,8 @@ func (st *snapState) meta(ctx context.Context, t sources.SnapshotTable) (*snapMe
 	}
 	rows, err := st.conn.Query(ctx, `SELECT a.attname::text, a.atttypid, format_type(a.atttypid, a.atttypmod), c.oid, c.relreplident::text
 		FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
-		ORDER BY a.attnum`, t.Schema, t.Table)
+		WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped AND (a.attgenerated = '' OR a.attgenerated = 's' AND $3)
+		ORDER BY a.attnum`, t.Schema, t.Table, st.storedGenerated)
 	if err != nil {
 		return nil, fmt.Errorf("reading the columns of %s: %w", name, err)
 	}

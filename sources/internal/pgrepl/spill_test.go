@@ -25,7 +25,9 @@ func zoo() []cdc.Change {
 	row := []any{nil, false, true, int64(-42), int64(math.MaxInt64), 3.25, math.Inf(-1), cdc.Numeric("12345.6789"), "text ✓",
 		[]byte{0, 1, 0xff}, []byte{}, cdc.RawJSON(`{"a":[1,2]}`), json.RawMessage(`"x"`), ts, cdc.Timestamp{Time: ts},
 		cdc.Date{Time: time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)}, cdc.Infinity(1), cdc.Infinity(-1),
-		[]any{int64(1), nil, []any{"a", "b"}}, cdc.Unchanged, cdc.Absent}
+		[]any{int64(1), nil, []any{"a", "b"}}, cdc.Unchanged, cdc.Absent,
+		cdc.Record{Names: []string{"a", "b"}, Values: []any{int64(1), cdc.Record{Names: []string{"x"}, Values: []any{nil}, Text: "()"}}, Text: `(1,"()")`},
+		cdc.Geometry{EWKB: []byte{1, 1, 0, 0, 0, 0xff}}, cdc.Geometry{EWKB: []byte{0, 0, 0, 0, 1}, Geography: true}}
 	return []cdc.Change{
 		{Source: "app", Database: "db", LSN: 0x16_B374D848, Schema: "public", Table: "a", Op: cdc.OpInsert, Rel: relA, After: row},
 		{Source: "app", Database: "db", LSN: 2, Schema: "public", Table: "a", Op: cdc.OpUpdate, Rel: relA, Before: []any{int64(1), cdc.Absent}, After: row},

@@ -37,6 +37,9 @@ const (
 	tagArray
 	tagUnchanged
 	tagAbsent
+	tagRecord    // cdc.Record: text, names, values
+	tagGeometry  // cdc.Geometry
+	tagGeography // cdc.Geometry with Geography set
 )
 
 // Flags of a record.
@@ -166,6 +169,19 @@ func appendValue(dst []byte, v any) ([]byte, error) {
 		return append(dst, tagUnchanged), nil
 	case cdc.AbsentValue:
 		return append(dst, tagAbsent), nil
+	case cdc.Record:
+		dst = appendStr(append(dst, tagRecord), v.Text)
+		dst = binary.AppendUvarint(dst, uint64(len(v.Names)))
+		for _, n := range v.Names {
+			dst = appendStr(dst, n)
+		}
+		return appendRow(dst, v.Values)
+	case cdc.Geometry:
+		tag := tagGeometry
+		if v.Geography {
+			tag = tagGeography
+		}
+		return appendStr(append(dst, tag), string(v.EWKB)), nil
 	}
 	return nil, fmt.Errorf("cannot spill a value of type %T", v)
 }
@@ -389,6 +405,36 @@ func (r *changeReader) value() (any, error) {
 		return cdc.Unchanged, nil
 	case tagAbsent:
 		return cdc.Absent, nil
+	case tagRecord:
+		return r.record()
+	case tagGeometry, tagGeography:
+		b, err := r.copyBytes()
+		return cdc.Geometry{EWKB: b, Geography: tag == tagGeography}, err
 	}
 	return nil, errCorrupt
+}
+
+func (r *changeReader) record() (any, error) {
+	text, err := r.str()
+	if err != nil {
+		return nil, err
+	}
+	n, err := r.uvarint()
+	if err != nil || n > uint64(len(r.b)) {
+		return nil, errCorrupt
+	}
+	names := make([]string, n)
+	for i := range names {
+		if names[i], err = r.str(); err != nil {
+			return nil, err
+		}
+	}
+	vals, err := r.row()
+	if err != nil {
+		return nil, err
+	}
+	if len(vals) != len(names) {
+		return nil, errCorrupt
+	}
+	return cdc.Record{Names: names, Values: vals, Text: text}, nil
 }

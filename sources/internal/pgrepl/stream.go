@@ -110,6 +110,9 @@ func (s *Source) Open(ctx context.Context, from cdc.LSN) (err error) {
 	}
 	s.cat, err = pgx.ConnectConfig(ctx, ccfg)
 	if err != nil {
+		if e := noConnect(ccfg, err); e != nil {
+			return e
+		}
 		return fmt.Errorf("connecting to %s: %w", Redact(s.cfg.DSN), explainConnect(s.cfg.DSN, err))
 	}
 	if err := s.cat.QueryRow(ctx, "SELECT current_database()").Scan(&s.database); err != nil {
@@ -120,6 +123,9 @@ func (s *Source) Open(ctx context.Context, from cdc.LSN) (err error) {
 		return err
 	}
 	if err := s.plugin.Prepare(ctx, s.cat, s.log); err != nil {
+		return err
+	}
+	if err := s.checkPrivileges(ctx); err != nil {
 		return err
 	}
 	if (si.Exists && si.WALStatus == "lost") || (!si.Exists && from != 0) {

@@ -45,9 +45,15 @@ func NewResolver(q Querier) *Resolver {
 const maxDepth = 32
 
 const typeQuery = `SELECT t.typname::text, n.nspname::text, t.typtype::text, t.typelem, t.typbasetype,
-	t.typdelim::text, t.typelem <> 0 AND t.typoutput = 'pg_catalog.array_out'::pg_catalog.regproc
+	t.typdelim::text, t.typelem <> 0 AND t.typoutput = 'pg_catalog.array_out'::pg_catalog.regproc,
+	t.typrelid, (SELECT p.proname::text FROM pg_catalog.pg_proc p WHERE p.oid = t.typinput)
 FROM pg_catalog.pg_type t JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
 WHERE t.oid = $1`
+
+// fieldsQuery lists a composite type's attributes as record_out writes
+// them: in order, dropped ones left out.
+const fieldsQuery = `SELECT coalesce(array_agg(a.attname::text ORDER BY a.attnum), '{}'), coalesce(array_agg(a.atttypid ORDER BY a.attnum), '{}')
+FROM pg_catalog.pg_attribute a WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped`
 
 // Lookup returns the Type with the given OID: from the built-in table, the
 // cache, or the catalog (pg_type, following domains to their base type and
@@ -183,10 +189,11 @@ func (r *Resolver) resolve(ctx context.Context, oid uint32, depth int) (*Type, [
 func (r *Resolver) query(ctx context.Context, oid uint32, depth int) (*Type, []uint32, error) {
 	var (
 		name, nsp, typtype, delim string
-		elem, base                uint32
+		elem, base, relid         uint32
 		isArray                   bool
+		input                     *string
 	)
-	err := r.q.QueryRow(ctx, typeQuery, oid).Scan(&name, &nsp, &typtype, &elem, &base, &delim, &isArray)
+	err := r.q.QueryRow(ctx, typeQuery, oid).Scan(&name, &nsp, &typtype, &elem, &base, &delim, &isArray, &relid, &input)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil, fmt.Errorf("looking up type OID %d: no such type", oid)
 	}
@@ -207,7 +214,7 @@ func (r *Resolver) query(ctx context.Context, oid uint32, depth int) (*Type, []u
 		if err != nil {
 			return nil, nil, fmt.Errorf("looking up base type of %s: %w", t.Name, err)
 		}
-		t.Kind, t.Elem, t.Delim = b.Kind, b.Elem, b.Delim
+		t.Kind, t.Elem, t.Delim, t.Fields, t.names = b.Kind, b.Elem, b.Delim, b.Fields, b.names
 		deps = append(deps, bdeps...)
 	case isArray:
 		e, edeps, err := r.resolve(ctx, elem, depth+1)
@@ -218,6 +225,27 @@ func (r *Resolver) query(ctx context.Context, oid uint32, depth int) (*Type, []u
 		deps = append(deps, edeps...)
 	case typtype == "b" && nsp == "pg_catalog":
 		t.Kind = builtinKinds[name]
+	case typtype == "b" && input != nil && (name == "geometry" && *input == "geometry_in" || name == "geography" && *input == "geography_in"):
+		// PostGIS, in whichever schema it was installed.
+		t.Kind = Geometry
+		if name == "geography" {
+			t.Kind = Geography
+		}
+	case typtype == "c" && relid != 0:
+		var names []string
+		var oids []uint32
+		if err := r.q.QueryRow(ctx, fieldsQuery, relid).Scan(&names, &oids); err != nil {
+			return nil, nil, fmt.Errorf("looking up the fields of %s: %w", t.Name, err)
+		}
+		t.Kind, t.names, t.Fields = Composite, names, make([]Field, len(names))
+		for i, n := range names {
+			f, fdeps, err := r.resolve(ctx, oids[i], depth+1)
+			if err != nil {
+				return nil, nil, fmt.Errorf("looking up the type of field %s of %s: %w", n, t.Name, err)
+			}
+			t.Fields[i] = Field{Name: n, Type: f}
+			deps = append(deps, fdeps...)
+		}
 	}
 	return t, deps, nil
 }

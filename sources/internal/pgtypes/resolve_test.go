@@ -76,9 +76,9 @@ func TestLookup(t *testing.T) {
 		{"posint2[]", "public._posint2", Array, "public.posint2", ','},
 		{"moods", "public.moods", Array, "public.mood", ','},
 		{"moods[]", "public._moods", Array, "public.moods", ','},
-		{`"Odd Schema"."Odd.Type"`, "Odd Schema.Odd.Type", Text, "", ','},
+		{`"Odd Schema"."Odd.Type"`, "Odd Schema.Odd.Type", Composite, "", ','},
 		{`"Odd Schema"."Odd.Type"[]`, "Odd Schema._Odd.Type", Array, "Odd Schema.Odd.Type", ','},
-		{"t", "public.t", Text, "", ','},
+		{"t", "public.t", Composite, "", ','}, // a table's row type
 		{"box[]", "_box", Array, "box", ';'},
 		{"information_schema.cardinal_number", "information_schema.cardinal_number", Int, "", ','},
 		{"regclass", "regclass", Text, "", ','},
@@ -245,16 +245,30 @@ func bufferedRow(row pgx.Row, sql string) pgx.Row {
 	if sql == typeQuery {
 		var (
 			name, nsp, typtype, delim string
-			elem, base                uint32
+			elem, base, relid         uint32
 			isArray                   bool
+			input                     *string
 		)
-		err := row.Scan(&name, &nsp, &typtype, &elem, &base, &delim, &isArray)
+		err := row.Scan(&name, &nsp, &typtype, &elem, &base, &delim, &isArray, &relid, &input)
 		return funcRow(func(dst ...any) error {
 			if err != nil {
 				return err
 			}
 			*dst[0].(*string), *dst[1].(*string), *dst[2].(*string) = name, nsp, typtype
 			*dst[3].(*uint32), *dst[4].(*uint32), *dst[5].(*string), *dst[6].(*bool) = elem, base, delim, isArray
+			*dst[7].(*uint32), *dst[8].(**string) = relid, input
+			return nil
+		})
+	}
+	if sql == fieldsQuery {
+		var names []string
+		var oids []uint32
+		err := row.Scan(&names, &oids)
+		return funcRow(func(dst ...any) error {
+			if err != nil {
+				return err
+			}
+			*dst[0].(*[]string), *dst[1].(*[]uint32) = names, oids
 			return nil
 		})
 	}

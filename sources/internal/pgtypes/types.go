@@ -53,11 +53,22 @@ const (
 	// Array decodes an array literal to []any, nested for more dimensions,
 	// with elements decoded by the type's Elem.
 	Array
+	// Composite decodes a composite (row) value, (1,"a b"), to cdc.Record,
+	// each field decoded by its type in Fields. A value whose number of
+	// fields differs from Fields (the type was altered since it was
+	// resolved) keeps Postgres' text.
+	Composite
+	// Geometry decodes PostGIS' geometry, hex EWKB, to cdc.Geometry.
+	Geometry
+	// Geography decodes PostGIS' geography, hex EWKB, to cdc.Geometry with
+	// Geography set.
+	Geography
 )
 
 var kindNames = [...]string{
 	Text: "text", Bool: "bool", Int: "int", Float: "float", Numeric: "numeric", Bytea: "bytea",
 	JSON: "json", TimestampTZ: "timestamptz", Timestamp: "timestamp", Date: "date", Array: "array",
+	Composite: "composite", Geometry: "geometry", Geography: "geography",
 }
 
 // String returns the kind's lower-case name.
@@ -86,6 +97,17 @@ type Type struct {
 	// typdelim (',' for every built-in type but box's ';'), for other types
 	// their own typdelim.
 	Delim byte
+	// Fields are a composite type's attributes in order (Kind Composite),
+	// or those of the composite type a domain is based on; nil otherwise.
+	Fields []Field
+	// names holds the Fields' names, shared by the Records decoded.
+	names []string
+}
+
+// Field is one attribute of a composite type.
+type Field struct {
+	Name string
+	Type *Type
 }
 
 // DecodeText decodes the text form of one non-NULL value. The result never
@@ -142,6 +164,10 @@ func (t *Type) decode(b []byte) (any, error) {
 			}
 			return v, nil
 		})
+	case Composite:
+		return t.decodeRecord(b)
+	case Geometry, Geography:
+		return parseGeometry(b, t.Kind == Geography)
 	}
 	return nil, fmt.Errorf("unknown kind %d", t.Kind)
 }
