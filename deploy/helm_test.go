@@ -792,7 +792,13 @@ func TestHelmChartRefusesOpenDoors(t *testing.T) {
 		{"a DSN for no source", `postgres: {dsn: {shpo: {key: pg-dsn}}}`,
 			"postgres.dsn.shpo: config.bridge.sources has no source shpo"},
 		{"unknown NATS auth", `nats: {auth: {type: anonymous}}`,
-			"nats.auth.type: \"anonymous\" is none of"},
+			"at '/nats/auth/type': value must be one of 'creds', 'nkey', 'userPassword', 'token', 'none'"},
+		// values.schema.json: a misspelt value cannot silently leave a
+		// door as it was.
+		{"a misspelt value", `http: {token: {enabld: true}}`,
+			"additional properties 'enabld' not allowed"},
+		{"a value of the wrong type", `http: {console: {enabled: "no"}}`,
+			"at '/http/console/enabled': got string, want boolean"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -817,4 +823,61 @@ func TestBinaryLinksNoHelm(t *testing.T) {
 			assert.False(t, strings.HasPrefix(p, heavy), "the binary links %s", p)
 		}
 	}
+}
+
+// TestHelmValuesDocumented: every value of values.yaml is in the values
+// table of deploy/README.md, so a value added to the chart is documented.
+// A row documents a value when its first cell names it, a path above it
+// (`resources`), or its parent path and its own name (`nats.auth.credsKey`,
+// `nkeyKey`).
+func TestHelmValuesDocumented(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
+	require.NoError(t, err)
+	var vals map[string]any
+	require.NoError(t, sigsyaml.Unmarshal(raw, &vals))
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	_, section, ok := strings.Cut(string(readme), "### Values\n")
+	require.True(t, ok, "deploy/README.md has no ### Values")
+	section, _, _ = strings.Cut(section, "\n## ")
+	var cells []string
+	for _, line := range strings.Split(section, "\n") {
+		if strings.HasPrefix(line, "| `") {
+			cells = append(cells, strings.Split(line, "|")[1])
+		}
+	}
+	require.NotEmpty(t, cells)
+	documented := func(path []string) bool {
+		for _, c := range cells {
+			for i := 1; i <= len(path); i++ {
+				if strings.Contains(c, "`"+strings.Join(path[:i], ".")+"`") {
+					return true
+				}
+			}
+			if len(path) > 1 {
+				parent, leaf := strings.Join(path[:len(path)-1], "."), path[len(path)-1]
+				if strings.Contains(c, "`"+parent+".") && (strings.Contains(c, "`"+leaf+"`") || strings.Contains(c, "."+leaf+"`")) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	var walk func(path []string, v any)
+	n := 0
+	walk = func(path []string, v any) {
+		if m, ok := v.(map[string]any); ok && len(m) > 0 && !documented(path) {
+			for k, sub := range m {
+				walk(append(append([]string{}, path...), k), sub)
+			}
+			return
+		}
+		n++
+		assert.True(t, documented(path), "values.yaml's %s is not in deploy/README.md's values table", strings.Join(path, "."))
+	}
+	for k, v := range vals {
+		walk([]string{k}, v)
+	}
+	assert.Greater(t, n, 30, "values checked")
 }
