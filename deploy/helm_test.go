@@ -597,14 +597,14 @@ secret: {name: bridge-existing}
 postgres:
   dsn:
     shop: null        # Helm merges maps: the default source's entry goes
-    orders: {key: pg-dsn}
+    orders-eu: {key: pg-dsn}
 nats:
   auth: {type: token}
 `, existingConfig: `
 name: orders
 nats: {url: "tls://nats.example.internal:4222"}
 sources:
-  orders: {type: pgoutput, config: {slot: bridge_orders, publication: bridge_orders}}
+  orders-eu: {type: pgoutput, config: {slot: bridge_orders, publication: bridge_orders}}
 sinks:
   main: {type: nats_jetstream, config: {stream: ORDERS, subjects: ["orders.>"]}}
 routes:
@@ -789,6 +789,8 @@ func TestHelmChartRefusesOpenDoors(t *testing.T) {
 			"nats.tls.secretName: nats.tls.enabled needs the Secret"},
 		{"a source without a DSN", `config: {bridge: {sources: {orders: {type: pgoutput, config: {slot: s, publication: p}}}}}`,
 			"postgres.dsn.orders: the source orders has no DSN"},
+		{"a source the environment cannot reach", `{config: {bridge: {sources: {Orders: {type: pgoutput}}}}, postgres: {dsn: {Orders: {key: k}}}}`,
+			"config.bridge.sources.Orders: name it with lowercase letters"},
 		{"a DSN for no source", `postgres: {dsn: {shpo: {key: pg-dsn}}}`,
 			"postgres.dsn.shpo: config.bridge.sources has no source shpo"},
 		{"unknown NATS auth", `nats: {auth: {type: anonymous}}`,

@@ -100,8 +100,8 @@ message names the value to change.
 {{- fail "fleet.enabled: the members share their leases on one NATS server or cluster: set config.bridge.nats.url" -}}
 {{- end -}}
 {{- range $src, $sc := $b.sources -}}
-{{- if not (regexMatch "^[a-z0-9_]+$" $src) -}}
-{{- fail (printf "config.bridge.sources.%s: name it with lowercase letters, digits and '_' only, so that BRIDGE_SOURCES__%s__CONFIG__DSN can reach it" $src (upper $src)) -}}
+{{- if not (regexMatch "^[a-z][a-z0-9_-]*$" $src) -}}
+{{- fail (printf "config.bridge.sources.%s: name it with lowercase letters, digits, '_' and '-' (a letter first), so that BRIDGE_SOURCES__%s__CONFIG__DSN can reach it" $src (upper $src)) -}}
 {{- end -}}
 {{- if and (not (hasKey $.Values.postgres.dsn $src)) (not (and $sc.config $sc.config.dsn)) -}}
 {{- fail (printf "postgres.dsn.%s: the source %s has no DSN: name the key of the Secret that holds it (postgres.dsn.%s.key)" $src $src $src) -}}
