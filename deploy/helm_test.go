@@ -633,7 +633,7 @@ http: {listen: 127.0.0.1:9999, console: true, allow_public: false}
 			files, notes, err := renderChart(t, vals)
 			require.NoError(t, err)
 			r := decodeRendered(t, files, notes, tc.existingConfig)
-			checkRendered(t, r, vals)
+			checkRendered(t, r)
 			var opts []app.Option
 			if args := r.bridge.Spec.Template.Spec.Containers[0].Args; len(args) > 4 && args[3] == "--fleet" {
 				opts = append(opts, app.WithFleet(args[4], 10*time.Second))
@@ -721,7 +721,7 @@ func requireConsoleClosedUnlessJWT(t *testing.T, cfg *config.Config, what string
 // checkRendered checks how the objects fit together: the Services and the
 // PodDisruptionBudget select the right pods, the ServiceMonitor the
 // Service, every Secret the chart renders holds the keys the pods take.
-func checkRendered(t *testing.T, r *rendered, vals map[string]any) {
+func checkRendered(t *testing.T, r *rendered) {
 	t.Helper()
 	pods := func(d *appsv1.Deployment) map[string]string {
 		require.True(t, selects(d.Spec.Selector.MatchLabels, d.Spec.Template.Labels), "%s: its selector matches its pods", d.Name)
