@@ -312,6 +312,9 @@ func TestMain(m *testing.M) {
 	if imgDir != "" {
 		_ = os.RemoveAll(imgDir)
 	}
+	for _, d := range kubeSchemaDirs {
+		_ = os.RemoveAll(d)
+	}
 	os.Exit(code)
 }
 
