@@ -76,6 +76,12 @@ type Config struct {
 	ReadHeaderTimeout time.Duration
 	// IdleTimeout closes a kept-alive connection idle this long. Default 2m.
 	IdleTimeout time.Duration
+	// TokenSecret, when set, signs every resume token the server hands
+	// out (HMAC-SHA256) and refuses tokens without a valid signature (400):
+	// a client can then only resume from a position a server with the
+	// same secret returned. Give every process behind one load balancer
+	// the same secret. nil: tokens are unsigned positions.
+	TokenSecret []byte
 	// AllowedHosts are the names besides localhost and loopback addresses
 	// a request's Host may carry on a loopback Listen (guard.go).
 	AllowedHosts []string

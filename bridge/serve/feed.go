@@ -89,8 +89,8 @@ func (s *Server) feed(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("Bridge-Token", b.Token.String())
-	if _, err := w.Write(appendBatch(nil, b)); err != nil {
+	w.Header().Set("Bridge-Token", s.tokenText(b.Token))
+	if _, err := w.Write(append(s.appendBatch(nil, b), '\n')); err != nil {
 		s.met.request(mode, outcomeClientGone)
 		return
 	}
@@ -98,11 +98,13 @@ func (s *Server) feed(w http.ResponseWriter, r *http.Request) {
 	s.met.deliver(mode, b, time.Now())
 }
 
-// appendBatch writes {"token":..,"up_to_date":..,"changes":[..]} reusing
-// each change's shared encoding.
-func appendBatch(dst []byte, b feeds.Batch) []byte {
+// appendBatch writes {"token":..,"up_to_date":..,"changes":[..]}, the
+// body of a long-poll's answer and of an SSE changes event, reusing each
+// change's shared encoding (compact JSON: feeds never writes a raw line
+// break).
+func (s *Server) appendBatch(dst []byte, b feeds.Batch) []byte {
 	dst = append(dst, `{"token":"`...)
-	dst = append(dst, b.Token.String()...)
+	dst = append(dst, s.tokenText(b.Token)...)
 	dst = append(dst, `","up_to_date":`...)
 	dst = strconv.AppendBool(dst, b.UpToDate)
 	dst = append(dst, `,"changes":[`...)
@@ -112,7 +114,7 @@ func appendBatch(dst []byte, b feeds.Batch) []byte {
 		}
 		dst = append(dst, c.JSON...)
 	}
-	return append(dst, "]}\n"...)
+	return append(dst, "]}"...)
 }
 
 // fail answers a feed error: 409 for must-refetch, 503 otherwise.
@@ -121,7 +123,7 @@ func (s *Server) fail(w http.ResponseWriter, mode string, err error) {
 	if errors.As(err, &re) {
 		s.met.request(mode, outcomeRefetch)
 		s.met.refetch(re)
-		writeJSON(w, http.StatusConflict, refetchBody(re, s.fs.Position()))
+		writeJSON(w, http.StatusConflict, s.refetchBody(re))
 		return
 	}
 	s.met.request(mode, outcomeOverloaded)
@@ -129,6 +131,8 @@ func (s *Server) fail(w http.ResponseWriter, mode string, err error) {
 	writeJSON(w, http.StatusServiceUnavailable, apiError{Error: "overloaded", Detail: err.Error()})
 }
 
-func refetchBody(re *feeds.RefetchError, pos feeds.Token) apiError {
-	return apiError{Error: "must-refetch", Reason: re.Reason, Detail: re.Detail, Position: pos.String()}
+// refetchBody is the 409 body (and must-refetch event) of re, with the
+// position to start again from after refetching.
+func (s *Server) refetchBody(re *feeds.RefetchError) apiError {
+	return apiError{Error: "must-refetch", Reason: re.Reason, Detail: re.Detail, Position: s.tokenText(s.fs.Position())}
 }

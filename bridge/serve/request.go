@@ -129,7 +129,7 @@ func (s *Server) parseRequest(r *http.Request, who *caller) (feeds.Filter, feeds
 	if tok == "now" {
 		tok = ""
 	}
-	t, err := feeds.ParseToken(tok)
+	t, err := s.parseToken(tok)
 	if err != nil {
 		return f, feeds.Token{}, fmt.Errorf("token: %w", err)
 	}

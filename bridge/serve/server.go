@@ -77,7 +77,7 @@ func (s *Server) Handler() http.Handler {
 		if _, ok := s.authenticate(w, r, false, ""); !ok {
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"token": s.fs.Position().String()})
+		writeJSON(w, http.StatusOK, map[string]string{"token": s.tokenText(s.fs.Position())})
 	})
 	metrics := s.met.handler()
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {

@@ -3,6 +3,7 @@
 package serve
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -53,15 +54,14 @@ func (s *Server) sse(ctx context.Context, w http.ResponseWriter, r *http.Request
 	shutdown := func(buf []byte) {
 		s.met.disconnect(disconnectError)
 		body, _ := json.Marshal(apiError{Error: "unavailable", Reason: "shutdown", Detail: "the server is shutting down: reconnect with Last-Event-ID"})
-		buf = appendID(buf, f.Token())
-		_ = write(fmt.Appendf(buf, "event: error\ndata: %s\n\n", body))
+		_ = write(appendEvent(buf, s.tokenText(f.Token()), "error", body))
 	}
 	if err := write([]byte(": feed\nretry: 1000\n\n")); err != nil {
 		lost(err)
 		return
 	}
 	upToDateSent := false
-	var buf []byte
+	var buf, data []byte // the stream's events, a batch's body
 	for {
 		wait := s.cfg.KeepAlive
 		if !until.IsZero() {
@@ -69,7 +69,7 @@ func (s *Server) sse(ctx context.Context, w http.ResponseWriter, r *http.Request
 			if left <= 0 {
 				s.met.disconnect(disconnectExpired)
 				body, _ := json.Marshal(apiError{Error: "unauthorized", Reason: "expired", Detail: "the token has expired: reconnect with a new one and Last-Event-ID"})
-				_ = write(fmt.Appendf(nil, "event: error\ndata: %s\n\n", body))
+				_ = write(appendEvent(nil, "", "error", body))
 				return
 			}
 			wait = min(wait, left)
@@ -92,8 +92,8 @@ func (s *Server) sse(ctx context.Context, w http.ResponseWriter, r *http.Request
 		case errors.As(err, &re):
 			s.met.refetch(re)
 			s.met.disconnect(disconnectRefetch)
-			body, _ := json.Marshal(refetchBody(re, s.fs.Position()))
-			_ = write(fmt.Appendf(nil, "event: must-refetch\ndata: %s\n\n", body))
+			body, _ := json.Marshal(s.refetchBody(re))
+			_ = write(appendEvent(nil, "", "must-refetch", body))
 			return
 		case errors.Is(err, feeds.ErrClosed):
 			shutdown(nil)
@@ -103,19 +103,18 @@ func (s *Server) sse(ctx context.Context, w http.ResponseWriter, r *http.Request
 		case err != nil && !errors.Is(err, context.DeadlineExceeded):
 			s.met.disconnect(disconnectError)
 			body, _ := json.Marshal(apiError{Error: "overloaded", Detail: err.Error()})
-			_ = write(fmt.Appendf(nil, "event: error\ndata: %s\n\n", body))
+			_ = write(appendEvent(nil, "", "error", body))
 			return
 		}
 		buf = buf[:0]
 		if len(b.Changes) > 0 {
-			buf = appendID(buf, b.Token)
-			buf = append(buf, "event: changes\ndata: "...)
-			buf = appendBatch(buf, b) // ends with a newline
-			buf = append(buf, '\n')
+			data = s.appendBatch(data[:0], b)
+			buf = appendEvent(buf, s.tokenText(b.Token), "changes", data)
 			upToDateSent = false
 		}
 		if b.UpToDate && !upToDateSent {
-			buf = fmt.Appendf(buf, "id: %s\nevent: up-to-date\ndata: {\"token\":%q}\n\n", b.Token, b.Token)
+			id := s.tokenText(b.Token)
+			buf = appendEvent(buf, id, "up-to-date", fmt.Appendf(data[:0], "{\"token\":%q}", id))
 			upToDateSent = true
 		}
 		if s.draining.Err() != nil {
@@ -127,7 +126,7 @@ func (s *Server) sse(ctx context.Context, w http.ResponseWriter, r *http.Request
 			// A keep-alive: the comment keeps proxies from closing the
 			// stream, the id moves the client's position.
 			buf = append(buf, ": keep-alive\n"...)
-			buf = appendID(buf, b.Token)
+			buf = appendID(buf, s.tokenText(b.Token))
 			buf = append(buf, '\n')
 		}
 		if err := write(buf); err != nil {
@@ -139,19 +138,53 @@ func (s *Server) sse(ctx context.Context, w http.ResponseWriter, r *http.Request
 			s.met.disconnect(disconnectSlow)
 			body, _ := json.Marshal(apiError{Error: "slow", Reason: "slow",
 				Detail: fmt.Sprintf("%d messages behind the stream; reconnect with Last-Event-ID", pos.Seq-b.Token.Seq)})
-			_ = write(fmt.Appendf(nil, "event: error\ndata: %s\n\n", body))
+			_ = write(appendEvent(nil, "", "error", body))
 			s.log.Info("feeds: SSE client disconnected: too far behind", "remote", r.RemoteAddr, "behind", pos.Seq-b.Token.Seq)
 			return
 		}
 	}
 }
 
-// appendID appends the id line of t; nothing for the zero token.
-func appendID(dst []byte, t feeds.Token) []byte {
-	if t.IsZero() {
+// appendID appends the id line of the token id; nothing for "".
+func appendID(dst []byte, id string) []byte {
+	if id == "" {
 		return dst
 	}
 	dst = append(dst, "id: "...)
-	dst = append(dst, t.String()...)
+	dst = append(dst, id...)
+	return append(dst, '\n')
+}
+
+// appendEvent appends one event: the id line (none for ""), the event
+// line, data and the blank line that ends the event. data is written one
+// "data:" line per line of it, as the HTML standard reads them back: a
+// line ends at "\r\n", "\r" or "\n", and a client joins the data lines of
+// an event with "\n". So no byte of data can end the event, or one of its
+// lines, early: a value with raw line breaks (a json column keeps its text
+// as written) arrives whole, its line breaks as "\n", and the id never
+// names a position whose event was cut short. id and event are the
+// server's own (tokens, event names) and hold no line break.
+func appendEvent(dst []byte, id, event string, data []byte) []byte {
+	dst = appendID(dst, id)
+	dst = append(dst, "event: "...)
+	dst = append(dst, event...)
+	dst = append(dst, '\n')
+	for {
+		i := bytes.IndexAny(data, "\r\n")
+		line := data
+		if i >= 0 {
+			line = data[:i]
+		}
+		dst = append(dst, "data: "...)
+		dst = append(dst, line...)
+		dst = append(dst, '\n')
+		if i < 0 {
+			break
+		}
+		if data[i] == '\r' && i+1 < len(data) && data[i+1] == '\n' {
+			i++
+		}
+		data = data[i+1:]
+	}
 	return append(dst, '\n')
 }
