@@ -525,6 +525,18 @@ type Serve struct {
 	// WindowTxns bounds the transactions kept in memory to serve resumes
 	// without reading the stream. Default 100000.
 	WindowTxns int `koanf:"window_txns"`
+	// MaxProjections bounds the distinct column sets (columns=) in use at
+	// once: each keeps its own encoding of the changes it serves (counted
+	// in the window's memory). A request for one more gets 503 with
+	// Retry-After while every one is in use; a set no request uses is
+	// dropped after projection_idle. Default 1000.
+	MaxProjections int `koanf:"max_projections"`
+	// MaxColumns bounds the distinct columns a request's columns= may
+	// name; beyond it the server answers 400. Default 256.
+	MaxColumns int `koanf:"max_columns"`
+	// ProjectionIdle is how long a column set no request uses is kept for
+	// the next request asking for it. Default 1m.
+	ProjectionIdle time.Duration `koanf:"projection_idle"`
 	// TLS serves the feeds over HTTPS (see http.tls).
 	TLS ServerTLS `koanf:"tls"`
 	// Auth decides who may read which rows (docs/security.md). A listen

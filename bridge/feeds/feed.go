@@ -82,6 +82,7 @@ func (f *Feed) Close() {
 		return
 	}
 	f.closed = true
+	fs.releaseLocked(f.filter.proj)
 	fs.idx.remove(f)
 	delete(fs.feeds, f)
 	fs.wakeLocked(f)
@@ -293,9 +294,10 @@ func (f *Feed) appendMatches(out []Change, t *txn) []Change {
 		if !ok {
 			continue
 		}
-		b, made := c.serialise(f.filter.proj, k)
+		b, made := c.serialise(f.filter.proj, k, &f.fs.encBytes)
 		if made {
 			f.fs.serialisations.Add(1)
+			f.fs.evictIfOver()
 		}
 		ch := Change{Seq: c.seq, ID: c.id, Op: c.op, Table: c.table, JSON: b, Received: c.recv}
 		switch k {

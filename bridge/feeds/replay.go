@@ -380,7 +380,7 @@ func (fs *Feeds) backfill(kept []*txn, clean, cursor, gen uint64) {
 	start, from := n, w
 	for i := n - 1; i >= 0; i-- {
 		bytes += int64(kept[i].size)
-		if n-i+len(fs.txs) > fs.cfg.WindowTxns || fs.bytes+bytes > fs.cfg.WindowBytes {
+		if n-i+len(fs.txs) > fs.cfg.WindowTxns || fs.bytes+fs.encBytes.Load()+bytes > fs.cfg.WindowBytes {
 			break
 		}
 		switch {
@@ -395,6 +395,9 @@ func (fs *Feeds) backfill(kept []*txn, clean, cursor, gen uint64) {
 	}
 	txs := make([]*txn, 0, n-start+len(fs.txs)+len(fs.txs)/4)
 	txs = append(append(txs, kept[start:n]...), fs.txs...)
+	for _, t := range kept[start:n] {
+		countLocked(t, &fs.encBytes) // what feeds reading behind the window encoded
+	}
 	fs.txs, fs.bytes, fs.windowFrom, fs.evicted = txs, fs.bytes+fits, from, 0
 	fs.backfills.Add(1)
 }

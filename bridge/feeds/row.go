@@ -68,15 +68,21 @@ type change struct {
 	size    int          // bytes held, roughly
 	recv    time.Time    // when the consumer read it
 
-	mu  sync.Mutex
-	ser []serialised
+	mu       sync.Mutex
+	ser      []serialised
+	serBytes int64 // the bytes ser holds, with serialisedOverhead each
+	inWindow bool  // in the window: serBytes is counted in Feeds.encBytes
 }
 
 type serialised struct {
-	proj int32
+	proj uint64
 	kind kind
 	b    []byte
 }
+
+// serialisedOverhead is what one encoding costs besides its bytes: its
+// entry in change.ser and the slice's header.
+const serialisedOverhead = 48
 
 // bridgeMsg reports whether the message carries the bridge's headers.
 func bridgeMsg(h nats.Header) bool { return h.Get(headerOp) != "" && h.Get(headerMsgID) != "" }

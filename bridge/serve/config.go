@@ -76,6 +76,9 @@ type Config struct {
 	ReadHeaderTimeout time.Duration
 	// IdleTimeout closes a kept-alive connection idle this long. Default 2m.
 	IdleTimeout time.Duration
+	// MaxColumns bounds the distinct columns of a request's columns=: 400
+	// beyond. Default 256 (feeds.Config.MaxColumns bounds the library).
+	MaxColumns int
 	// TokenSecret, when set, signs every resume token the server hands
 	// out (HMAC-SHA256) and refuses tokens without a valid signature (400):
 	// a client can then only resume from a position a server with the
@@ -117,6 +120,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxFilterDepth <= 0 {
 		c.MaxFilterDepth = 16
+	}
+	if c.MaxColumns <= 0 {
+		c.MaxColumns = 256
 	}
 	if c.ReadHeaderTimeout <= 0 {
 		c.ReadHeaderTimeout = 10 * time.Second
@@ -226,11 +232,13 @@ func FromConfig(ctx context.Context, s config.Serve, log *slog.Logger) (Config, 
 		Auth: auth, ProtectMetrics: auth != nil && !config.IsLoopback(s.Listen),
 		MaxHeaderBytes: s.MaxHeaderBytes, MaxQueryBytes: s.MaxQueryBytes, MaxFilterDepth: s.MaxFilterDepth,
 		ReadHeaderTimeout: s.ReadHeaderTimeout, IdleTimeout: s.IdleTimeout, AllowedHosts: s.AllowedHosts,
+		MaxColumns: s.MaxColumns,
 	}
 	if s.TLS.Enabled() {
 		if sc.TLS, err = reload.NewServerTLS("serve.tls", s.TLS, log); err != nil {
 			return Config{}, feeds.Config{}, err
 		}
 	}
-	return sc, feeds.Config{Stream: s.Stream, Route: s.Route, WindowTxns: s.WindowTxns, Logger: log}, nil
+	return sc, feeds.Config{Stream: s.Stream, Route: s.Route, WindowTxns: s.WindowTxns, Logger: log,
+		MaxProjections: s.MaxProjections, MaxColumns: s.MaxColumns, ProjectionIdle: s.ProjectionIdle}, nil
 }

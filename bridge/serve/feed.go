@@ -128,7 +128,11 @@ func (s *Server) fail(w http.ResponseWriter, mode string, err error) {
 	}
 	s.met.request(mode, outcomeOverloaded)
 	w.Header().Set("Retry-After", "1")
-	writeJSON(w, http.StatusServiceUnavailable, apiError{Error: "overloaded", Detail: err.Error()})
+	detail := err.Error()
+	if errors.Is(err, feeds.ErrTooManyProjections) {
+		detail = fmt.Sprintf("columns: %d column sets are in use, the server's limit (serve.max_projections): retry later, or ask for columns another request uses, or for all columns", s.fs.Stats().Projections)
+	}
+	writeJSON(w, http.StatusServiceUnavailable, apiError{Error: "overloaded", Detail: detail})
 }
 
 // refetchBody is the 409 body (and must-refetch event) of re, with the

@@ -98,6 +98,9 @@ func (s *Server) parseRequest(r *http.Request, who *caller) (feeds.Filter, feeds
 	}
 	if v := q.Get("columns"); v != "" {
 		f.Columns = strings.Split(v, ",")
+		if n := len(distinct(f.Columns)); n > s.cfg.MaxColumns {
+			return f, feeds.Token{}, fmt.Errorf("columns: %d columns, more than the server's limit of %d (serve.max_columns)", n, s.cfg.MaxColumns)
+		}
 	}
 	var conds []feeds.Cond
 	if v := q.Get("where"); v != "" {
@@ -195,6 +198,15 @@ func condDepth(c *feeds.Cond) int {
 		d = max(d, condDepth(&c.Subs[i]))
 	}
 	return d + 1
+}
+
+// distinct returns the distinct strings of l.
+func distinct(l []string) map[string]struct{} {
+	m := make(map[string]struct{}, len(l))
+	for _, s := range l {
+		m[s] = struct{}{}
+	}
+	return m
 }
 
 func contains(l []string, s string) bool {
