@@ -537,6 +537,15 @@ type Serve struct {
 	// ProjectionIdle is how long a column set no request uses is kept for
 	// the next request asking for it. Default 1m.
 	ProjectionIdle time.Duration `koanf:"projection_idle"`
+	// TokenSecret, when set, signs every resume token the server hands out
+	// (HMAC-SHA256), and a token without a valid signature (forged, changed,
+	// or from before the secret was set) gets 400: a client can then only
+	// resume from a position it was given. At least 32 bytes; the same on
+	// every process behind one load balancer; changing it refuses the
+	// tokens clients hold. A secret: never logged; read it from a file
+	// with ${file:/run/secrets/token_secret}. Default "" (tokens are
+	// unsigned positions).
+	TokenSecret string `koanf:"token_secret"`
 	// TLS serves the feeds over HTTPS (see http.tls).
 	TLS ServerTLS `koanf:"tls"`
 	// Auth decides who may read which rows (docs/security.md). A listen

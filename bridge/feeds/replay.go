@@ -66,6 +66,7 @@ type rider struct {
 type lane struct {
 	next    *pass // the pass riders join, run when the current one ends
 	running bool
+	farTurn bool // the stream lane's next pass is for the far riders (turns)
 }
 
 // Lanes.
@@ -150,10 +151,42 @@ func (fs *Feeds) replayLoop(ln *lane) {
 				rs = append(rs, &rider{f: f, filter: f.filter, pos: pos})
 			}
 		}
+		if ln == &fs.lanes[laneStream] {
+			rs = fs.turnLocked(ln, rs)
+		}
 		fs.mu.Unlock()
 		fs.replays.Add(1)
 		fs.finish(p, fs.replay(fs.replayCtx, rs))
 	}
+}
+
+// turnLocked picks the riders of a pass over the stream. A pass reads at
+// most MaxScan messages from its lowest rider, so one rider far behind
+// (a client resuming from the stream's start, or a forged token at
+// sequence 0) would hold back every rider after it, pass after pass,
+// until it caught up. Riders near the window (a pass from the lowest of
+// them reaches it) and riders far from it take turns: when both wait,
+// one pass serves the near ones and the next the far ones. The riders
+// left out wake without a skip and board the next pass.
+func (fs *Feeds) turnLocked(ln *lane, rs []*rider) []*rider {
+	near := rs[:0:0]
+	var far []*rider
+	for _, r := range rs {
+		if r.pos+uint64(fs.cfg.MaxScan) >= fs.windowFrom {
+			near = append(near, r)
+		} else {
+			far = append(far, r)
+		}
+	}
+	if len(near) == 0 || len(far) == 0 {
+		return rs
+	}
+	turn := ln.farTurn
+	ln.farTurn = !turn
+	if turn {
+		return far
+	}
+	return near
 }
 
 // Gathering riders for a pass over the stream.

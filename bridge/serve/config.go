@@ -234,6 +234,9 @@ func FromConfig(ctx context.Context, s config.Serve, log *slog.Logger) (Config, 
 		ReadHeaderTimeout: s.ReadHeaderTimeout, IdleTimeout: s.IdleTimeout, AllowedHosts: s.AllowedHosts,
 		MaxColumns: s.MaxColumns,
 	}
+	if s.TokenSecret != "" {
+		sc.TokenSecret = []byte(s.TokenSecret)
+	}
 	if s.TLS.Enabled() {
 		if sc.TLS, err = reload.NewServerTLS("serve.tls", s.TLS, log); err != nil {
 			return Config{}, feeds.Config{}, err
