@@ -41,12 +41,13 @@ func serveBinary(t *testing.T, e *env, name, serveExtra string) string {
 // event whose data is valid JSON with the value Postgres holds; before
 // the fix the first line break ended the event's data line, the event's
 // id still moved the client's position, and the rows after it were lost.
-// The long-poll answer carries the same values.
+// The long-poll answer, and the web console's live tail (the same feed on
+// bridge run's listener), carry the same values.
 func TestServeJSONLineBreaks(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE docs (id int PRIMARY KEY, doc json)`)
-	e.start(e.config("jsn", ""))
+	run := e.start(e.config("jsn", ""))
 	waitSlotActive(t, e, "slot_jsn")
 	addr := serveBinary(t, e, "jsn", "")
 	base := "http://" + addr
@@ -79,10 +80,10 @@ func TestServeJSONLineBreaks(t *testing.T) {
 		}
 	}
 
-	t.Run("SSE", func(t *testing.T) {
+	sse := func(t *testing.T, addr, path string) {
 		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 		defer cancel()
-		st, err := ssetest.Open(ctx, addr, "/v1/feed?sse=1&tables=public.docs&token="+url.QueryEscape(pos.Token), "", nil)
+		st, err := ssetest.Open(ctx, addr, path+"?sse=1&tables=public.docs&token="+url.QueryEscape(pos.Token), "", nil)
 		require.NoError(t, err)
 		defer st.Close()
 		require.NoError(t, st.SetDeadline(time.Now().Add(60*time.Second)))
@@ -103,7 +104,11 @@ func TestServeJSONLineBreaks(t *testing.T) {
 			changes = append(changes, batch.Changes...)
 		}
 		check(t, changes)
-	})
+	}
+	t.Run("SSE", func(t *testing.T) { sse(t, addr, "/v1/feed") })
+	// The console's live tail (bridge run's http.listen) serves the same
+	// feed, read by console.js as an event stream.
+	t.Run("console tail", func(t *testing.T) { sse(t, run.app.HTTPAddr(), "/console/api/v1/feed") })
 
 	t.Run("long-poll", func(t *testing.T) {
 		_, body := get(t, base, url.Values{"tables": {"public.docs"}, "token": {pos.Token}}, nil)
