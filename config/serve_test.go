@@ -32,6 +32,10 @@ serve:
   write_timeout: 2s
   max_lag: 500
   window_txns: 1000
+  max_projections: 50
+  max_columns: 8
+  projection_idle: 10s
+  token_secret: a-resume-token-secret-of-32-bytes-or-more
   tls: {cert_file: /tls/crt.pem, key_file: /tls/key.pem, client_ca_file: /tls/ca.pem}
   auth:
     mode: jwt
@@ -60,8 +64,9 @@ serve:
 			Tables:   []string{"public.orders", "public.items"},
 			MaxConns: 50, MaxPerClient: 5, ClientHeader: "X-Client-Id",
 			Hold: 30 * time.Second, KeepAlive: 5 * time.Second, WriteTimeout: 2 * time.Second,
-			MaxLag: 500, WindowTxns: 1000,
-			TLS: ServerTLS{CertFile: "/tls/crt.pem", KeyFile: "/tls/key.pem", ClientCAFile: "/tls/ca.pem"},
+			MaxLag: 500, WindowTxns: 1000, MaxProjections: 50, MaxColumns: 8, ProjectionIdle: 10 * time.Second,
+			TokenSecret: "a-resume-token-secret-of-32-bytes-or-more",
+			TLS:         ServerTLS{CertFile: "/tls/crt.pem", KeyFile: "/tls/key.pem", ClientCAFile: "/tls/ca.pem"},
 			Auth: ServeAuth{
 				Mode: "jwt", JWKSURL: "https://idp.example.com/jwks.json", Issuer: "https://idp.example.com/", Audience: "bridge",
 				Leeway: 5 * time.Second, TablesClaim: "tables", QueryToken: true, ScopeClaim: "scp",
@@ -116,7 +121,11 @@ func TestServeValidation(t *testing.T) {
 		{"max_lag negative", "max_lag: -5", []string{"serve.max_lag: expected a non-negative integer, got a negative one"}},
 		{"window_txns zero", "window_txns: 0", []string{"serve.window_txns: must be > 0, got 0"}},
 		{"where not a mapping", `where: "tenant_id = 42"`, []string{"serve.where: expected a mapping, got a string"}},
-		{"unknown key", "max_conn: 5", []string{"serve.max_conn: unknown key (known: allowed_hosts, auth, client_header, hold, idle_timeout, keep_alive, listen, max_conns, max_filter_depth, max_header_bytes, max_lag, max_per_client, max_query_bytes, read_header_timeout, route, stream, tables, tls, where, window_txns, write_timeout)"}},
+		{"unknown key", "max_conn: 5", []string{"serve.max_conn: unknown key (known: allowed_hosts, auth, client_header, hold, idle_timeout, keep_alive, listen, max_columns, max_conns, max_filter_depth, max_header_bytes, max_lag, max_per_client, max_projections, max_query_bytes, projection_idle, read_header_timeout, route, stream, tables, tls, token_secret, where, window_txns, write_timeout)"}},
+		{"max_projections zero", "max_projections: 0", []string{"serve.max_projections: must be > 0, got 0"}},
+		{"max_columns negative", "max_columns: -1", []string{"serve.max_columns: must be > 0, got -1"}},
+		{"projection_idle zero", "projection_idle: 0s", []string{"serve.projection_idle: must be > 0, got 0s"}},
+		{"token_secret short", "token_secret: short", []string{"serve.token_secret: must be at least 32 bytes (256 bits), got 5; generate one with `openssl rand -base64 48`"}},
 		{"several at once", "max_conns: 0\n  hold: 0s", []string{"serve.hold: must be > 0, got 0s", "serve.max_conns: must be > 0, got 0"}},
 		{"max_header_bytes too small", "max_header_bytes: 100", []string{"serve.max_header_bytes: must be >= 4096, got 100"}},
 		{"max_query_bytes zero", "max_query_bytes: 0", []string{"serve.max_query_bytes: must be > 0, got 0"}},

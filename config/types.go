@@ -525,6 +525,27 @@ type Serve struct {
 	// WindowTxns bounds the transactions kept in memory to serve resumes
 	// without reading the stream. Default 100000.
 	WindowTxns int `koanf:"window_txns"`
+	// MaxProjections bounds the distinct column sets (columns=) in use at
+	// once: each keeps its own encoding of the changes it serves (counted
+	// in the window's memory). A request for one more gets 503 with
+	// Retry-After while every one is in use; a set no request uses is
+	// dropped after projection_idle. Default 1000.
+	MaxProjections int `koanf:"max_projections"`
+	// MaxColumns bounds the distinct columns a request's columns= may
+	// name; beyond it the server answers 400. Default 256.
+	MaxColumns int `koanf:"max_columns"`
+	// ProjectionIdle is how long a column set no request uses is kept for
+	// the next request asking for it. Default 1m.
+	ProjectionIdle time.Duration `koanf:"projection_idle"`
+	// TokenSecret, when set, signs every resume token the server hands out
+	// (HMAC-SHA256), and a token without a valid signature (forged, changed,
+	// or from before the secret was set) gets 400: a client can then only
+	// resume from a position it was given. At least 32 bytes; the same on
+	// every process behind one load balancer; changing it refuses the
+	// tokens clients hold. A secret: never logged; read it from a file
+	// with ${file:/run/secrets/token_secret}. Default "" (tokens are
+	// unsigned positions).
+	TokenSecret string `koanf:"token_secret"`
 	// TLS serves the feeds over HTTPS (see http.tls).
 	TLS ServerTLS `koanf:"tls"`
 	// Auth decides who may read which rows (docs/security.md). A listen

@@ -330,6 +330,16 @@ func (s *Serve) validate(add func(p, format string, args ...any)) {
 	if s.WindowTxns <= 0 {
 		add("serve.window_txns", "must be > 0, got %d", s.WindowTxns)
 	}
+	if s.MaxProjections <= 0 {
+		add("serve.max_projections", "must be > 0, got %d", s.MaxProjections)
+	}
+	if s.MaxColumns <= 0 {
+		add("serve.max_columns", "must be > 0, got %d", s.MaxColumns)
+	}
+	checkPositive(add, "serve.projection_idle", s.ProjectionIdle)
+	if s.TokenSecret != "" && len(s.TokenSecret) < minHS256Secret {
+		add("serve.token_secret", "must be at least %d bytes (256 bits), got %d; generate one with `openssl rand -base64 48`", minHS256Secret, len(s.TokenSecret))
+	}
 	if s.MaxHeaderBytes < minHeaderBytes {
 		add("serve.max_header_bytes", "must be >= %d, got %d", minHeaderBytes, s.MaxHeaderBytes)
 	}

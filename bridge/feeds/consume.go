@@ -83,6 +83,9 @@ func (fs *Feeds) watch(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		fs.mu.Lock()
+		fs.sweepLocked(time.Now(), false)
+		fs.mu.Unlock()
 		// Sample what was read before asking: the consumer reads on meanwhile.
 		fs.mu.RLock()
 		read := fs.lastSeq
@@ -124,7 +127,7 @@ func (fs *Feeds) ingest(c *change, gen uint64) {
 		// at a boundary; feeds behind it find the history gone.
 		fs.log.Warn("feeds: stream sequence jumped (messages deleted by the stream's limits?)", "stream", fs.cfg.Stream, "from", fs.lastSeq+1, "to", c.seq)
 		fs.gaps.Add(1)
-		fs.txs, fs.bytes, fs.pending, fs.evicted = nil, 0, nil, 0
+		fs.dropWindowLocked()
 		fs.asm = newAssembler()
 		fs.haveHead = false
 		fs.wakeAllLocked()
@@ -149,6 +152,7 @@ func (fs *Feeds) ingest(c *change, gen uint64) {
 		for _, t := range fs.pending {
 			fs.txs = append(fs.txs, t)
 			fs.bytes += int64(t.size)
+			countLocked(t, &fs.encBytes)
 			fs.dispatchLocked(t, prev)
 		}
 		clear(fs.pending)
@@ -236,8 +240,9 @@ func (fs *Feeds) wakeAllLocked() {
 
 func (fs *Feeds) evictLocked() {
 	n := 0
-	for n < len(fs.txs) && (len(fs.txs)-n > fs.cfg.WindowTxns || fs.bytes > fs.cfg.WindowBytes) {
+	for n < len(fs.txs) && (len(fs.txs)-n > fs.cfg.WindowTxns || fs.bytes+fs.encBytes.Load() > fs.cfg.WindowBytes) {
 		fs.bytes -= int64(fs.txs[n].size)
+		uncountLocked(fs.txs[n], &fs.encBytes)
 		fs.windowFrom = fs.txs[n].last
 		n++
 	}

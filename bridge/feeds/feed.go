@@ -7,8 +7,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/bridgecdc/bridge/bridge/cdc"
 )
 
@@ -84,6 +82,7 @@ func (f *Feed) Close() {
 		return
 	}
 	f.closed = true
+	fs.releaseLocked(f.filter.proj)
 	fs.idx.remove(f)
 	delete(fs.feeds, f)
 	fs.wakeLocked(f)
@@ -295,9 +294,10 @@ func (f *Feed) appendMatches(out []Change, t *txn) []Change {
 		if !ok {
 			continue
 		}
-		b, made := c.serialise(f.filter.proj, k)
+		b, made := c.serialise(f.filter.proj, k, &f.fs.encBytes)
 		if made {
 			f.fs.serialisations.Add(1)
+			f.fs.evictIfOver()
 		}
 		ch := Change{Seq: c.seq, ID: c.id, Op: c.op, Table: c.table, JSON: b, Received: c.recv}
 		switch k {
@@ -309,143 +309,4 @@ func (f *Feed) appendMatches(out []Change, t *txn) []Change {
 		out = append(out, ch)
 	}
 	return out
-}
-
-// catchUp reads the stream after pos with a temporary ordered consumer
-// until the window can take over, MaxBatch changes are found or MaxScan
-// messages are read; it advances f.pos to the boundary reached, past the
-// changes it returns, even with an error.
-//
-// A read from the stream is slow to start (a consumer is created), so it
-// is not bound by ctx's deadline, only by its cancellation and by
-// catchUpBudget: a short poll on a busy server still makes progress.
-func (f *Feed) catchUp(parent context.Context, pos uint64) ([]Change, error) {
-	fs := f.fs
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), catchUpBudget)
-	defer cancel()
-	stopOnCancel := context.AfterFunc(parent, func() {
-		if errors.Is(parent.Err(), context.Canceled) {
-			cancel()
-		}
-	})
-	defer stopOnCancel()
-	select {
-	case fs.sem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	defer func() { <-fs.sem }()
-	fs.catchUps.Add(1)
-	info, err := fs.stream.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("feeds: reading stream %q to resume at sequence %d: %w", fs.cfg.Stream, pos, err)
-	}
-	if streamID(info) != f.stream {
-		return nil, &RefetchError{Reason: ReasonStream, Detail: fmt.Sprintf("stream %q was recreated", fs.cfg.Stream)}
-	}
-	first := info.State.FirstSeq
-	if pos+1 < first {
-		return nil, &RefetchError{Reason: ReasonGone, Seq: pos + 1,
-			Detail: fmt.Sprintf("stream %q starts at sequence %d, the token needs %d", fs.cfg.Stream, first, pos+1)}
-	}
-	start, seed := readStart(pos, first)
-	it, stop, err := fs.history(ctx, start, 512)
-	if err != nil {
-		return nil, fmt.Errorf("feeds: %w", err)
-	}
-	defer stop()
-
-	asm := newAssembler()
-	var out, pend []Change
-	var brk *RefetchError
-	expect, scanned := start, 0
-	for {
-		msg, err := it.Next()
-		if err != nil {
-			if ctx.Err() != nil {
-				if len(out) == 0 && parent.Err() != nil {
-					return out, parent.Err()
-				}
-				return out, nil // the budget is spent: return the progress made
-			}
-			return out, fmt.Errorf("feeds: reading %q at sequence %d: %w", fs.cfg.Stream, expect, err)
-		}
-		meta, err := msg.Metadata()
-		if err != nil {
-			return out, fmt.Errorf("feeds: reading metadata at sequence %d of %q: %w", expect, fs.cfg.Stream, err)
-		}
-		seq := meta.Sequence.Stream
-		if seq != expect {
-			if len(out) > 0 {
-				return out, nil
-			}
-			return nil, &RefetchError{Reason: ReasonGone, Seq: expect,
-				Detail: fmt.Sprintf("stream %q no longer holds sequence %d", fs.cfg.Stream, expect)}
-		}
-		expect++
-		fs.catchUpMsgs.Add(1)
-		c, derr := fs.decode(seq, msg.Headers(), msg.Data(), nil)
-		if derr != nil {
-			fs.log.Warn("feeds: message not understood; it matches no feed", "stream", fs.cfg.Stream, "seq", seq, "err", derr)
-		}
-		if seed && seq == start {
-			asm.seed(c)
-			continue
-		}
-		scanned++
-		if t := asm.add(c); t != nil && !t.frag && brk == nil {
-			if brk = t.breaks(f.filter); brk == nil {
-				pend = f.appendMatches(pend, t)
-			}
-		}
-		if len(asm.open) > 0 {
-			continue
-		}
-		// A transaction boundary.
-		if brk != nil {
-			if len(out) > 0 {
-				return out, nil
-			}
-			return nil, brk
-		}
-		out = append(out, pend...)
-		pend = pend[:0]
-		f.advance(f.pos, seq)
-		fs.mu.RLock()
-		windowed := fs.haveHead && seq >= fs.windowFrom
-		fs.mu.RUnlock()
-		if windowed || len(out) >= fs.cfg.MaxBatch || scanned >= fs.cfg.MaxScan {
-			return out, nil
-		}
-	}
-}
-
-// readStart is where a read from the stream after pos starts, given the
-// stream's first sequence: at pos itself when it is still held (seed), to
-// learn the producer of the transaction it ends, else after it.
-func readStart(pos, first uint64) (start uint64, seed bool) {
-	if pos >= 1 && pos >= first {
-		return pos, true
-	}
-	return pos + 1, false
-}
-
-// history reads the stream from start with a temporary ordered consumer,
-// pulling up to pull messages ahead, until ctx ends or stop is called.
-func (fs *Feeds) history(ctx context.Context, start uint64, pull int) (it jetstream.MessagesContext, stop func(), err error) {
-	cctx, cancel := context.WithCancel(ctx)
-	cons, err := fs.js.OrderedConsumer(cctx, fs.cfg.Stream, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start,
-	})
-	if err != nil {
-		cancel()
-		return nil, nil, fmt.Errorf("creating a consumer on %q at sequence %d: %w", fs.cfg.Stream, start, err)
-	}
-	it, err = cons.Messages(jetstream.PullMaxMessages(pull))
-	if err != nil {
-		cancel()
-		return nil, nil, fmt.Errorf("reading %q from sequence %d: %w", fs.cfg.Stream, start, err)
-	}
-	undo := context.AfterFunc(cctx, it.Stop)
-	return it, func() { undo(); it.Stop(); cancel() }, nil
 }

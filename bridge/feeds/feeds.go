@@ -62,6 +62,17 @@ type Config struct {
 	// CatchUps bounds the temporary consumers reading for feeds behind the
 	// window at once. Default 4.
 	CatchUps int
+	// MaxProjections bounds the column sets (Filter.Columns) in use at
+	// once, besides all columns: each keeps its own encoding of the
+	// changes it is asked for. Register refuses a new one beyond it
+	// (ErrTooManyProjections) once the idle ones are dropped. Default 1000.
+	MaxProjections int
+	// MaxColumns bounds the columns of one projection; Register refuses a
+	// filter naming more. Default 256.
+	MaxColumns int
+	// ProjectionIdle is how long a column set no feed uses is kept, for
+	// the next feed asking for it (a client reconnecting). Default 1m.
+	ProjectionIdle time.Duration
 	// CheckInterval is how often the stream is checked for recreation.
 	// Default 2s.
 	CheckInterval time.Duration
@@ -95,6 +106,15 @@ func (c *Config) defaults() {
 	}
 	if c.CatchUps <= 0 {
 		c.CatchUps = 4
+	}
+	if c.MaxProjections <= 0 {
+		c.MaxProjections = 1000
+	}
+	if c.MaxColumns <= 0 {
+		c.MaxColumns = 256
+	}
+	if c.ProjectionIdle <= 0 {
+		c.ProjectionIdle = time.Minute
 	}
 	if c.CheckInterval <= 0 {
 		c.CheckInterval = 2 * time.Second
@@ -142,6 +162,11 @@ func ParseToken(s string) (Token, error) {
 // ErrMustRefetch is matched (errors.Is) by every *RefetchError.
 var ErrMustRefetch = errors.New("feeds: must refetch")
 
+// ErrTooManyProjections is matched (errors.Is) by Register's error when
+// MaxProjections column sets are in use: the filter's Columns would make
+// one more. A filter without Columns (all of them) is always served.
+var ErrTooManyProjections = errors.New("feeds: too many projections")
+
 // ErrClosed is returned by Next after the feed or Feeds was closed.
 var ErrClosed = errors.New("feeds: closed")
 
@@ -182,6 +207,8 @@ type Stats struct {
 	WindowFrom      uint64 // the window serves tokens at or after this
 	WindowTxns      int
 	Serialisations  int64 // change encodings made (one per change, projection and kind)
+	Projections     int   // column sets held (in use or idle), besides all columns
+	EncodedBytes    int64 // bytes of the window's changes' encodings, counted in WindowBytes
 	CatchUps        int64 // reads from the stream for feeds behind the window
 	CatchUpMessages int64 // messages those reads took from the stream
 	Replays         int64 // passes over history shared by feeds far behind (replay.go)
@@ -213,8 +240,9 @@ type Feeds struct {
 	idx        *index
 	feeds      map[*Feed]struct{}
 	waiting    map[*Feed]struct{}
-	projs      map[string]*projection
-	headCh     chan struct{} // closed and replaced when head changes
+	projs      map[string]*projection // by projKey; "" is all columns
+	nextProj   uint64                 // the next projection's id: ids are never reused
+	headCh     chan struct{}          // closed and replaced when head changes
 	stamp      uint64
 	scratch    []*group // candidates of one change, reused
 	closed     bool
@@ -223,6 +251,8 @@ type Feeds struct {
 	lanes     [2]lane         // replays, under mu
 	replayCtx context.Context // ends with Close
 	replayWG  sync.WaitGroup
+
+	encBytes atomic.Int64 // bytes of the encodings of the window's changes (see countLocked)
 
 	serialisations, catchUps, catchUpMsgs, replays, backfills, gaps, recreates atomic.Int64
 
@@ -249,6 +279,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Feeds, error
 		projs: map[string]*projection{}, headCh: make(chan struct{}), done: make(chan struct{}),
 	}
 	fs.projs[""] = &projection{id: 0}
+	fs.nextProj = 1
 	fs.resetLocked(streamID(info), info.State.FirstSeq, info.State.LastSeq)
 	target := info.State.LastSeq
 	bg, cancel := context.WithCancel(context.Background())
@@ -280,7 +311,7 @@ func streamID(info *jetstream.StreamInfo) string {
 // near its end. Positions before the restart are served from the stream.
 func (fs *Feeds) resetLocked(id string, first, last uint64) {
 	fs.streamID = id
-	fs.txs, fs.bytes, fs.pending, fs.evicted = nil, 0, nil, 0
+	fs.dropWindowLocked()
 	fs.asm = newAssembler()
 	start := first
 	if last >= first && last-first+1 > fs.cfg.Prewarm {
@@ -321,7 +352,7 @@ func (fs *Feeds) Stats() Stats {
 	defer fs.mu.RUnlock()
 	return Stats{
 		Feeds: len(fs.feeds), Waiting: len(fs.waiting), Head: fs.head, WindowFrom: fs.windowFrom, WindowTxns: len(fs.txs),
-		Serialisations: fs.serialisations.Load(), CatchUps: fs.catchUps.Load(), CatchUpMessages: fs.catchUpMsgs.Load(), Replays: fs.replays.Load(), Backfills: fs.backfills.Load(), Gaps: fs.gaps.Load(), Recreates: fs.recreates.Load(),
+		Serialisations: fs.serialisations.Load(), Projections: len(fs.projs) - 1, EncodedBytes: fs.encBytes.Load(), CatchUps: fs.catchUps.Load(), CatchUpMessages: fs.catchUpMsgs.Load(), Replays: fs.replays.Load(), Backfills: fs.backfills.Load(), Gaps: fs.gaps.Load(), Recreates: fs.recreates.Load(),
 	}
 }
 
@@ -377,14 +408,12 @@ func (fs *Feeds) Register(f Filter, from Token) (*Feed, error) {
 	if from.Stream != fs.streamID {
 		return nil, &RefetchError{Reason: ReasonStream, Detail: fmt.Sprintf("token of stream %s, stream %q is now %s", from.Stream, fs.cfg.Stream, fs.streamID)}
 	}
-	key := projKey(f.Columns)
-	p := fs.projs[key]
-	if p == nil {
-		p = &projection{id: int32(len(fs.projs)), cols: map[string]struct{}{}}
-		for _, c := range f.Columns {
-			p.cols[c] = struct{}{}
-		}
-		fs.projs[key] = p
+	if n := len(strings.Split(projKey(f.Columns), ",")); len(f.Columns) > 0 && n > fs.cfg.MaxColumns {
+		return nil, fmt.Errorf("filter.columns: %d columns, more than the limit of %d (MaxColumns)", n, fs.cfg.MaxColumns)
+	}
+	p, err := fs.projectionLocked(f.Columns)
+	if err != nil {
+		return nil, err
 	}
 	cf.proj = p
 	feed := &Feed{fs: fs, filter: cf, stream: from.Stream, pos: from.Seq}

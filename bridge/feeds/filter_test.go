@@ -3,6 +3,7 @@ package feeds
 import (
 	"encoding/json"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -153,7 +154,7 @@ func TestMoves(t *testing.T) {
 	require.False(t, ok)
 
 	// The moved-out change carries the old row under the old key, no after.
-	js, _ := moveIn.serialise(cfOld.proj0(), kindOut)
+	js, _ := moveIn.serialise(cfOld.proj0(), kindOut, new(atomic.Int64))
 	var m map[string]any
 	require.NoError(t, json.Unmarshal(js, &m))
 	require.Equal(t, "delete", m["op"])

@@ -2,9 +2,12 @@ package feeds
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
 )
@@ -44,9 +47,14 @@ func opBit(op cdc.Op) opMask {
 }
 
 // projection is a column set, shared by every feed that asks for it.
+// Feeds count its users (refs) and drop it when it has been idle for
+// ProjectionIdle (projections.go).
 type projection struct {
-	id   int32
+	id   uint64              // unique in the Feeds' life: encodings name it
+	key  string              // projKey
 	cols map[string]struct{} // nil: all columns
+	refs int                 // feeds registered with it, under fs.mu
+	idle time.Time           // when refs fell to 0, under fs.mu
 }
 
 // compiled is a validated Filter.
@@ -93,14 +101,15 @@ func compile(f Filter) (*compiled, error) {
 	return c, nil
 }
 
-// projKey is the canonical name of a column set: sorted, comma-joined.
+// projKey is the canonical name of a column set: sorted, each once,
+// comma-joined.
 func projKey(cols []string) string {
 	if len(cols) == 0 {
 		return ""
 	}
 	s := append([]string(nil), cols...)
 	sort.Strings(s)
-	return strings.Join(s, ",")
+	return strings.Join(slices.Compact(s), ",")
 }
 
 func (f *compiled) hasTable(t string) bool {
@@ -153,8 +162,9 @@ func (f *compiled) match(c *change) (kind, bool) {
 
 // serialise returns the JSON of c for projection p delivered as k, made
 // once and shared by every feed asking for the same (p, k). The second
-// result reports whether this call made it.
-func (c *change) serialise(p *projection, k kind) ([]byte, bool) {
+// result reports whether this call made it. The bytes an encoding holds
+// are added to window while c is in the window (countLocked).
+func (c *change) serialise(p *projection, k kind, window *atomic.Int64) ([]byte, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, s := range c.ser {
@@ -164,6 +174,11 @@ func (c *change) serialise(p *projection, k kind) ([]byte, bool) {
 	}
 	b := c.appendJSON(nil, p, k)
 	c.ser = append(c.ser, serialised{proj: p.id, kind: k, b: b})
+	n := int64(len(b) + serialisedOverhead)
+	c.serBytes += n
+	if c.inWindow {
+		window.Add(n)
+	}
 	return b, true
 }
 

@@ -23,7 +23,6 @@ package feeds
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sort"
 	"time"
 )
@@ -67,6 +66,7 @@ type rider struct {
 type lane struct {
 	next    *pass // the pass riders join, run when the current one ends
 	running bool
+	farTurn bool // the stream lane's next pass is for the far riders (turns)
 }
 
 // Lanes.
@@ -151,10 +151,42 @@ func (fs *Feeds) replayLoop(ln *lane) {
 				rs = append(rs, &rider{f: f, filter: f.filter, pos: pos})
 			}
 		}
+		if ln == &fs.lanes[laneStream] {
+			rs = fs.turnLocked(ln, rs)
+		}
 		fs.mu.Unlock()
 		fs.replays.Add(1)
 		fs.finish(p, fs.replay(fs.replayCtx, rs))
 	}
+}
+
+// turnLocked picks the riders of a pass over the stream. A pass reads at
+// most MaxScan messages from its lowest rider, so one rider far behind
+// (a client resuming from the stream's start, or a forged token at
+// sequence 0) would hold back every rider after it, pass after pass,
+// until it caught up. Riders near the window (a pass from the lowest of
+// them reaches it) and riders far from it take turns: when both wait,
+// one pass serves the near ones and the next the far ones. The riders
+// left out wake without a skip and board the next pass.
+func (fs *Feeds) turnLocked(ln *lane, rs []*rider) []*rider {
+	near := rs[:0:0]
+	var far []*rider
+	for _, r := range rs {
+		if r.pos+uint64(fs.cfg.MaxScan) >= fs.windowFrom {
+			near = append(near, r)
+		} else {
+			far = append(far, r)
+		}
+	}
+	if len(near) == 0 || len(far) == 0 {
+		return rs
+	}
+	turn := ln.farTurn
+	ln.farTurn = !turn
+	if turn {
+		return far
+	}
+	return near
 }
 
 // Gathering riders for a pass over the stream.
@@ -358,139 +390,6 @@ func (rp *replayer) fromWindow(txs []*txn, cursor, head uint64) {
 	}
 }
 
-// fromStream reads the stream after low with a temporary ordered consumer
-// and routes what it reads, until a boundary at or after the window's
-// start, MaxScan messages, WindowBytes of kept transactions or an error;
-// it returns the last boundary reached. Riders it cannot serve (the
-// history they need is gone, the stream was recreated) are frozen where
-// they are.
-func (rp *replayer) fromStream(ctx context.Context, low uint64) (uint64, error) {
-	fs := rp.fs
-	select {
-	case fs.sem <- struct{}{}:
-	case <-ctx.Done():
-		return low, ctx.Err()
-	}
-	defer func() { <-fs.sem }()
-	fs.catchUps.Add(1)
-	info, err := fs.stream.Info(ctx)
-	if err != nil {
-		return low, fmt.Errorf("reading stream %q to replay from sequence %d: %w", fs.cfg.Stream, low, err)
-	}
-	fs.mu.RLock()
-	same, gen := streamID(info) == fs.streamID, fs.gen
-	// Keep everything read, to add to the window, when it should fit.
-	free := int64(fs.cfg.WindowTxns - len(fs.txs))
-	perMsg := int64(1024)
-	if n := fs.head - fs.windowFrom; fs.haveHead && n > 0 && fs.bytes > 0 {
-		perMsg = max(fs.bytes/int64(n), 1)
-	}
-	want := int64(fs.windowFrom - low)
-	keepAll := fs.haveHead && want <= free && want*perMsg <= fs.cfg.WindowBytes-fs.bytes
-	fs.mu.RUnlock()
-	if !same {
-		return low, errors.New("the stream was recreated")
-	}
-	first := info.State.FirstSeq
-	if low+1 < first {
-		low = ^uint64(0)
-		for _, r := range rp.rs {
-			if r.pos+1 < first {
-				rp.freeze(r, r.pos) // gone: its own read reports it
-				r.lone = true
-			} else {
-				low = min(low, r.pos)
-			}
-		}
-		if rp.active == 0 {
-			return 0, nil
-		}
-	}
-	start, seed := readStart(low, first)
-	it, stop, err := fs.history(ctx, start, 1024)
-	if err != nil {
-		return low, err
-	}
-	defer stop()
-
-	asm := newAssembler()
-	nm := newNames()
-	cursor, expect, scanned := low, start, 0
-	// kept holds every transaction read when keepAll, each ending a run
-	// marked with the boundary after it (stableAt), as in the window;
-	// clean is the first boundary after which none began before low.
-	var kept []*txn
-	var keptBytes int64
-	clean, fragOpen := low, false
-	defer func() {
-		if keepAll {
-			fs.backfill(kept, clean, cursor, gen)
-		}
-	}()
-	for {
-		msg, err := it.Next()
-		if err != nil {
-			keepAll = false
-			return cursor, fmt.Errorf("reading %q at sequence %d: %w", fs.cfg.Stream, expect, err)
-		}
-		meta, err := msg.Metadata()
-		if err != nil {
-			keepAll = false
-			return cursor, fmt.Errorf("reading metadata at sequence %d of %q: %w", expect, fs.cfg.Stream, err)
-		}
-		seq := meta.Sequence.Stream
-		if seq != expect {
-			// Deleted messages: riders past cursor meet the gap on their own.
-			keepAll = false
-			return cursor, fmt.Errorf("stream %q no longer holds sequence %d", fs.cfg.Stream, expect)
-		}
-		expect++
-		fs.catchUpMsgs.Add(1)
-		c, derr := fs.decode(seq, msg.Headers(), msg.Data(), nm)
-		if derr != nil {
-			fs.log.Warn("feeds: message not understood; it matches no feed", "stream", fs.cfg.Stream, "seq", seq, "err", derr)
-		}
-		if seed && seq == start {
-			asm.seed(c)
-			continue
-		}
-		scanned++
-		if t := asm.add(c); t != nil {
-			if t.frag {
-				fragOpen = true
-			} else {
-				if rp.add(t) && !keepAll {
-					rp.kept += int64(t.size)
-				}
-				if keepAll {
-					kept = append(kept, t)
-					keptBytes += int64(t.size)
-					rp.kept = keptBytes
-				}
-			}
-		}
-		if len(asm.open) > 0 {
-			continue
-		}
-		// A transaction boundary.
-		cursor = seq
-		rp.boundary(seq)
-		if fragOpen {
-			// Only what follows can go into the window.
-			kept, keptBytes, clean, fragOpen = kept[:0], 0, seq, false
-		}
-		if n := len(kept); n > 0 && kept[n-1].stableAt == 0 {
-			kept[n-1].stableAt = seq
-		}
-		fs.mu.RLock()
-		windowed := fs.haveHead && seq >= fs.windowFrom
-		fs.mu.RUnlock()
-		if windowed || scanned >= fs.cfg.MaxScan || rp.kept >= fs.cfg.WindowBytes || rp.active == 0 {
-			return cursor, nil
-		}
-	}
-}
-
 // backfill adds kept, the transactions a replay read after clean up to
 // cursor (both boundaries), in front of the window when they join it: the
 // window then serves the positions they cover from memory, and feeds
@@ -514,7 +413,7 @@ func (fs *Feeds) backfill(kept []*txn, clean, cursor, gen uint64) {
 	start, from := n, w
 	for i := n - 1; i >= 0; i-- {
 		bytes += int64(kept[i].size)
-		if n-i+len(fs.txs) > fs.cfg.WindowTxns || fs.bytes+bytes > fs.cfg.WindowBytes {
+		if n-i+len(fs.txs) > fs.cfg.WindowTxns || fs.bytes+fs.encBytes.Load()+bytes > fs.cfg.WindowBytes {
 			break
 		}
 		switch {
@@ -529,6 +428,9 @@ func (fs *Feeds) backfill(kept []*txn, clean, cursor, gen uint64) {
 	}
 	txs := make([]*txn, 0, n-start+len(fs.txs)+len(fs.txs)/4)
 	txs = append(append(txs, kept[start:n]...), fs.txs...)
+	for _, t := range kept[start:n] {
+		countLocked(t, &fs.encBytes) // what feeds reading behind the window encoded
+	}
 	fs.txs, fs.bytes, fs.windowFrom, fs.evicted = txs, fs.bytes+fits, from, 0
 	fs.backfills.Add(1)
 }

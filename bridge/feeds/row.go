@@ -68,15 +68,21 @@ type change struct {
 	size    int          // bytes held, roughly
 	recv    time.Time    // when the consumer read it
 
-	mu  sync.Mutex
-	ser []serialised
+	mu       sync.Mutex
+	ser      []serialised
+	serBytes int64 // the bytes ser holds, with serialisedOverhead each
+	inWindow bool  // in the window: serBytes is counted in Feeds.encBytes
 }
 
 type serialised struct {
-	proj int32
+	proj uint64
 	kind kind
 	b    []byte
 }
+
+// serialisedOverhead is what one encoding costs besides its bytes: its
+// entry in change.ser and the slice's header.
+const serialisedOverhead = 48
 
 // bridgeMsg reports whether the message carries the bridge's headers.
 func bridgeMsg(h nats.Header) bool { return h.Get(headerOp) != "" && h.Get(headerMsgID) != "" }
@@ -342,6 +348,9 @@ func parseRow(b []byte, nm *names, slot int, twin *row) (*row, error) {
 			return nil, err
 		}
 		raw := json.RawMessage(b[i:j])
+		if hasControl(raw) {
+			raw = compactJSON(raw)
+		}
 		var v any
 		if k := len(r.vals); twin != nil && k < len(twin.names) && twin.names[k] == name && bytes.Equal(twin.raws[k], raw) {
 			v = twin.vals[k] // unchanged: the same value, shared
@@ -362,6 +371,52 @@ func parseRow(b []byte, nm *names, slot int, twin *row) (*row, error) {
 		return nil, fmt.Errorf("want ',' or '}' at byte %d", i)
 	}
 	return nil, errors.New("unterminated object")
+}
+
+// hasControl reports whether b holds a byte below 0x20: a line break or
+// tab between the tokens of a json column's text (Postgres keeps json as
+// written), or a control character a string should have escaped.
+func hasControl(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 {
+			return true
+		}
+	}
+	return false
+}
+
+// compactJSON returns the JSON text b without a byte below 0x20: the
+// whitespace between tokens removed, control characters inside strings
+// escaped (\u00XX). A change's encoding is then one line, so no reader
+// splitting on line breaks (an SSE data line) can cut it.
+func compactJSON(b []byte) json.RawMessage {
+	const hex = "0123456789abcdef"
+	out := make([]byte, 0, len(b))
+	inString, escaped := false, false
+	for _, c := range b {
+		switch {
+		case inString && escaped:
+			escaped = false
+			if c < 0x20 { // not an escape JSON has: make it \u00XX
+				out = append(out, 'u', '0', '0', hex[c>>4], hex[c&0xF])
+				continue
+			}
+		case inString && c == '\\':
+			escaped = true
+		case inString && c == '"':
+			inString = false
+		case inString && c < 0x20:
+			out = append(out, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
+			continue
+		case inString:
+		case c == '"':
+			inString = true
+		case c < 0x20 || c == ' ':
+			continue // between tokens
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // parseValue normalises one JSON value; objects stay their raw text.

@@ -57,6 +57,8 @@ type Stream struct {
 	r      *bufio.Reader
 	lastID string
 	retry  time.Duration
+	p      *Parser
+	buf    [4096]byte
 }
 
 // Open connects to addr (host:port) and requests target (a path and
@@ -128,58 +130,136 @@ func (s *Stream) Close() error { return s.conn.Close() }
 // the end of the stream it returns io.EOF (a block cut off by the end is
 // dropped, as the standard says).
 func (s *Stream) Next() (Block, error) {
-	var b Block
-	var data strings.Builder
-	hasData, hasLine := false, false
-	id := s.lastID
+	if s.p == nil {
+		s.p = &Parser{LastEventID: s.lastID}
+	}
 	for {
-		line, err := s.r.ReadString('\n')
-		if err != nil {
+		if b, ok := s.p.Next(); ok {
+			s.lastID, s.retry = s.p.LastEventID, s.p.Retry
+			return b, nil
+		}
+		n, err := s.r.Read(s.buf[:])
+		s.p.Write(s.buf[:n])
+		if err != nil && n == 0 {
+			if b, ok := s.p.Next(); ok {
+				s.lastID, s.retry = s.p.LastEventID, s.p.Retry
+				return b, nil
+			}
 			if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
 				return Block{}, io.EOF
 			}
 			return Block{}, err
 		}
-		line = strings.TrimSuffix(strings.TrimSuffix(line, "\n"), "\r")
-		if line == "" {
-			if !hasLine {
-				continue // blank lines between blocks
+	}
+}
+
+// Parser interprets an event stream as the HTML standard says
+// ("Interpreting an event stream"): lines end at "\r\n", "\r" or "\n"; a
+// blank line ends a block; a line starting with ":" is a comment; a field
+// is its name up to the first ":" and its value after it, less one leading
+// space; "data" lines join with "\n"; an "id" without NUL sets the last
+// event ID when the block ends, whether or not it dispatches; only a block
+// with data dispatches an event, of type "message" unless "event" names
+// one. Write feeds it bytes in any pieces; Next returns the blocks ended.
+type Parser struct {
+	// LastEventID is the stream's last event ID after the blocks returned.
+	LastEventID string
+	// Retry is the last valid retry field, 0 before any.
+	Retry time.Duration
+
+	line    []byte // the line being read
+	afterCR bool   // the last byte was a CR: a LF right after it ends nothing
+	blocks  []Block
+
+	// The block being read.
+	id                string
+	idSet             bool
+	typ, comment      string
+	data              strings.Builder
+	hasData, hasLines bool
+}
+
+// Write feeds p to the parser.
+func (p *Parser) Write(b []byte) {
+	for _, c := range b {
+		if p.afterCR {
+			p.afterCR = false
+			if c == '\n' {
+				continue
 			}
-			s.lastID = id
-			b.LastEventID = id
-			if hasData {
-				b.Dispatched = true
-				b.Data = strings.TrimSuffix(data.String(), "\n")
-				if b.Type == "" {
-					b.Type = "message"
-				}
-			} else {
-				b.Type = ""
-			}
-			return b, nil
 		}
-		hasLine = true
-		if c, ok := strings.CutPrefix(line, ":"); ok {
-			b.Comment = strings.TrimPrefix(c, " ")
-			continue
-		}
-		field, value, _ := strings.Cut(line, ":")
-		value = strings.TrimPrefix(value, " ")
-		switch field {
-		case "event":
-			b.Type = value
-		case "data":
-			hasData = true
-			data.WriteString(value)
-			data.WriteByte('\n')
-		case "id":
-			if !strings.ContainsRune(value, 0) {
-				id = value
-			}
-		case "retry":
-			if n, err := strconv.Atoi(value); err == nil && n >= 0 && strings.Trim(value, "0123456789") == "" {
-				s.retry = time.Duration(n) * time.Millisecond
-			}
+		switch c {
+		case '\r':
+			p.afterCR = true
+			p.endLine()
+		case '\n':
+			p.endLine()
+		default:
+			p.line = append(p.line, c)
 		}
 	}
+}
+
+// Next returns the next block ended by what Write was given.
+func (p *Parser) Next() (Block, bool) {
+	if len(p.blocks) == 0 {
+		return Block{}, false
+	}
+	b := p.blocks[0]
+	p.blocks = p.blocks[1:]
+	return b, true
+}
+
+func (p *Parser) endLine() {
+	line := string(p.line)
+	p.line = p.line[:0]
+	if line == "" {
+		p.endBlock()
+		return
+	}
+	p.hasLines = true
+	if c, ok := strings.CutPrefix(line, ":"); ok {
+		p.comment = strings.TrimPrefix(c, " ")
+		return
+	}
+	field, value, _ := strings.Cut(line, ":")
+	value = strings.TrimPrefix(value, " ")
+	switch field {
+	case "event":
+		p.typ = value
+	case "data":
+		p.hasData = true
+		p.data.WriteString(value)
+		p.data.WriteByte('\n')
+	case "id":
+		if !strings.ContainsRune(value, 0) {
+			p.id, p.idSet = value, true
+		}
+	case "retry":
+		if n, err := strconv.Atoi(value); err == nil && n >= 0 && strings.Trim(value, "0123456789") == "" {
+			p.Retry = time.Duration(n) * time.Millisecond
+		}
+	}
+}
+
+func (p *Parser) endBlock() {
+	if !p.hasLines {
+		return // blank lines between blocks
+	}
+	if p.idSet {
+		p.LastEventID = p.id
+	}
+	b := Block{LastEventID: p.LastEventID, Comment: p.comment}
+	if p.hasData {
+		b.Dispatched = true
+		b.Data = strings.TrimSuffix(p.data.String(), "\n")
+		b.Type = p.typ
+		if b.Type == "" {
+			b.Type = "message"
+		}
+	}
+	p.blocks = append(p.blocks, b)
+	p.id, p.idSet, p.typ, p.comment = "", false, "", ""
+	p.data.Reset()
+	p.hasData, p.hasLines = false, false
 }
