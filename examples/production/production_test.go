@@ -87,20 +87,21 @@ func secretFiles(t *testing.T) map[string]string {
 	creds, err := natsjwt.FormatUserConfig(ujwt, useed)
 	require.NoError(t, err)
 	return map[string]string{
-		"/run/secrets/bridge.creds":    string(creds),
-		"/etc/bridge/tls/nats-ca.pem":  string(natsCA.PEM),
-		"/run/secrets/nats-client.crt": string(clientCrt),
-		"/run/secrets/nats-client.key": string(clientKey),
-		"/run/secrets/pg_password":     "pg-Pa55word-from-a-file",
-		"/etc/bridge/tls/pg-ca.pem":    string(pgCA.PEM),
-		"/run/secrets/feeds.crt":       string(feedsCrt),
-		"/run/secrets/feeds.key":       string(feedsKey),
-		"/run/secrets/bridge.nk":       string(useed),
-		"/run/secrets/pg.crt":          "",
-		"/run/secrets/pg.key":          "",
-		"/run/secrets/metrics_token":   "",
-		"/run/secrets/metrics.crt":     "",
-		"/run/secrets/metrics.key":     "",
+		"/run/secrets/bridge.creds":       string(creds),
+		"/etc/bridge/tls/nats-ca.pem":     string(natsCA.PEM),
+		"/run/secrets/nats-client.crt":    string(clientCrt),
+		"/run/secrets/nats-client.key":    string(clientKey),
+		"/run/secrets/pg_password":        "pg-Pa55word-from-a-file",
+		"/etc/bridge/tls/pg-ca.pem":       string(pgCA.PEM),
+		"/run/secrets/feeds.crt":          string(feedsCrt),
+		"/run/secrets/feeds.key":          string(feedsKey),
+		"/run/secrets/bridge.nk":          string(useed),
+		"/run/secrets/pg.crt":             "",
+		"/run/secrets/pg.key":             "",
+		"/run/secrets/metrics_token":      "",
+		"/run/secrets/metrics.crt":        "",
+		"/run/secrets/metrics.key":        "",
+		"/run/secrets/feeds_token_secret": "resume-token-secret-from-a-file-of-48-bytes-xxxx",
 	}
 }
 
@@ -223,6 +224,7 @@ func TestProductionConfig(t *testing.T) {
 		assert.NotEmpty(t, s.Auth.Where, "each caller reads its tenant's rows")
 		assert.False(t, s.Auth.QueryToken, "no tokens in URLs")
 		assert.NotEmpty(t, s.AllowedHosts, "requests for other host names refused")
+		assert.Equal(t, "resume-token-secret-from-a-file-of-48-bytes-xxxx", s.TokenSecret, "resume tokens signed, the secret from a file")
 	})
 
 	t.Run("shared configuration and data dir", func(t *testing.T) {
