@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -38,7 +37,7 @@ type failoverCluster struct {
 // synchronized_standby_slots on the primary to the standby's slot.
 func newFailoverCluster(t *testing.T, major int, sss bool) *failoverCluster {
 	e := newEnvMajor(t, major)
-	e.pg.ExecT(t, `CREATE TABLE fo (id bigserial PRIMARY KEY, phase int NOT NULL)`)
+	e.pg.ExecT(t, `CREATE TABLE fo (id bigserial PRIMARY KEY, u uuid NOT NULL DEFAULT gen_random_uuid(), phase int NOT NULL)`)
 	proxy, err := faultproxy.Start(fmt.Sprintf("127.0.0.1:%d", e.pg.Port))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = proxy.Close() })
@@ -128,32 +127,34 @@ func (w *writer) halt() {
 	<-w.done
 }
 
-// rowsOf returns the ids of fo on s.
-func rowsOf(t *testing.T, s *pgtest.Server) map[int64]bool {
+// rowsOf returns the rows of fo on s by their uuid: ids are not unique
+// across a failover (the new primary's sequence may hand out again ids of
+// rows it never got).
+func rowsOf(t *testing.T, s *pgtest.Server) map[string]bool {
 	conn := s.Conn(t, "")
-	rows, err := conn.Query(t.Context(), `SELECT id FROM fo`)
+	rows, err := conn.Query(t.Context(), `SELECT u::text FROM fo`)
 	require.NoError(t, err)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
-	out := make(map[int64]bool, len(ids))
+	out := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		out[id] = true
 	}
 	return out
 }
 
-// tally counts the fo inserts of ms by id, per producer.
-func tally(ms []msg) map[string]map[int64]int {
-	out := map[string]map[int64]int{}
+// tally counts the fo inserts of ms by uuid, per producer.
+func tally(ms []msg) map[string]map[string]int {
+	out := map[string]map[string]int{}
 	for _, m := range ms {
 		if m.Header.Get("Bridge-Op") != "insert" {
 			continue
 		}
 		prod, _, _ := cdc.ParseID(m.ID)
 		if out[prod] == nil {
-			out[prod] = map[int64]int{}
+			out[prod] = map[string]int{}
 		}
-		out[prod][int64(m.Body["after"].(map[string]any)["id"].(float64))]++
+		out[prod][m.Body["after"].(map[string]any)["u"].(string)]++
 	}
 	return out
 }
@@ -163,7 +164,7 @@ func tally(ms []msg) map[string]map[int64]int {
 // phantoms (delivered but not on the new primary).
 type counts struct{ has, delivered, duplicates, missing, phantoms int }
 
-func compare(has map[int64]bool, got map[int64]int) counts {
+func compare(has map[string]bool, got map[string]int) counts {
 	c := counts{has: len(has)}
 	for id, n := range got {
 		c.delivered++
@@ -218,12 +219,27 @@ func (c *failoverCluster) failOver(t *testing.T, stream string, lag bool) {
 func TestFailoverSlotSynced(t *testing.T) {
 	t.Parallel()
 	c := newFailoverCluster(t, 17, true)
-	r := c.start(t, c.config(t, "fos", "      failover: true"))
+	cfg := c.config(t, "fos", "      failover: true")
+	r := c.start(t, cfg)
 	waitReady(t, r)
 	var failover bool
 	require.NoError(t, c.e.pg.Conn(t, "").QueryRow(t.Context(), `SELECT failover FROM pg_replication_slots WHERE slot_name = 'slot_fos'`).Scan(&failover))
 	require.True(t, failover, "failover: true creates a failover slot")
 	c.waitSynced(t, "slot_fos")
+	// validate --connect and the metrics say that the slot survives a
+	// failover to the standby.
+	code, out, errs := execCLI(t, "validate", "--connect", "-c", cfg)
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errs)
+	for _, want := range []string{`slot "slot_fos" is a failover slot`, "synchronized_standby_slots = 'sb'",
+		fmt.Sprintf(`standby 127.0.0.1:%d holds a synced copy of slot "slot_fos"`, c.standby.Port)} {
+		require.Contains(t, out, want)
+	}
+	require.Eventually(t, func() bool {
+		fams := scrape(t, "http://"+r.app.HTTPAddr())
+		ready, _ := metricValue(fams, "bridge_slot_failover_ready", map[string]string{"source": "app", "slot": "slot_fos"})
+		n, _ := metricValue(fams, "bridge_slot_synced_standbys", map[string]string{"source": "app", "slot": "slot_fos"})
+		return ready == 1 && n == 1
+	}, 60*time.Second, 500*time.Millisecond, "the metrics never said the slot survives a failover")
 	c.failOver(t, "CDC_fos", false)
 
 	has := rowsOf(t, c.standby)
@@ -256,9 +272,18 @@ func TestFailoverSlotSynced(t *testing.T) {
 func TestFailoverLaggingStandbyIsLoud(t *testing.T) {
 	t.Parallel()
 	c := newFailoverCluster(t, 17, false)
-	r := c.start(t, c.config(t, "fol", "      failover: true"))
+	cfg := c.config(t, "fol", "      failover: true")
+	r := c.start(t, cfg)
 	waitReady(t, r)
 	c.waitSynced(t, "slot_fol")
+	// Synced, but without synchronized_standby_slots: validate warns.
+	code, out, errs := execCLI(t, "validate", "--connect", "-c", cfg)
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errs)
+	require.Contains(t, out, "synchronized_standby_slots is not set on the primary")
+	fams := scrape(t, "http://"+r.app.HTTPAddr())
+	ready, ok := metricValue(fams, "bridge_slot_failover_ready", map[string]string{"source": "app", "slot": "slot_fol"})
+	require.True(t, ok)
+	require.Zero(t, ready)
 	c.failOver(t, "CDC_fol", true)
 
 	var err error
@@ -289,7 +314,7 @@ func TestFailoverLaggingStandbyIsLoud(t *testing.T) {
 	// Under recreate: a resync, then the new primary's rows from the
 	// slot's position, none missing, none twice, no phantom.
 	r = c.start(t, c.config(t, "fol", "      failover: true\n      on_slot_lost: recreate"))
-	var all map[string]map[int64]int
+	var all map[string]map[string]int
 	require.Eventually(t, func() bool {
 		ms = c.e.messages("CDC_fol")
 		all = tally(ms)
@@ -347,14 +372,11 @@ func TestFailoverBefore17Resyncs(t *testing.T) {
 		_ = conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'slot_fo15' AND active`).Scan(&n)
 		return n == 1
 	}, 2*time.Minute, 100*time.Millisecond, "the bridge never streamed from the new primary:\n%s", c.logs.String())
-	var mu sync.Mutex
-	var ids []int64
+	var ids []string
 	for range 200 {
-		var id int64
-		require.NoError(t, conn.QueryRow(t.Context(), `INSERT INTO fo (phase) VALUES (2) RETURNING id`).Scan(&id))
-		mu.Lock()
+		var id string
+		require.NoError(t, conn.QueryRow(t.Context(), `INSERT INTO fo (phase) VALUES (2) RETURNING u::text`).Scan(&id))
 		ids = append(ids, id)
-		mu.Unlock()
 	}
 	var ms []msg
 	require.Eventually(t, func() bool {
@@ -373,7 +395,7 @@ func TestFailoverBefore17Resyncs(t *testing.T) {
 	ctl := requireResync(t, ms, "failover")
 	neu := tally(ms)[ctl.Producer]
 	for _, id := range ids {
-		require.Equal(t, 1, neu[id], "row %d of the new primary, committed after the new slot", id)
+		require.Equal(t, 1, neu[id], "row %s of the new primary, committed after the new slot (old epoch: %d); logs:\n%s", id, tally(ms)[ctl.OldProducer][id], c.logs.String())
 	}
 	logs := c.logs.String()
 	require.Contains(t, logs, "is missing after a failover")

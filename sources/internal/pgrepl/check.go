@@ -81,6 +81,7 @@ func (s *Source) Check(ctx context.Context, req sources.CheckRequest) []config.C
 		return failed("checking the slot", err)
 	}
 	add(sst...)
+	add(s.failoverChecks(ctx, cat, si)...) // failovercheck.go
 
 	pc, tables, err := s.plugin.Check(ctx, cat)
 	if err != nil {
