@@ -349,14 +349,24 @@ func TestFailoverLaggingStandbyIsLoud(t *testing.T) {
 	r.stop(t)
 }
 
-// TestFailoverBefore17Resyncs fails a PostgreSQL 15 primary over to its
-// standby: slots before 17 live on the primary only, so the new primary
-// has none. Under on_slot_lost: recreate the bridge resyncs (reason
-// "failover"), saying that a failover happened rather than that the slot
-// was dropped, and streams the new primary's rows under a new epoch.
+// TestFailoverBefore17Resyncs fails a PostgreSQL 15 (and 16) primary over
+// to its standby: slots before 17 live on the primary only, so the new
+// primary has none. Under on_slot_lost: recreate the bridge resyncs
+// (reason "failover"), saying that a failover happened rather than that
+// the slot was dropped, and streams the new primary's rows under a new
+// epoch.
 func TestFailoverBefore17Resyncs(t *testing.T) {
 	t.Parallel()
-	c := newFailoverCluster(t, 15, false)
+	for _, m := range []int{15, 16} {
+		t.Run(fmt.Sprint("pg", m), func(t *testing.T) {
+			t.Parallel()
+			failoverBefore17Resyncs(t, m)
+		})
+	}
+}
+
+func failoverBefore17Resyncs(t *testing.T, major int) {
+	c := newFailoverCluster(t, major, false)
 	r := c.start(t, c.config(t, "fo15", "      on_slot_lost: recreate"))
 	waitReady(t, r)
 	w := startWriter(t, c.e.pg, 1)
@@ -402,7 +412,7 @@ func TestFailoverBefore17Resyncs(t *testing.T) {
 	require.Contains(t, logs, "timeline 2")
 	require.NotContains(t, logs, "it was dropped")
 	has := rowsOf(t, c.standby)
-	t.Logf("PostgreSQL 15 failover: new primary has %d rows; the new epoch delivered %d (all %d committed after the new slot, once each)",
-		len(has), len(neu), len(ids))
+	t.Logf("PostgreSQL %d failover: new primary has %d rows; the new epoch delivered %d (all %d committed after the new slot, once each)",
+		major, len(has), len(neu), len(ids))
 	r.stop(t)
 }
