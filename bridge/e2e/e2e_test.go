@@ -92,7 +92,11 @@ func TestEachOperation(t *testing.T) {
 
 func TestUnchangedToastIsFlaggedNotNulled(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	eachMajor(t, unchangedToastIsFlaggedNotNulled)
+}
+
+func unchangedToastIsFlaggedNotNulled(t *testing.T, major int) {
+	e := newEnvMajor(t, major)
 	e.pg.ExecT(t, `CREATE TABLE docs (id int PRIMARY KEY, body text, n int)`,
 		`ALTER TABLE docs ALTER body SET STORAGE EXTERNAL`)
 	r := e.start(e.config("toast", ""))

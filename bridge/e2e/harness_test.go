@@ -45,6 +45,26 @@ func newEnv(t testing.TB) *env {
 	return newEnvWith(t, pgtest.Options{})
 }
 
+// newEnvMajor is newEnv on PostgreSQL major (0: the default, Debian's 15).
+func newEnvMajor(t testing.TB, major int) *env {
+	t.Helper()
+	return newEnvWith(t, pgtest.Options{Major: major})
+}
+
+// eachMajor runs fn once per major of the version matrix
+// (pgtest.Majors: $PG_MAJORS, default 15 to 18), each as a parallel
+// subtest "pg<major>" with servers of its own. The core set runs through
+// it: the exactly-once kill test, types, DDL mid-stream, TOAST, snapshots.
+func eachMajor(t *testing.T, fn func(t *testing.T, major int)) {
+	t.Helper()
+	for _, m := range pgtest.Majors() {
+		t.Run(fmt.Sprint("pg", m), func(t *testing.T) {
+			t.Parallel()
+			fn(t, m)
+		})
+	}
+}
+
 // newEnvWith is newEnv with the Postgres cluster's options.
 func newEnvWith(t testing.TB, po pgtest.Options) *env {
 	t.Helper()

@@ -51,7 +51,11 @@ var zooRows = []string{
 
 func TestTypeZooValueByValue(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	eachMajor(t, typeZooValueByValue)
+}
+
+func typeZooValueByValue(t *testing.T, major int) {
+	e := newEnvMajor(t, major)
 	e.pg.ExecT(t, zooDDL)
 	r := e.start(e.config("zoo", ""))
 	waitReady(t, r)

@@ -1,6 +1,7 @@
 // Package pgslot reads a source's replication slot from Postgres on a
 // regular (not replication) connection: whether it exists and is active,
-// what it confirmed, how much WAL it retains and its wal_status. The slot
+// what it confirmed, how much WAL it retains and its wal_status, and for a
+// failover slot whether it survives a failover (internal/pgfailover). The slot
 // poller keeps the last reading in a Gauge for metrics, for /readyz and for
 // the pipeline's check that the slot was not lost while it streams; `bridge
 // status` and `bridge resync` read the slot once.
@@ -10,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/internal/pgfailover"
 	"github.com/bridgecdc/bridge/internal/pgnet"
 )
 
@@ -32,6 +35,33 @@ type Row struct {
 	// CurrentWAL is pg_current_wal_lsn(), or on a standby the last WAL
 	// received.
 	CurrentWAL cdc.LSN
+	// Failover is pg_replication_slots.failover (PostgreSQL 17; false
+	// before), StandbySlots the server's synchronized_standby_slots.
+	Failover     bool
+	StandbySlots string
+	// Standbys are the other hosts of the DSN and their copies of a
+	// failover slot (Poll reads them for a failover slot only).
+	Standbys []pgfailover.Standby
+}
+
+// FailoverStandbys returns how many standbys of the DSN hold a synced
+// copy of the slot that their promotion keeps.
+func (r Row) FailoverStandbys() int {
+	n := 0
+	for _, s := range r.Standbys {
+		if s.Survives() {
+			n++
+		}
+	}
+	return n
+}
+
+// FailoverReady reports whether a failover to one of the DSN's standbys
+// loses nothing of the stream: a failover slot, synchronized_standby_slots
+// set on the primary (it sends nothing its standbys lack), and a standby
+// holding a synced copy.
+func (r Row) FailoverReady() bool {
+	return r.Exists && r.Failover && strings.TrimSpace(r.StandbySlots) != "" && r.FailoverStandbys() > 0
 }
 
 // Retained returns the WAL bytes the slot holds back.
@@ -48,11 +78,13 @@ func Read(ctx context.Context, c *pgx.Conn, slot string) (Row, error) {
 	var r Row
 	var cur, confirmed, restart, status *string
 	var pid *int32
+	var failover *bool
+	var sss *string
 	err := c.QueryRow(ctx, `SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn() ELSE pg_current_wal_lsn() END)::text,
 			s.slot_name IS NOT NULL, coalesce(s.active, false), s.active_pid, s.confirmed_flush_lsn::text, s.restart_lsn::text,
-			s.wal_status, s.safe_wal_size
+			s.wal_status, s.safe_wal_size, (to_jsonb(s) ->> 'failover')::bool, current_setting('synchronized_standby_slots', true)
 		FROM (SELECT 1) AS one LEFT JOIN pg_replication_slots s ON s.slot_name = $1`, slot).
-		Scan(&cur, &r.Exists, &r.Active, &pid, &confirmed, &restart, &status, &r.SafeWALSize)
+		Scan(&cur, &r.Exists, &r.Active, &pid, &confirmed, &restart, &status, &r.SafeWALSize, &failover, &sss)
 	if err != nil {
 		return r, fmt.Errorf("reading slot %q: %w", slot, err)
 	}
@@ -70,7 +102,27 @@ func Read(ctx context.Context, c *pgx.Conn, slot string) (Row, error) {
 	if status != nil {
 		r.WALStatus = *status
 	}
+	r.Failover = failover != nil && *failover
+	if sss != nil {
+		r.StandbySlots = *sss
+	}
 	return r, nil
+}
+
+// readStandbys fills r.Standbys for a failover slot: each other host of
+// dsn, read on a connection of its own.
+func readStandbys(ctx context.Context, r *Row, dsn, slot string) {
+	if !r.Exists || !r.Failover {
+		return
+	}
+	cc, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return
+	}
+	if err := pgnet.Apply(&cc.Config); err != nil {
+		return
+	}
+	r.Standbys = pgfailover.ReadStandbys(ctx, cc, slot)
 }
 
 // ReadOnce connects to src, reads its slot and disconnects, within 15 s.
@@ -188,6 +240,9 @@ func Poll(ctx context.Context, g *Gauge, source string, src Source, every time.D
 		var r Row
 		if err == nil {
 			r, err = Read(qctx, conn, src.Slot)
+		}
+		if err == nil {
+			readStandbys(qctx, &r, src.DSN, src.Slot)
 		}
 		cancel()
 		switch {

@@ -34,8 +34,11 @@ func (p *Pipeline) resyncLostSlot(ctx context.Context, st checkpoint.State, rev 
 		return err
 	}
 	p.ckptLSN.Store(0)
-	p.log.Warn("replication slot lost: published a resync message; streaming again under a new epoch from a new slot (changes in between are not in the stream)",
-		"slot", lost.Slot, "database", lost.Database, "reason", lost.Reason, "checkpoint", lost.Checkpoint.String(),
+	msg := "replication slot lost: published a resync message; streaming again under a new epoch from a new slot (changes in between are not in the stream)"
+	if lost.Keep {
+		msg = "the server's history lacks part of the stream: published a resync message; streaming again under a new epoch from the slot's confirmed position (consumers re-read)"
+	}
+	p.log.Warn(msg, "slot", lost.Slot, "database", lost.Database, "reason", lost.Reason, "detail", lost.Detail, "checkpoint", lost.Checkpoint.String(),
 		"wal_end", lost.WALEnd.String(), "old_producer", ctl.OldProducer, "producer", ctl.Producer)
 	return nil
 }
@@ -58,7 +61,7 @@ func (p *Pipeline) newEpoch(ctx context.Context, st checkpoint.State, rev uint64
 		}
 	}
 	ns := checkpoint.State{Epoch: epoch, LSN: lsn, Cursors: cursors, UpdatedAt: time.Now().UTC(), Run: p.run, SystemID: st.SystemID,
-		ConfigRev: p.cur.Load().rev, Paused: st.Paused}
+		Timeline: st.Timeline, Standby: st.Standby, ConfigRev: p.cur.Load().rev, Paused: st.Paused}
 	if _, err := p.store.Save(ctx, p.key, ns, rev); err != nil {
 		return ctl, fmt.Errorf("saving the new epoch %s: %w", epoch, err)
 	}

@@ -375,7 +375,17 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 		}
 	}
 
-	src, evicted, err := p.open(ctx, st.LSN) // takeover.go: a stale reader of the slot may be ended
+	// The stream's end: the checkpoint, or past it what a sink holds. A
+	// source that knows its server's history refuses to stream on from a
+	// point a failover left out of it (sources.Lineaged).
+	end := st.LSN
+	for _, d := range skip {
+		for pos := range d {
+			end = max(end, pos.LSN)
+		}
+	}
+	lineage := sources.Lineage{SystemID: st.SystemID, Timeline: st.Timeline, Standby: st.Standby}
+	src, evicted, err := p.open(ctx, st.LSN, lineage, end) // takeover.go: a stale reader of the slot may be ended
 	if err != nil {
 		if lost := (*sources.SlotLostError)(nil); errors.As(err, &lost) {
 			return false, p.resyncLostSlot(ctx, st, rev, lost) // control.go; nil: the next run streams the new epoch
@@ -394,6 +404,14 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 			return false, p.bucketGone(fmt.Errorf("loading checkpoint %q: %w", p.key, err))
 		}
 		return false, &movedError{key: p.key, from: rev, to: now} // takeover.go: the next run starts at once
+	}
+	if l, ok := src.(sources.Lineaged); ok {
+		// Recorded with every checkpoint this run saves.
+		cur := l.Lineage()
+		if cur != lineage && lineage != (sources.Lineage{}) {
+			p.log.Info("the source's server lineage changed since the checkpoint", "from", lineage, "to", cur)
+		}
+		st.SystemID, st.Timeline, st.Standby = cur.SystemID, cur.Timeline, cur.Standby
 	}
 	if st.Paused || evicted {
 		// The source was paused, and this run resumes it; or this run
@@ -545,7 +563,7 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 			target = lastSaved
 		}
 		ns := checkpoint.State{Epoch: st.Epoch, LSN: target, Cursors: m.cursors, UpdatedAt: time.Now().UTC(), Run: p.run, SystemID: st.SystemID,
-			ConfigRev: m.rev, Paused: paused}
+			Timeline: st.Timeline, Standby: st.Standby, ConfigRev: m.rev, Paused: paused}
 		nrev, err := p.store.Save(ctx, p.key, ns, rev) // a lost reply is no fence: see Save
 		if err != nil {
 			return fmt.Errorf("saving checkpoint %s: %w", target, err)

@@ -74,9 +74,15 @@ type owner struct {
 // and opens a new source once more; evicted reports that. On error no
 // source is left open; the error is Open's (a *sources.SlotBusyError when
 // the slot stays held).
-func (p *Pipeline) open(ctx context.Context, from cdc.LSN) (src sources.Source, evicted bool, err error) {
+//
+// lineage and end are told to a sources.Lineaged before Open: the lineage
+// the checkpoint was recorded under and the stream's end.
+func (p *Pipeline) open(ctx context.Context, from cdc.LSN, lineage sources.Lineage, end cdc.LSN) (src sources.Source, evicted bool, err error) {
 	if src, err = p.newSource(); err != nil {
 		return nil, false, fatal{err}
+	}
+	if l, ok := src.(sources.Lineaged); ok {
+		l.Expect(lineage, end)
 	}
 	if err = src.Open(ctx, from); err == nil {
 		return src, false, nil
@@ -113,6 +119,9 @@ func (p *Pipeline) open(ctx context.Context, from cdc.LSN) (src sources.Source, 
 		"pid", busy.Holder.PID, "why", why, "took", time.Since(began).Round(time.Millisecond).String())
 	if src, err = p.newSource(); err != nil {
 		return nil, false, fatal{err}
+	}
+	if l, ok := src.(sources.Lineaged); ok {
+		l.Expect(lineage, end)
 	}
 	if err = src.Open(ctx, from); err != nil {
 		_ = src.Close(context.Background())

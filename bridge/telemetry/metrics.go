@@ -191,13 +191,20 @@ var (
 		"WAL that can still be written before the slot is invalidated (safe_wal_size; only with max_slot_wal_keep_size).", []string{"source", "slot"}, nil)
 	descSlotStatus = prometheus.NewDesc("bridge_slot_wal_status",
 		"1 for the slot's wal_status (reserved, extended, unreserved, lost), 0 for the others.", []string{"source", "slot", "wal_status"}, nil)
+	descSlotFailover = prometheus.NewDesc("bridge_slot_failover",
+		"1 when the slot is a failover slot (PostgreSQL 17, source option failover: true).", []string{"source", "slot"}, nil)
+	descSlotSyncedStandbys = prometheus.NewDesc("bridge_slot_synced_standbys",
+		"Standbys among the hosts of the source's DSN that hold a synced copy of the failover slot that their promotion keeps.", []string{"source", "slot"}, nil)
+	descSlotFailoverReady = prometheus.NewDesc("bridge_slot_failover_ready",
+		"1 when a failover to a standby of the DSN loses nothing of the stream: a failover slot, synchronized_standby_slots set on the primary, and a standby holding a synced copy.", []string{"source", "slot"}, nil)
 )
 
 var walStatuses = []string{"reserved", "extended", "unreserved", "lost"}
 
 func (c *pipeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descDelivered, descReady, descCkptLSN, descCkptAge, descLagBytes, descLagSeconds,
-		descLastCommit, descSinkLSN, descSinkDead, descSlotExists, descSlotActive, descSlotRetained, descSlotSafe, descSlotStatus} {
+		descLastCommit, descSinkLSN, descSinkDead, descSlotExists, descSlotActive, descSlotRetained, descSlotSafe, descSlotStatus,
+		descSlotFailover, descSlotSyncedStandbys, descSlotFailoverReady} {
 		ch <- d
 	}
 }
@@ -258,6 +265,11 @@ func (c *pipeCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, s := range walStatuses {
 			ch <- prometheus.MustNewConstMetric(descSlotStatus, prometheus.GaugeValue, b2f(r.WALStatus == s), src, sg.Slot, s)
+		}
+		ch <- prometheus.MustNewConstMetric(descSlotFailover, prometheus.GaugeValue, b2f(r.Failover), src, sg.Slot)
+		if r.Failover {
+			ch <- prometheus.MustNewConstMetric(descSlotSyncedStandbys, prometheus.GaugeValue, float64(r.FailoverStandbys()), src, sg.Slot)
+			ch <- prometheus.MustNewConstMetric(descSlotFailoverReady, prometheus.GaugeValue, b2f(r.FailoverReady()), src, sg.Slot)
 		}
 	}
 }

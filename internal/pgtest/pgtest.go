@@ -44,6 +44,9 @@ func BinDir() (string, error) {
 
 // Options tune a cluster.
 type Options struct {
+	// Major is the PostgreSQL major version to run (15 to 18, see
+	// versions.txt and Majors); 0 runs BinDir()'s, the Debian 15.
+	Major int
 	// Settings are extra postgresql.conf settings, e.g. {"max_slot_wal_keep_size": "64MB"}.
 	Settings map[string]string
 	// Dir is the parent directory; default os.TempDir().
@@ -73,6 +76,8 @@ type TLS struct {
 
 // Server is a running private cluster.
 type Server struct {
+	// Major is the server's major version (server_version_num / 10000).
+	Major   int
 	Port    int
 	Dir     string // cluster root: data/, sock/, log
 	DataDir string
@@ -84,7 +89,7 @@ type Server struct {
 
 // Start creates and starts a cluster.
 func Start(ctx context.Context, o Options) (_ *Server, err error) {
-	bin, err := BinDir()
+	bin, err := BinDirOf(o.Major)
 	if err != nil {
 		return nil, err
 	}
@@ -182,6 +187,9 @@ func Start(ctx context.Context, o Options) (_ *Server, err error) {
 		return nil, err
 	}
 	if err := s.Start(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.readMajor(ctx); err != nil {
 		return nil, err
 	}
 	if o.Logf != nil {

@@ -55,7 +55,19 @@ type Source struct {
 	log   *slog.Logger
 	p     *plugin
 	inner *pgrepl.Source // replaced only inside Open
+
+	expect    sources.Lineage // Expect's, passed on to a replaced inner
+	expectEnd cdc.LSN
 }
+
+// Expect implements sources.Lineaged.
+func (s *Source) Expect(l sources.Lineage, end cdc.LSN) {
+	s.expect, s.expectEnd = l, end
+	s.inner.Expect(l, end)
+}
+
+// Lineage implements sources.Lineaged.
+func (s *Source) Lineage() sources.Lineage { return s.inner.Lineage() }
 
 // Open implements sources.Source.
 func (s *Source) Open(ctx context.Context, from cdc.LSN) error {
@@ -68,6 +80,7 @@ func (s *Source) Open(ctx context.Context, from cdc.LSN) error {
 		p.numbersAsText = false
 		s.p = &p
 		s.inner = pgrepl.New(s.cfg, s.env, s.p)
+		s.inner.Expect(s.expect, s.expectEnd)
 		err = s.inner.Open(ctx, from)
 	}
 	return mapError(err, s.p.Name(), s.p.major)
@@ -403,3 +416,4 @@ func (s *Source) ReadChunk(ctx context.Context, t sources.SnapshotTable, after [
 var _ sources.Snapshotter = (*Source)(nil)
 
 var _ sources.Evicter = (*Source)(nil)
+var _ sources.Lineaged = (*Source)(nil)

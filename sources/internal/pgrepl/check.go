@@ -81,6 +81,7 @@ func (s *Source) Check(ctx context.Context, req sources.CheckRequest) []config.C
 		return failed("checking the slot", err)
 	}
 	add(sst...)
+	add(s.failoverChecks(ctx, cat, si)...) // failovercheck.go
 
 	pc, tables, err := s.plugin.Check(ctx, cat)
 	if err != nil {
@@ -196,10 +197,10 @@ func (s *Source) slotStateChecks(ctx context.Context, cat *pgx.Conn, si SlotInfo
 	lost := (si.Exists && si.WALStatus == "lost") || (!si.Exists && from != 0)
 	switch {
 	case lost && s.cfg.OnSlotLost != SlotLostRecreate:
-		e := s.slotLostError(si, from, db)
+		e := s.slotLostError(si, from, db, "")
 		return []config.Check{{Status: config.CheckFail, What: e.What, Fix: e.Fix}}, nil
 	case lost:
-		e := s.slotLostError(si, from, db)
+		e := s.slotLostError(si, from, db, "")
 		return []config.Check{{Status: config.CheckWarn,
 			What: e.What + "; `bridge run` recreates it under a new epoch and publishes a resync message (on_slot_lost: recreate)",
 			Fix:  "nothing to do if consumers re-read on a resync message; raise max_slot_wal_keep_size (or set it to -1) to prevent it"}}, nil

@@ -73,6 +73,13 @@ type Config struct {
 	// control message before any change of it (changes in between are lost;
 	// consumers re-read).
 	OnSlotLost string `koanf:"on_slot_lost"`
+	// Failover creates the slot as a failover slot (PostgreSQL 17 and
+	// later; an error before), which standbys with sync_replication_slots
+	// keep in sync, so that it survives the promotion of one; an existing
+	// slot is altered to be one. A failover that loses none of the stream
+	// also needs synchronized_standby_slots on the primary
+	// (docs/sources.md#failover). Default false.
+	Failover bool `koanf:"failover"`
 	// ReceiveTimeout is how long the replication connection may stay
 	// silent (no data, no keepalive, though the bridge asks for one every
 	// status_interval) before the bridge asks Postgres, over its catalog

@@ -27,6 +27,10 @@ type SlotInfo struct {
 	Active                       bool
 	ActivePID                    int
 	Exists                       bool
+	// Failover and Synced are pg_replication_slots.failover and .synced
+	// (PostgreSQL 17 and later; false before): a failover slot, and on a
+	// standby a copy kept in sync with the primary's (sync_replication_slots).
+	Failover, Synced bool
 }
 
 // ReadSlot reads the slot row; Exists is false when there is none.
@@ -34,8 +38,12 @@ func ReadSlot(ctx context.Context, c *pgx.Conn, slot string) (SlotInfo, error) {
 	var si SlotInfo
 	var plugin, walStatus, db, lsn *string
 	var pid *int32
-	err := c.QueryRow(ctx, `SELECT slot_name, plugin, slot_type, database, wal_status, confirmed_flush_lsn::text, active, active_pid
-		FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&si.Name, &plugin, &si.Type, &db, &walStatus, &lsn, &si.Active, &pid)
+	var failover, synced *bool
+	// failover and synced exist from PostgreSQL 17 on: read through jsonb,
+	// NULL before.
+	err := c.QueryRow(ctx, `SELECT slot_name, plugin, slot_type, database, wal_status, confirmed_flush_lsn::text, active, active_pid,
+			(to_jsonb(s) ->> 'failover')::bool, (to_jsonb(s) ->> 'synced')::bool
+		FROM pg_replication_slots s WHERE slot_name = $1`, slot).Scan(&si.Name, &plugin, &si.Type, &db, &walStatus, &lsn, &si.Active, &pid, &failover, &synced)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return SlotInfo{Name: slot}, nil
 	}
@@ -58,6 +66,8 @@ func ReadSlot(ctx context.Context, c *pgx.Conn, slot string) (SlotInfo, error) {
 	if lsn != nil {
 		si.ConfirmedFlush, _ = cdc.ParseLSN(*lsn)
 	}
+	si.Failover = failover != nil && *failover
+	si.Synced = synced != nil && *synced
 	return si, nil
 }
 

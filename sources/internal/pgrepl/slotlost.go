@@ -20,14 +20,20 @@ import (
 // no checkpoint, under recreate), a *SetupError under fail, and a
 // *sources.SlotLostError under recreate with a checkpoint, after dropping an
 // invalidated slot.
-func (s *Source) slotLost(ctx context.Context, si SlotInfo, from cdc.LSN) error {
+//
+// failover, when set, says that a failover happened since the checkpoint
+// (checkLineage): a missing slot is then named as one that did not
+// survive it.
+func (s *Source) slotLost(ctx context.Context, si SlotInfo, from cdc.LSN, failover string) error {
 	slot, db := s.cfg.Slot, s.database
 	reason := "slot_missing"
 	if si.Exists {
 		reason = "slot_invalidated"
+	} else if failover != "" {
+		reason = "failover"
 	}
 	if s.cfg.OnSlotLost != SlotLostRecreate {
-		return s.slotLostError(si, from, db)
+		return s.slotLostError(si, from, db, failover)
 	}
 	if si.Exists {
 		if _, err := s.cat.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, slot); err != nil {
@@ -43,15 +49,27 @@ func (s *Source) slotLost(ctx context.Context, si SlotInfo, from cdc.LSN) error 
 		return fmt.Errorf("reading the WAL end: %w", err)
 	}
 	walEnd, _ := cdc.ParseLSN(end)
-	return &sources.SlotLostError{Slot: slot, Database: db, Reason: reason, Checkpoint: from, WALEnd: walEnd}
+	lost := &sources.SlotLostError{Slot: slot, Database: db, Reason: reason, Checkpoint: from, WALEnd: walEnd}
+	if reason == "failover" {
+		lost.Detail = s.slotLostError(si, from, db, failover).What
+	}
+	return lost
 }
 
 // slotLostError is the error of a slot that is invalidated (si.Exists,
 // wal_status lost) or missing while a checkpoint at from depends on it,
 // under on_slot_lost: fail: what was lost and the ways out.
-func (s *Source) slotLostError(si SlotInfo, from cdc.LSN, db string) *SetupError {
+//
+// failover, when set, names a failover since the checkpoint: the slot is
+// missing because it never existed on the new primary.
+func (s *Source) slotLostError(si SlotInfo, from cdc.LSN, db, failover string) *SetupError {
 	slot := s.cfg.Slot
 	what := fmt.Sprintf("slot %q of database %q is missing but the checkpoint is at %s: it was dropped, so the changes after the checkpoint cannot be read any more", slot, db, from)
+	if failover != "" && !si.Exists {
+		what = fmt.Sprintf("slot %q of database %q is missing after a failover, and the checkpoint is at %s: %s. "+
+			"The slot was not copied to this server: before PostgreSQL 17 slots live on the primary only, and on 17 only a failover slot "+
+			"(failover: true) synced by a standby with sync_replication_slots survives; the changes after the checkpoint cannot be read from this server", slot, db, from, failover)
+	}
 	if si.Exists {
 		what = fmt.Sprintf("slot %q of database %q is invalidated (wal_status = lost): Postgres removed WAL it still needed (max_slot_wal_keep_size), so the changes after the checkpoint at %s cannot be read any more", slot, db, from)
 		if from == 0 {

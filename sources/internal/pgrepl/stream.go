@@ -67,6 +67,12 @@ type Source struct {
 	database string
 	reader   sources.SlotReader // this source's walsender, once streaming (evict.go)
 
+	// lineage.go: what the checkpoint was recorded under (Expect), the
+	// stream's end, and the server's own lineage, read at Open.
+	expect    sources.Lineage
+	expectEnd cdc.LSN
+	lineage   sources.Lineage
+
 	txns   chan []*cdc.Txn // runs of transactions, see run
 	ready  []*cdc.Txn      // the rest of the run Read took last; Read's goroutine only
 	errc   chan error
@@ -128,13 +134,6 @@ func (s *Source) Open(ctx context.Context, from cdc.LSN) (err error) {
 	if err := s.checkPrivileges(ctx); err != nil {
 		return err
 	}
-	if (si.Exists && si.WALStatus == "lost") || (!si.Exists && from != 0) {
-		if err := s.slotLost(ctx, si, from); err != nil {
-			return err
-		}
-		si.Exists = false // dropped: created below
-	}
-
 	rcfg, err := s.replConfig("bridge:" + s.name)
 	if err != nil {
 		return err
@@ -149,6 +148,21 @@ func (s *Source) Open(ctx context.Context, from cdc.LSN) (err error) {
 	if err != nil {
 		return fmt.Errorf("opening replication connection to %s: %w", Redact(s.cfg.DSN), explainConnect(s.cfg.DSN, err))
 	}
+	// A failover since the checkpoint: never stream on from a point the
+	// server's history lacks (lineage.go).
+	if err := s.identify(ctx); err != nil {
+		return err
+	}
+	failover, err := s.checkLineage(ctx, si, from)
+	if err != nil {
+		return err
+	}
+	if (si.Exists && si.WALStatus == "lost") || (!si.Exists && from != 0) {
+		if err := s.slotLost(ctx, si, from, failover); err != nil {
+			return err
+		}
+		si.Exists = false // dropped: created below
+	}
 
 	start := from
 	if !si.Exists {
@@ -158,14 +172,15 @@ func (s *Source) Open(ctx context.Context, from cdc.LSN) (err error) {
 				Fix:  fmt.Sprintf("SELECT pg_create_logical_replication_slot('%s', '%s');", s.cfg.Slot, s.plugin.Name()),
 			}
 		}
-		res, err := pglogrepl.CreateReplicationSlot(ctx, s.repl, s.cfg.Slot, s.plugin.Name(),
-			pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "NOEXPORT_SNAPSHOT"})
+		cp, err := s.createSlot(ctx) // lineage.go: a failover slot with failover: true
 		if err != nil {
-			return fmt.Errorf("creating slot %q: %w", s.cfg.Slot, err)
+			return err
 		}
-		cp, _ := cdc.ParseLSN(res.ConsistentPoint)
-		s.log.Info("created replication slot", "slot", s.cfg.Slot, "plugin", s.plugin.Name(), "consistent_point", cp.String())
+		s.log.Info("created replication slot", "slot", s.cfg.Slot, "plugin", s.plugin.Name(), "consistent_point", cp.String(),
+			"failover", s.cfg.Failover, "on_standby", s.lineage.Standby)
 		start = 0
+	} else if err := s.alterFailover(ctx, si); err != nil {
+		return err
 	} else if start != 0 && start < si.ConfirmedFlush {
 		// Postgres starts from its confirmed position anyway; say so.
 		s.log.Info("slot is ahead of the checkpoint; Postgres resumes at the slot's position",
@@ -555,6 +570,7 @@ const (
 
 var _ sources.Source = (*Source)(nil)
 var _ sources.Idler = (*Source)(nil)
+var _ sources.Lineaged = (*Source)(nil)
 
 // dbIter sets the database on changes read back from a spill file.
 type dbIter struct {
