@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/bridgecdc/bridge/internal/pgtest"
 )
 
 // TestGeneratedColumns streams a table with a stored generated column
@@ -16,11 +18,24 @@ import (
 // publish it). Before 18 Postgres publishes no generated column, and the
 // snapshot leaves it out too, so that both carry the same columns. Each row
 // is compared with to_jsonb of the same row, less what is not published.
-// It runs on whichever server pgtest starts: 15 by default, 18 with
-// PG_BINDIR (or the version matrix) pointing at its binaries.
+// It runs on 15 and 18, as far as the version matrix (PG_MAJORS) has them.
 func TestGeneratedColumns(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	// 15 (nothing generated published) and 18 (stored ones published),
+	// where the matrix runs them.
+	for _, m := range pgtest.Majors() {
+		if m != 15 && m != 18 {
+			continue
+		}
+		t.Run(fmt.Sprint("pg", m), func(t *testing.T) {
+			t.Parallel()
+			generatedColumns(t, m)
+		})
+	}
+}
+
+func generatedColumns(t *testing.T, major int) {
+	e := newEnvMajor(t, major)
 	conn := e.pg.Conn(t, "")
 	var version int
 	require.NoError(t, conn.QueryRow(t.Context(), `SELECT current_setting('server_version_num')::int`).Scan(&version))
