@@ -27,6 +27,7 @@ func init() {
 		New:    New,
 		Config: DefaultConfig(),
 		Doc:    "an executable in any language, run as a child process and spoken to over gRPC (hashicorp/go-plugin, contract bridge.plugin.v1); its sha256 pinned, restarted after a crash",
+		Exec:   &sinks.Exec{Describe: describe, Test: Test},
 	})
 }
 

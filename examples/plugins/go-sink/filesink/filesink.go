@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -135,7 +136,9 @@ func (s *Sink) Connect(context.Context, *pluginv1.ConnectRequest) (*pluginv1.Con
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.open(); err != nil {
-		return &pluginv1.ConnectResponse{Error: &pluginv1.Error{Message: err.Error()}}, nil
+		// A missing directory will not appear by retrying: permanent.
+		_, derr := os.Stat(filepath.Dir(s.cfg.Path))
+		return &pluginv1.ConnectResponse{Error: &pluginv1.Error{Message: err.Error(), Permanent: errors.Is(derr, os.ErrNotExist)}}, nil
 	}
 	return &pluginv1.ConnectResponse{}, nil
 }
