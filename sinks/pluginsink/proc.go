@@ -116,6 +116,7 @@ func start(cfg *Config, name string) (*proc, error) {
 	}
 	sum, _ := hex.DecodeString(got)
 	cmd := exec.Command(cfg.Command, cfg.Args...)
+	dieWithParent(cmd)
 	cmd.Env = os.Environ()
 	for k, v := range cfg.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)
