@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf16"
 
@@ -68,12 +69,40 @@ type Config struct {
 	// Log receives what the module writes to stdout and stderr; nil
 	// discards it.
 	Log *slog.Logger
+	// CacheDir keeps the compiled code across restarts (a Go module takes
+	// seconds to compile); "" compiles once per process.
+	CacheDir string
 }
 
-// cache holds every compiled module of the process: a module loaded again
-// (a reload, another source's routes, bridge validate) is not compiled
-// again. It only grows by the modules a configuration names.
-var cache = wazero.NewCompilationCache()
+// memCache holds the modules compiled without a CacheDir, dirCaches
+// (dir → wazero.CompilationCache) those with one: a module loaded again (a
+// reload, another source's routes) is not compiled again, and with a
+// CacheDir not after a restart either. They grow only by the modules a
+// configuration names.
+var (
+	memCache  = wazero.NewCompilationCache()
+	dirCaches sync.Map
+)
+
+// cacheFor returns the compilation cache of dir; the in-memory one when dir
+// is "" or cannot be made.
+func cacheFor(dir string) wazero.CompilationCache {
+	if dir == "" {
+		return memCache
+	}
+	if c, ok := dirCaches.Load(dir); ok {
+		return c.(wazero.CompilationCache)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return memCache
+	}
+	c, err := wazero.NewCompilationCacheWithDir(dir)
+	if err != nil {
+		return memCache
+	}
+	actual, _ := dirCaches.LoadOrStore(dir, c)
+	return actual.(wazero.CompilationCache)
+}
 
 // Module is a loaded module: compiled once, called through a pool of
 // instances. Safe for concurrent use.
@@ -153,7 +182,7 @@ func Load(ctx context.Context, kind Kind, cfg Config) (*Module, error) {
 	}
 	m.maxMem = uint32(pages * 65536)
 	m.rt = wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().
-		WithCompilationCache(cache).
+		WithCompilationCache(cacheFor(cfg.CacheDir)).
 		WithCloseOnContextDone(true).
 		WithMemoryLimitPages(uint32(pages)))
 	ok := false
