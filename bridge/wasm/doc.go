@@ -10,7 +10,7 @@
 //	export bridge_abi_v1: () -> ()          declares version 1
 //	export memory                           the module's linear memory
 //	export alloc: (size i32) -> i32         a buffer of size bytes that stays
-//	                                        valid until the call below returns
+//	                                        valid until the next alloc call
 //	export filter: (ptr, len i32) -> i32    1 takes the change, 0 rejects it;
 //	                                        anything else is an error
 //	export transform: (ptr, len i32) -> i64 the new body at (ptr<<32 | len),
@@ -18,9 +18,12 @@
 //	                                        the change; a negative value is an
 //	                                        error
 //
-// For each change the host calls alloc(len), writes the change (the
-// route's shaped change in the native JSON format) at the pointer, and
-// calls the function with it. A module may import WASI preview 1 (stdout
+// For each change the host writes the change (the route's shaped change
+// in the native JSON format) into the buffer alloc returned, and calls the
+// function with its pointer and length; it calls alloc again only for a
+// change larger than the buffer, so a module keeps that buffer until then
+// (one call per change instead of two: each call costs a transition and
+// a timeout watch). A module may import WASI preview 1 (stdout
 // and stderr, clocks, random; no files, no sockets, no environment) and
 // AssemblyScript's env.abort; nothing else. What a module writes to
 // stdout and stderr during a call is logged; the last lines of stderr

@@ -125,9 +125,12 @@ type instance struct {
 	mem       api.Memory
 	alloc, fn api.Function
 	stack     [2]uint64
-	stdout    capture
-	stderr    capture
-	lastErr   string // what the last call wrote to stderr
+	// buf and bufLen are the buffer alloc returned last and the size it
+	// was asked for: a change that fits is written there without a call.
+	buf, bufLen uint32
+	stdout      capture
+	stderr      capture
+	lastErr     string // what the last call wrote to stderr
 }
 
 // capture keeps the first maxOutput bytes written to it.
@@ -421,11 +424,14 @@ func (m *Module) call(ctx context.Context, change []byte) (*instance, uint64, er
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
-	in.stack[0] = uint64(len(change))
-	if err := in.alloc.CallWithStack(ctx, in.stack[:]); err != nil {
-		return nil, 0, m.failed(in, "alloc", err)
+	if in.bufLen < uint32(len(change)) || in.buf == 0 {
+		in.stack[0] = uint64(len(change))
+		if err := in.alloc.CallWithStack(ctx, in.stack[:]); err != nil {
+			return nil, 0, m.failed(in, "alloc", err)
+		}
+		in.buf, in.bufLen = uint32(in.stack[0]), uint32(len(change))
 	}
-	ptr := uint32(in.stack[0])
+	ptr := in.buf
 	if !in.mem.Write(ptr, change) || (ptr == 0 && len(change) > 0) {
 		err := fmt.Errorf("wasm module %s: alloc(%d) returned %#x, not a buffer in its memory (%d bytes)", m.path, len(change), ptr, in.mem.Size())
 		m.discard(in)

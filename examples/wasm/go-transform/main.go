@@ -9,7 +9,8 @@
 // The bridge's WASM contract, version 1 (docs/plugins.md#webassembly-transforms-and-filters):
 //
 //	bridge_abi_v1()                declares the contract version
-//	alloc(size) -> ptr             a buffer the bridge writes the change into
+//	alloc(size) -> ptr             a buffer the bridge writes changes into, kept
+//	                               until the next alloc (called for a larger change)
 //	transform(ptr, len) -> i64     the new body, (ptr << 32) | len; 0 drops the
 //	                               change; -1 fails it, with the reason on stderr
 //
@@ -30,7 +31,8 @@ func main() {} // a WASI reactor: the bridge calls the exports below
 //go:wasmexport bridge_abi_v1
 func abiV1() {}
 
-// in and out keep the buffers handed to the bridge alive until the next call.
+// in (until the next alloc) and out (until the next transform) keep the
+// buffers handed to the bridge alive.
 var in, out []byte
 
 //go:wasmexport alloc

@@ -4,7 +4,8 @@
 // contract, version 1 (docs/plugins.md#webassembly-transforms-and-filters):
 //
 //   bridge_abi_v1()            declares the contract version
-//   alloc(size) -> ptr         a buffer the bridge writes the change into
+//   alloc(size) -> ptr         a buffer the bridge writes changes into, kept
+//                              until the next alloc (called for a larger change)
 //   filter(ptr, len) -> i32    1: take the change, 0: reject it
 //
 // The change is the route's shaped change in the native JSON format
@@ -12,7 +13,7 @@
 
 export function bridge_abi_v1(): void {}
 
-// input keeps the buffer alloc handed out alive until the next call.
+// input keeps the buffer alloc handed out alive until the next alloc.
 let input = new ArrayBuffer(0);
 
 export function alloc(size: i32): usize {
