@@ -245,6 +245,11 @@ func (m *Module) checkImports() string {
 func (m *Module) checkExports() string {
 	fns := m.cm.ExportedFunctions()
 	if _, ok := fns[ABIExport]; !ok {
+		for n := range fns {
+			if v, ok := strings.CutPrefix(n, "bridge_abi_v"); ok {
+				return fmt.Sprintf("speaks version %s of the bridge's WASM contract (it exports %s), and this bridge speaks version 1 (%s): build the module for version 1, or run a bridge that speaks %s", v, n, ABIExport, v)
+			}
+		}
 		return fmt.Sprintf("does not export %s: it is not a bridge module, or it speaks another version of the contract; the bridge speaks version 1 (docs/plugins.md)", ABIExport)
 	}
 	if _, ok := m.cm.ExportedMemories()["memory"]; !ok {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -165,6 +166,13 @@ func TestLoadErrors(t *testing.T) {
 	dir := t.TempDir()
 	junk := filepath.Join(dir, "junk.wasm")
 	require.NoError(t, os.WriteFile(junk, []byte("not wasm"), 0o644))
+	// A module that exports only bridge_abi_v2, a function doing nothing.
+	v2 := filepath.Join(dir, "v2.wasm")
+	require.NoError(t, os.WriteFile(v2, slices.Concat([]byte("\x00asm\x01\x00\x00\x00"),
+		[]byte{0x01, 0x04, 0x01, 0x60, 0x00, 0x00},                                  // types: () -> ()
+		[]byte{0x03, 0x02, 0x01, 0x00},                                              // functions: one of type 0
+		[]byte{0x07, 0x11, 0x01, 0x0d}, []byte("bridge_abi_v2"), []byte{0x00, 0x00}, // export it
+		[]byte{0x0a, 0x04, 0x01, 0x02, 0x00, 0x0b}), 0o644)) // its body: end
 	for _, tc := range []struct {
 		name  string
 		kind  wasm.Kind
@@ -175,6 +183,7 @@ func TestLoadErrors(t *testing.T) {
 		{"missing", wasm.Filter, wasm.Config{Module: filepath.Join(dir, "nope.wasm")}, "module", "reading the module: open " + dir},
 		{"checksum", wasm.Filter, wasm.Config{Module: path, SHA256: strings.Repeat("0", 64)}, "sha256", "has sha256 " + wasmtest.SHA256(t, path) + `, not the pinned "000`},
 		{"not wasm", wasm.Filter, wasm.Config{Module: junk, SHA256: wasmtest.SHA256(t, junk)}, "module", "is not a WebAssembly module the bridge can run: invalid magic number"},
+		{"another version", wasm.Filter, wasm.Config{Module: v2, SHA256: wasmtest.SHA256(t, v2)}, "module", "speaks version 2 of the bridge's WASM contract (it exports bridge_abi_v2), and this bridge speaks version 1 (bridge_abi_v1): build the module for version 1, or run a bridge that speaks 2"},
 		{"no export", wasm.Filter, wasm.Config{Module: path, SHA256: wasmtest.SHA256(t, path)}, "module", `does not export "filter" (exports: _initialize, alloc, badfilter, boom, bridge_abi_v1,`},
 		{"signature", wasm.Filter, wasm.Config{Module: path, SHA256: wasmtest.SHA256(t, path), Function: "badfilter"}, "module", `exports "badfilter" as (i32) -> (i32), want (i32, i32) -> (i32)`},
 		{"transform signature", wasm.Transform, wasm.Config{Module: path, SHA256: wasmtest.SHA256(t, path), Function: "seven"}, "module", `exports "seven" as (i32, i32) -> (i32), want (i32, i32) -> (i64)`},
