@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -65,7 +66,11 @@ func routerFor(cfg *config.Config, source, ctxPrefix string, log *slog.Logger) (
 		}
 		view.Routes[i] = r
 	}
-	r, err := route.New(&view, idx, ctxPrefix, route.WithLogger(log.With("source", source)))
+	opts := []route.Option{route.WithLogger(log.With("source", source))}
+	if cfg.DataDir != "" {
+		opts = append(opts, route.WithWASMCache(filepath.Join(cfg.DataDir, "wasm"))) // a restart does not compile modules again
+	}
+	r, err := route.New(&view, idx, ctxPrefix, opts...)
 	return r, used, err
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"path"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -108,21 +107,23 @@ type Option func(*options)
 
 type options struct {
 	log       *slog.Logger
-	wasmCache string // where WebAssembly modules' compiled code is kept: <data_dir>/wasm
+	wasmCache string // where WebAssembly modules' compiled code is kept; "": in memory
 }
 
 // WithLogger gives the router the logger of what routes' WebAssembly
 // modules print (default: slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 
+// WithWASMCache keeps the compiled code of routes' WebAssembly modules in
+// dir (<data_dir>/wasm for a running bridge), so a restart does not
+// compile them again. Default: compiled once per process, nothing written.
+func WithWASMCache(dir string) Option { return func(o *options) { o.wasmCache = dir } }
+
 // NewFor is New for the pipeline of one source: it compiles only the routes
 // whose match can take source's changes, so sinkIndex needs only the sinks
 // those routes name (config.Config.RouteSinks). source "" compiles every route.
 func NewFor(cfg *config.Config, source string, sinkIndex map[string]int, contextPrefix string, opts ...Option) (*Router, error) {
 	o := options{log: slog.Default()}
-	if cfg.DataDir != "" {
-		o.wasmCache = filepath.Join(cfg.DataDir, "wasm")
-	}
 	for _, f := range opts {
 		f(&o)
 	}
