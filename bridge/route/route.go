@@ -453,7 +453,7 @@ func (r *Router) take(c *cdc.Change, i int, filtered *bool) (rt *route, rs *relS
 		take, err := m.Filter(context.Background(), rt.native(c))
 		if err != nil {
 			*c = committed
-			return rt, nil, false, false, fmt.Errorf("%s.wasm_filter on %s: %w", rt.shape.path, where(c), err)
+			return rt, nil, false, false, fmt.Errorf("%s.wasm_filter on %s: %w; nothing from this change on is published or acknowledged until the module (or the route) is fixed", rt.shape.path, where(c), err)
 		}
 		if !take {
 			*c = committed // the routes after this one shape it afresh
@@ -526,7 +526,7 @@ func (rt *route) publish(c *cdc.Change, rs *relShape) ([]int, bool, error) {
 		var err error
 		body, keep, err = rt.shape.wasmTransform.Transform(context.Background(), rt.native(c), nil)
 		if err != nil {
-			return nil, false, fmt.Errorf("%s.wasm_transform on %s: %w", rt.shape.path, where(c), err)
+			return nil, false, fmt.Errorf("%s.wasm_transform on %s: %w; nothing from this change on is published or acknowledged until the module (or the route) is fixed", rt.shape.path, where(c), err)
 		}
 		if !keep {
 			return nil, false, nil // dropped by the module
