@@ -276,7 +276,43 @@ type Route struct {
 	// formats, and the data of a cloudevents event. Empty: the format's
 	// payload.
 	Transform string `koanf:"transform"`
+	// WASMFilter is a WebAssembly module that filters the route's changes
+	// after filter, on the change as published (columns left out and
+	// masked values never reach it): its function returns 1 to take a
+	// change, 0 to reject it (the change is tried against the routes after
+	// this one, as with filter). See docs/plugins.md.
+	WASMFilter WASM `koanf:"wasm_filter"`
+	// WASMTransform is a WebAssembly module that builds the payload's body
+	// instead of transform (set one of them): its function returns a JSON
+	// object, or drops the change. See docs/plugins.md.
+	WASMTransform WASM `koanf:"wasm_transform"`
 }
+
+// WASM names a WebAssembly module (contract version 1, docs/plugins.md)
+// and the limits of each call. An error in a call (a trap, the timeout,
+// memory beyond the cap, an error result) stops the source's pipeline at
+// that change, as a failing CEL expression does: nothing from it on is
+// acknowledged to Postgres.
+type WASM struct {
+	// Module is the path of the .wasm file (relative to the bridge's
+	// working directory). Required when the block is set.
+	Module string `koanf:"module"`
+	// SHA256 is the module's sha256 sum in hex (`sha256sum m.wasm`), quoted:
+	// a module that differs is refused. Required with module.
+	SHA256 string `koanf:"sha256"`
+	// Function is the export to call. Default "filter" for wasm_filter,
+	// "transform" for wasm_transform.
+	Function string `koanf:"function"`
+	// Timeout bounds one call; a call past it stops the pipeline. Default 1s:
+	// a bound on a runaway module, not a latency budget.
+	Timeout time.Duration `koanf:"timeout"`
+	// MaxMemoryMiB caps the memory of each instance of the module, in MiB
+	// (at most 4096). Default 64.
+	MaxMemoryMiB int `koanf:"max_memory_mib"`
+}
+
+// Set reports whether w names a module (any key set).
+func (w WASM) Set() bool { return w != WASM{} }
 
 // Columns chooses the columns a route publishes from some tables: one of
 // include and exclude.

