@@ -35,6 +35,9 @@ type Config struct {
 	Unrouted string `koanf:"unrouted"`
 	// Checkpoint configures the KV checkpoint store.
 	Checkpoint Checkpoint `koanf:"checkpoint"`
+	// Schemas configures the schema registry and schema change events
+	// (docs/schemas.md).
+	Schemas Schemas `koanf:"schemas"`
 	// Shutdown bounds each goodbye on SIGTERM. Default 5s.
 	Shutdown Shutdown `koanf:"shutdown"`
 	// Log configures logging.
@@ -249,6 +252,12 @@ type Route struct {
 	// Default "cdc.{{.Source}}.{{.Schema}}.{{.Table}}"; logical messages
 	// render with Schema "_message" and Table their prefix.
 	Subject string `koanf:"subject"`
+	// SchemaSubject is the subject of the schema change events of the
+	// tables the route takes (schemas.enabled; docs/schemas.md), a Go
+	// template over .Source .Schema .Table and .Op ("schema"); row values
+	// render as "_". Default: the route's subject rendered so, which puts
+	// each event on its table's subject, in order with its changes.
+	SchemaSubject string `koanf:"schema_subject"`
 	// Format of the payload: native, debezium or cloudevents. Default "native".
 	Format string `koanf:"format"`
 	// Filter is a CEL expression over the change as committed (variables
@@ -314,10 +323,24 @@ type Match struct {
 	Sources []string `koanf:"sources"`
 	// Tables as "schema.table" globs (path.Match syntax); empty means all.
 	Tables []string `koanf:"tables"`
-	// Ops: insert, update, delete, truncate, message, read, control; empty
-	// means all. A route listing control carries the bridge's control
+	// Ops: insert, update, delete, truncate, message, read, control,
+	// schema (schema change events); empty means all. A route listing control carries the bridge's control
 	// messages (resync) for its sources; see docs/operations.md.
 	Ops []string `koanf:"ops"`
+}
+
+// Schemas configures the schema registry: every shape of every table a
+// source streams, in a JetStream KV bucket, a schema change event before
+// the first change under each new shape, and the Bridge-Schema-Version
+// header on every row change.
+type Schemas struct {
+	// Enabled turns the registry, the events and the header on. Default
+	// false.
+	Enabled bool `koanf:"enabled"`
+	// Bucket is the registry's JetStream KV bucket. Default "bridge_schemas".
+	Bucket string `koanf:"bucket"`
+	// Replicas of the bucket when the bridge creates it. Default 1.
+	Replicas int `koanf:"replicas"`
 }
 
 // Checkpoint configures the KV checkpoint store.

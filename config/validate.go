@@ -18,7 +18,7 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 // Accepted values of the enumerated framework keys.
 var (
 	unroutedValues  = []string{"drop", "error"}
-	opValues        = []string{"insert", "update", "delete", "truncate", "message", "read", "control"}
+	opValues        = []string{"insert", "update", "delete", "truncate", "message", "read", "control", "schema"}
 	logLevelValues  = []string{"debug", "info", "warn", "error"}
 	logFormatValues = []string{"auto", "text", "json"}
 )
@@ -120,6 +120,19 @@ func (c *Config) validate(known Errors) Errors {
 	}
 	if r := c.Checkpoint.Replicas; r < 1 || r > maxReplicas {
 		add("checkpoint.replicas", "must be between 1 and %d, got %d", maxReplicas, r)
+	}
+	if c.Schemas.Enabled || c.Schemas.Bucket != "" {
+		switch {
+		case c.Schemas.Bucket == "":
+			add("schemas.bucket", "must be set")
+		case !nameRE.MatchString(c.Schemas.Bucket):
+			add("schemas.bucket", "must match %s, got %q", nameRE, c.Schemas.Bucket)
+		case c.Schemas.Bucket == c.Checkpoint.Bucket:
+			add("schemas.bucket", "must differ from checkpoint.bucket (%q)", c.Checkpoint.Bucket)
+		}
+		if r := c.Schemas.Replicas; r < 1 || r > maxReplicas {
+			add("schemas.replicas", "must be between 1 and %d, got %d", maxReplicas, r)
+		}
 	}
 	c.NATS.validate(add)
 

@@ -65,7 +65,7 @@ func TestValidation(t *testing.T) {
 			[]string{`routes[0].subject: renders "cdc.>", which is not a valid NATS subject (dot-separated non-empty tokens, no spaces or wildcards)`}},
 		{"empty subject", map[string]any{"routes": []any{route("subject", "")}}, []string{"routes[0].subject: must be set"}},
 		{"unknown op", map[string]any{"routes": []any{route("match", map[string]any{"ops": []any{"insert", "upsert"}})}},
-			[]string{`routes[0].match.ops[1]: unknown op "upsert" (known: insert, update, delete, truncate, message, read, control)`}},
+			[]string{`routes[0].match.ops[1]: unknown op "upsert" (known: insert, update, delete, truncate, message, read, control, schema)`}},
 		{"table glob without schema", map[string]any{"routes": []any{route("match", map[string]any{"tables": []any{"orders"}})}},
 			[]string{`routes[0].match.tables[0]: must be a schema.table glob such as public.* or *.orders, got "orders"`}},
 		{"table glob with two dots", map[string]any{"routes": []any{route("match", map[string]any{"tables": []any{"a.b.c"}})}},

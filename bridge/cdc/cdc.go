@@ -93,6 +93,11 @@ const (
 	// any change (Bridge-Op "control", Bridge-Table "_control.<kind>") and
 	// its payload is the Control JSON whatever the route's format.
 	OpControl Op = "control"
+	// OpSchema marks a schema change event: the table's shape changed (or
+	// the table is seen for the first time) at the change after it, which
+	// it precedes at the same position. Content is its JSON, whatever the
+	// route's format (bridge/schema).
+	OpSchema Op = "schema"
 )
 
 // Control messages.

@@ -31,9 +31,12 @@ type route struct {
 	ops     []cdc.Op
 	sinks   []int // indexes into the pipeline's sinks
 	subject *template.Template
-	encode  format.Encoder
-	format  string
-	shape   *shaper // filter, columns, mask, transform; nil when none
+	// schemaSubject is the subject of schema change events (schema_subject);
+	// nil: subject.
+	schemaSubject *template.Template
+	encode        format.Encoder
+	format        string
+	shape         *shaper // filter, columns, mask, transform; nil when none
 
 	perRow bool     // the template reads .Key, .Col or .Out: no cache
 	cols   []string // the columns the template reads as {{.Col.x}}
@@ -155,6 +158,16 @@ func NewFor(cfg *config.Config, source string, sinkIndex map[string]int, context
 				errs = append(errs, &config.FieldError{Path: p + ".subject", Msg: fmt.Sprintf(
 					"reads {{.Out.%s}}, the result of a transform, but the route has none; set transform, or read the row with {{.Col.%s}}", rt.outs[0], rt.outs[0])})
 			}
+		}
+		if rc.SchemaSubject != "" {
+			st, err := template.New(p + ".schema_subject").Option("missingkey=zero").Parse(rc.SchemaSubject)
+			if err == nil {
+				_, err = render(st, SubjectData{Source: "src", Schema: "public", Table: "t", Op: string(cdc.OpSchema), Prefix: "_"})
+			}
+			if err != nil {
+				errs = append(errs, &config.FieldError{Path: p + ".schema_subject", Msg: err.Error()})
+			}
+			rt.schemaSubject = st
 		}
 		sh, serrs := newShaper(i, rc, rt.cols)
 		errs = append(errs, serrs...)
