@@ -148,7 +148,7 @@ func TestSchemaDests(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []SchemaDest{
 		{Sinks: []int{0}, Subject: "schemas.public.orders.schema", Dest: "a~schema"},
-		{Sinks: []int{1}, Subject: "x._.orders", Dest: "c~schema"}, // its filter passes other changes on: d sees them
+		{Sinks: []int{1}, Subject: "x._.orders", Dest: "c~schema"},             // its filter passes other changes on: d sees them
 		{Sinks: []int{0}, Subject: "cdc.shop.public.orders", Dest: "d~schema"}, // takes every change: e sees none
 	}, ds)
 	ds, err = r.SchemaDests("shop", "public", "users", "~schema")
