@@ -52,7 +52,10 @@ func (p *Pipeline) schemaStep(ctx context.Context, trk *schema.Tracker, rr *rout
 		}
 		evs = append(evs, cdc.Change{
 			Producer: c.Producer, Source: c.Source, Database: c.Database,
-			CommitLSN: c.CommitLSN, LSN: c.LSN, Seq: c.Seq, TxSize: c.TxSize, Xid: c.Xid, CommitTime: c.CommitTime,
+			// No TxSize (no Bridge-Tx-Size header): an event never ends its
+			// transaction for a consumer assembling it (bridge/feeds), nor
+			// counts in an atomic batch; the change after it does.
+			CommitLSN: c.CommitLSN, LSN: c.LSN, Seq: c.Seq, Xid: c.Xid, CommitTime: c.CommitTime,
 			Schema: c.Schema, Table: c.Table, Op: cdc.OpSchema,
 			Content: body, Payload: body, Subject: d.Subject, Dest: d.Dest, Headers: v.Headers(),
 		})

@@ -96,6 +96,7 @@ func TestRouteSchemaEvents(t *testing.T) {
 					continue
 				}
 				events = append(events, c)
+				require.Zero(t, c.TxSize, "an event never ends its transaction")
 				// The next change of the event's route: at its position.
 				for _, next := range got[i+1:] {
 					if next.Op != cdc.OpSchema && next.Dest+schema.Dest == c.Dest {
