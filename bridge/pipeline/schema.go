@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 
@@ -22,7 +23,11 @@ func (p *Pipeline) schemaStep(ctx context.Context, trk *schema.Tracker, rr *rout
 	}
 	v, ev, prev, err := trk.Observe(ctx, c)
 	if err != nil {
-		return nil, nil, fmt.Errorf("source %q: %w", p.source, err)
+		err = fmt.Errorf("source %q: %w", p.source, err)
+		if errors.Is(err, schema.ErrConflict) {
+			return nil, nil, fatal{err} // a retry would find the same
+		}
+		return nil, nil, err // NATS unreachable: the next run retries
 	}
 	if c.Headers == nil {
 		c.Headers = v.Headers()

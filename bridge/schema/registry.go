@@ -10,6 +10,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// ErrConflict marks a registry that disagrees with the WAL: a version
+// written with another shape or at another position than the one the
+// bridge finds. A retry cannot fix it.
+var ErrConflict = errors.New("schema registry conflict")
+
 // Registry is the schema registry in a JetStream KV bucket.
 type Registry struct {
 	kv     jetstream.KeyValue
@@ -107,8 +112,8 @@ func (r *Registry) Put(ctx context.Context, v *Version) error {
 		}
 		if old == nil || old.Fingerprint != v.Fingerprint || old.Since.Producer != v.Since.Producer ||
 			old.Since.CommitLSN != v.Since.CommitLSN || old.Since.Seq != v.Since.Seq {
-			return fmt.Errorf("schema registry %q key %q already holds another %s (first seen at %s:%d of %s, not at %s:%d of %s); is another bridge writing source %q?",
-				r.bucket, key, v.Ref(), since(old).CommitLSN, since(old).Seq, since(old).Producer, v.Since.CommitLSN, v.Since.Seq, v.Since.Producer, v.Source)
+			return fmt.Errorf("%w: schema registry %q key %q already holds another %s (first seen at %s:%d of %s, not at %s:%d of %s); is another bridge writing source %q?",
+				ErrConflict, r.bucket, key, v.Ref(), since(old).CommitLSN, since(old).Seq, since(old).Producer, v.Since.CommitLSN, v.Since.Seq, v.Since.Producer, v.Source)
 		}
 	}
 	lkey := LatestKey(v.Source, v.Schema, v.Table)

@@ -170,6 +170,7 @@ func TestTrackerVersions(t *testing.T) {
 	_, _, _, err = schema.NewTracker(reg, "shop").Observe(ctx, change("b.shop.e2", 0x20, 0, fresh(r1)))
 	require.ErrorContains(t, err, "public.orders version 4 first seen at 0/20")
 	require.ErrorContains(t, err, "insert of public.orders at 0/20")
+	require.ErrorIs(t, err, schema.ErrConflict)
 }
 
 func TestRegistryPutIdempotent(t *testing.T) {
@@ -187,6 +188,7 @@ func TestRegistryPutIdempotent(t *testing.T) {
 	other.Source, other.Version, other.Since = "shop", 1, schema.Since{Producer: "p", CommitLSN: "0/20"}
 	err = reg.Put(ctx, &other)
 	require.ErrorContains(t, err, `already holds another public.orders version 1 (first seen at 0/10:0 of p, not at 0/20:0 of p)`)
+	require.ErrorIs(t, err, schema.ErrConflict)
 	tables, err := reg.Tables(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []schema.TableRef{{Source: "shop", Schema: "public", Table: "orders", Latest: 1}}, tables)

@@ -65,8 +65,8 @@ func (t *Tracker) Observe(ctx context.Context, c *cdc.Change) (v, ev, prev *Vers
 	for _, x := range st.vers {
 		if x.at(c) { // registered at this very change by an earlier run: announce it again
 			if x.Fingerprint != shape.Fingerprint {
-				return nil, nil, nil, fmt.Errorf("schema registry %q holds %s first seen at %s:%d, with another shape than the change there (%s of %s.%s at %s); the registry was written by another bridge, or the bucket was changed by hand",
-					t.reg.bucket, x.Ref(), x.Since.CommitLSN, x.Since.Seq, c.Op, c.Schema, c.Table, c.CommitLSN)
+				return nil, nil, nil, fmt.Errorf("%w: schema registry %q holds %s first seen at %s:%d, with another shape than the change there (%s of %s.%s at %s); the registry was written by another bridge, or the bucket was changed by hand",
+					ErrConflict, t.reg.bucket, x.Ref(), x.Since.CommitLSN, x.Since.Seq, c.Op, c.Schema, c.Table, c.CommitLSN)
 			}
 			pv, err := t.prevOf(ctx, st, x)
 			if err != nil {
