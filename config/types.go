@@ -258,6 +258,14 @@ type Route struct {
 	// render as "_". Default: the route's subject rendered so, which puts
 	// each event on its table's subject, in order with its changes.
 	SchemaSubject string `koanf:"schema_subject"`
+	// OnSchemaChange says what a breaking change of the shape of a table
+	// the route carries does (a column dropped or retyped, the key changed;
+	// schemas.enabled; docs/schemas.md): "continue" (the default) publishes
+	// the event and goes on; "pause" pauses the source before the
+	// transaction of the first change under the new shape, with the reason
+	// recorded, until the operator resumes it (bridge resume), which lets
+	// that version through.
+	OnSchemaChange string `koanf:"on_schema_change"`
 	// Format of the payload: native, debezium or cloudevents. Default "native".
 	Format string `koanf:"format"`
 	// Filter is a CEL expression over the change as committed (variables

@@ -17,10 +17,11 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
 // Accepted values of the enumerated framework keys.
 var (
-	unroutedValues  = []string{"drop", "error"}
-	opValues        = []string{"insert", "update", "delete", "truncate", "message", "read", "control", "schema"}
-	logLevelValues  = []string{"debug", "info", "warn", "error"}
-	logFormatValues = []string{"auto", "text", "json"}
+	unroutedValues       = []string{"drop", "error"}
+	onSchemaChangeValues = []string{"continue", "pause"}
+	opValues             = []string{"insert", "update", "delete", "truncate", "message", "read", "control", "schema"}
+	logLevelValues       = []string{"debug", "info", "warn", "error"}
+	logFormatValues      = []string{"auto", "text", "json"}
 )
 
 // kvKeyRE is the syntax of a JetStream KV key.
@@ -175,6 +176,9 @@ func (c *Config) validate(known Errors) Errors {
 	named := map[string]int{}
 	for i, r := range c.Routes {
 		p := indexPath("routes", i)
+		if r.OnSchemaChange != "" {
+			checkOneOf(add, p+".on_schema_change", r.OnSchemaChange, onSchemaChangeValues)
+		}
 		switch {
 		case r.Name == "" && r.Continue:
 			add(p+".name", "must be set with continue: true: the name tells this route's messages from the other routes' of the same change (e.g. name: %s)", suggestRouteName(r))

@@ -536,6 +536,15 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 			if err == nil {
 				rr := p.takeRouter() // a new router applies from this transaction on
 				err = p.route(rctx, rr, t, producer, emit)
+				if errors.Is(err, errHeld) {
+					// Paused before t for a breaking schema change
+					// (schema.go): end here, as at a boundary; t is read
+					// again when the source is resumed.
+					if err = handOver(); err == nil {
+						atBoundary.Store(true)
+						return
+					}
+				}
 				if err == nil && (buf == nil || buf.Buffered() == 0) {
 					err = handOver()
 				}

@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
+	"time"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/bridge/checkpoint"
 	"github.com/bridgecdc/bridge/bridge/schema"
 )
 
@@ -47,7 +50,18 @@ func (p *Pipeline) schemaStep(ctx context.Context, trk *schema.Tracker, rr *rout
 	if len(ds) == 0 {
 		return nil, nil, nil
 	}
-	body, err := json.Marshal(schema.NewEvent(ev, prev, c))
+	e := schema.NewEvent(ev, prev, c)
+	if e.Diff.Breaking {
+		for _, d := range ds {
+			if d.Hold {
+				if err := p.schemaHold(ctx, trk, ev, e, d.Route); err != nil {
+					return nil, nil, err
+				}
+				break
+			}
+		}
+	}
+	body, err := json.Marshal(e)
 	if err != nil {
 		return nil, nil, fatal{fmt.Errorf("encoding the schema change event of %s: %w", ev.Ref(), err)}
 	}
@@ -67,4 +81,46 @@ func (p *Pipeline) schemaStep(ctx context.Context, trk *schema.Tracker, rr *rout
 		dests = append(dests, d.Sinks)
 	}
 	return evs, dests, nil
+}
+
+// errHeld ends a run before the transaction of a breaking schema change
+// that a route holds (on_schema_change: pause): the source is paused.
+var errHeld = errors.New("held for a breaking schema change")
+
+// schemaHold decides whether the breaking change to ev may go on: yes
+// when the operator resumed the source after it was first held; else it
+// pauses the source, with the change as the reason, and returns errHeld.
+func (p *Pipeline) schemaHold(ctx context.Context, trk *schema.Tracker, ev *schema.Version, e schema.Event, route string) error {
+	heldAt, err := trk.Registry().Hold(ctx, ev, time.Now())
+	if err != nil {
+		return fmt.Errorf("source %q: %w", p.source, err)
+	}
+	p.ops.mu.Lock()
+	want := p.ops.want
+	p.ops.mu.Unlock()
+	if !want.Paused && want.At.After(heldAt) {
+		return nil // resumed since: let it through
+	}
+	var what []string
+	for _, c := range e.Diff.Dropped {
+		what = append(what, "dropped "+c.Name)
+	}
+	for _, r := range e.Diff.Retyped {
+		what = append(what, fmt.Sprintf("retyped %s %s→%s", r.Name, r.From, r.To))
+	}
+	if e.Diff.KeyChanged {
+		what = append(what, fmt.Sprintf("key (%s)→(%s)", strings.Join(e.Diff.KeyBefore, ","), strings.Join(e.Diff.KeyAfter, ",")))
+	}
+	reason := fmt.Sprintf("%s.on_schema_change: pause: %s changed at %s (%s), a breaking change: %s; look (bridge schema diff %s.%s --source %s), then resume the source",
+		route, ev.Ref(), e.CommitLSN, e.RegistryKey, strings.Join(what, ", "), ev.Schema, ev.Table, p.source)
+	c := checkpoint.Control{Paused: true, Reason: reason, By: "bridge " + p.run, At: time.Now().UTC()}
+	if err := p.store.SetControl(ctx, p.ctlKey, c); err != nil {
+		return fmt.Errorf("source %q: pausing for a breaking schema change: %w", p.source, err)
+	}
+	if c, err = p.store.LoadControl(ctx, p.ctlKey); err != nil {
+		return fmt.Errorf("source %q: pausing for a breaking schema change: %w", p.source, err)
+	}
+	p.setWant(c)
+	p.log.Warn("paused for a breaking schema change", "reason", reason)
+	return errHeld
 }

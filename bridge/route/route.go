@@ -34,6 +34,7 @@ type route struct {
 	// schemaSubject is the subject of schema change events (schema_subject);
 	// nil: subject.
 	schemaSubject *template.Template
+	onSchema      string // on_schema_change: "" (continue) or "pause"
 	encode        format.Encoder
 	format        string
 	shape         *shaper // filter, columns, mask, transform; nil when none
@@ -111,7 +112,7 @@ func NewFor(cfg *config.Config, source string, sinkIndex map[string]int, context
 			continue
 		}
 		p := fmt.Sprintf("routes[%d]", i)
-		rt := &route{idx: i, name: rc.Name, cont: rc.Continue, sources: rc.Match.Sources, tables: rc.Match.Tables, cache: map[subjectKey]string{}}
+		rt := &route{idx: i, name: rc.Name, cont: rc.Continue, sources: rc.Match.Sources, tables: rc.Match.Tables, cache: map[subjectKey]string{}, onSchema: rc.OnSchemaChange}
 		r.fanout = r.fanout || rc.Continue
 		for _, op := range rc.Match.Ops {
 			rt.ops = append(rt.ops, cdc.Op(op))

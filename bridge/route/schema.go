@@ -14,6 +14,9 @@ type SchemaDest struct {
 	// Dest is "<route name>~schema", or "~schema" for an unnamed route
 	// (schema.Dest).
 	Dest string
+	// Hold: the route's on_schema_change is pause; Route its YAML path.
+	Hold  bool
+	Route string
 }
 
 // SchemaDests returns where the schema change event of source's table
@@ -55,7 +58,8 @@ func (r *Router) SchemaDests(source, schema, table, destSuffix string) ([]Schema
 		if err != nil {
 			return nil, fmt.Errorf("routes[%d].schema_subject for %s.%s: %w", rt.idx, schema, table, err)
 		}
-		out = append(out, SchemaDest{Sinks: rt.sinks, Subject: subj, Dest: rt.name + destSuffix})
+		out = append(out, SchemaDest{Sinks: rt.sinks, Subject: subj, Dest: rt.name + destSuffix,
+			Hold: rt.onSchema == "pause", Route: fmt.Sprintf("routes[%d]", rt.idx)})
 		if !rt.cont && (rt.shape == nil || rt.shape.filter == "") && len(rt.ops) == 0 {
 			break // takes every change of the table: no route after it sees any
 		}

@@ -138,7 +138,7 @@ func TestSchemaDests(t *testing.T) {
 	cfg := testConfig(
 		config.Route{Name: "a", Continue: true, Match: config.Match{Tables: []string{"public.orders"}}, Sinks: []string{"main"}, SchemaSubject: "schemas.{{.Schema}}.{{.Table}}.{{.Op}}"},
 		config.Route{Name: "b", Match: config.Match{Ops: []string{"insert"}}, Sinks: []string{"main"}},
-		config.Route{Name: "c", Filter: `op == "delete"`, Sinks: []string{"other"}, Subject: "x.{{.Col.tenant}}.{{.Table}}"},
+		config.Route{Name: "c", Filter: `op == "delete"`, Sinks: []string{"other"}, Subject: "x.{{.Col.tenant}}.{{.Table}}", OnSchemaChange: "pause"},
 		config.Route{Name: "d", Sinks: []string{"main"}},
 		config.Route{Name: "e", Sinks: []string{"main"}},
 	)
@@ -147,9 +147,9 @@ func TestSchemaDests(t *testing.T) {
 	ds, err := r.SchemaDests("shop", "public", "orders", "~schema")
 	require.NoError(t, err)
 	require.Equal(t, []SchemaDest{
-		{Sinks: []int{0}, Subject: "schemas.public.orders.schema", Dest: "a~schema"},
-		{Sinks: []int{1}, Subject: "x._.orders", Dest: "c~schema"},             // its filter passes other changes on: d sees them
-		{Sinks: []int{0}, Subject: "cdc.shop.public.orders", Dest: "d~schema"}, // takes every change: e sees none
+		{Sinks: []int{0}, Subject: "schemas.public.orders.schema", Dest: "a~schema", Route: "routes[0]"},
+		{Sinks: []int{1}, Subject: "x._.orders", Dest: "c~schema", Route: "routes[2]", Hold: true}, // its filter passes other changes on: d sees them
+		{Sinks: []int{0}, Subject: "cdc.shop.public.orders", Dest: "d~schema", Route: "routes[3]"}, // takes every change: e sees none
 	}, ds)
 	ds, err = r.SchemaDests("shop", "public", "users", "~schema")
 	require.NoError(t, err)

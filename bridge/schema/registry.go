@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -178,4 +179,31 @@ func (r *Registry) Tables(ctx context.Context) ([]TableRef, error) {
 		out = append(out, TableRef{Source: src, Schema: sch, Table: tbl, Latest: n})
 	}
 	return out, nil
+}
+
+// HoldKey returns the key recording that a version was held by a route's
+// on_schema_change: pause: "<source>.<schema>.<table>.<n>.hold".
+func HoldKey(source, schema, table string, version int) string {
+	return VersionKey(source, schema, table, version) + ".hold"
+}
+
+// Hold records that v was held, once: it returns when it was first held
+// (now, when this call records it).
+func (r *Registry) Hold(ctx context.Context, v *Version, now time.Time) (time.Time, error) {
+	key := HoldKey(v.Source, v.Schema, v.Table, v.Version)
+	b, _ := now.UTC().MarshalText()
+	if _, err := r.kv.Create(ctx, key, b); err == nil {
+		return now.UTC(), nil
+	} else if !errors.Is(err, jetstream.ErrKeyExists) {
+		return time.Time{}, fmt.Errorf("writing %q to schema registry %q: %w", key, r.bucket, err)
+	}
+	e, err := r.kv.Get(ctx, key)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("reading %q from schema registry %q: %w", key, r.bucket, err)
+	}
+	var at time.Time
+	if err := at.UnmarshalText(e.Value()); err != nil {
+		return time.Time{}, fmt.Errorf("schema registry %q key %q: %w", r.bucket, key, err)
+	}
+	return at, nil
 }
