@@ -300,13 +300,26 @@ func TestSchemaChangeEvents(t *testing.T) {
 
 // TestSchemaEventsKill9 kills the bridge with SIGKILL at random moments
 // while four writers commit changes to a table whose shape a fifth
-// connection keeps changing (a column added, retyped, dropped, again and
-// again), restarting it each time, with a 1 s duplicate window: every
+// connection keeps changing (a column added, renamed, retyped, dropped,
+// again and again), restarting it each time, with a 1 s duplicate window,
+// with pgoutput and with wal2json (where the plugin exists): every
 // committed change is in the stream once, in order, and every schema
 // change event once, before the first change under its shape, its version
 // the next of its table, registered before any message names it.
 func TestSchemaEventsKill9(t *testing.T) {
 	t.Parallel()
+	for _, plugin := range []string{"pgoutput", "wal2json"} {
+		t.Run(plugin, func(t *testing.T) {
+			t.Parallel() // each case has servers of its own
+			if plugin == "wal2json" && !pgtest.HasWal2json(0) {
+				t.Skip("no wal2json for this PostgreSQL")
+			}
+			schemaEventsKill9(t, plugin)
+		})
+	}
+}
+
+func schemaEventsKill9(t *testing.T, plugin string) {
 	changes := 10000
 	if testing.Short() {
 		changes = 4000
@@ -315,11 +328,17 @@ func TestSchemaEventsKill9(t *testing.T) {
 	e := newEnv(t)
 	w := newWorkload(t, e)
 	cfg := e.config("skill", "")
+	if plugin != "pgoutput" {
+		b, err := os.ReadFile(cfg)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(cfg, []byte(strings.Replace(string(b), "type: pgoutput", "type: "+plugin, 1)), 0o644))
+	}
 	enableSchemas(t, cfg)
 	p := startProc(t, bin, cfg)
 	waitSlotActive(t, e, "slot_skill")
 
-	// The shape changer: add x<i>, retype it, drop it, next i.
+	// The shape changer: add x<i>, rename it y<i>, retype it, drop it,
+	// next i.
 	stop := make(chan struct{})
 	ddlDone := make(chan int)
 	conn := e.pg.Conn(t, "")
@@ -329,8 +348,9 @@ func TestSchemaEventsKill9(t *testing.T) {
 		for i := 0; ; i++ {
 			for _, stmt := range []string{
 				fmt.Sprintf(`ALTER TABLE kt ADD COLUMN x%d int`, i),
-				fmt.Sprintf(`ALTER TABLE kt ALTER COLUMN x%d TYPE bigint`, i),
-				fmt.Sprintf(`ALTER TABLE kt DROP COLUMN x%d`, i),
+				fmt.Sprintf(`ALTER TABLE kt RENAME COLUMN x%d TO y%d`, i, i),
+				fmt.Sprintf(`ALTER TABLE kt ALTER COLUMN y%d TYPE bigint`, i),
+				fmt.Sprintf(`ALTER TABLE kt DROP COLUMN y%d`, i),
 			} {
 				select {
 				case <-stop:
