@@ -8,6 +8,7 @@ import (
 	_ "github.com/bridgecdc/bridge/sinks/natscore"   // nats_core
 	_ "github.com/bridgecdc/bridge/sinks/natsjs"     // nats_jetstream
 	_ "github.com/bridgecdc/bridge/sinks/natskv"     // nats_kv
+	_ "github.com/bridgecdc/bridge/sinks/pluginsink" // plugin (out-of-process sinks)
 	_ "github.com/bridgecdc/bridge/sources/pgoutput" // pgoutput
 	_ "github.com/bridgecdc/bridge/sources/wal2json" // wal2json
 )

@@ -244,6 +244,24 @@ type Plugin struct {
 	// (sinks.<name>.batch); a zero field keeps the framework's default
 	// (max_changes 1000, max_wait 1ms). What a sink's config sets wins.
 	Batch config.Batch
+	// Exec is set by a type whose instances run another program (type
+	// plugin): `bridge plugins` describes the configured ones with it and
+	// `bridge plugin test` checks an executable. nil for the others.
+	Exec *Exec
+}
+
+// Exec is what `bridge plugins` and `bridge plugin test` need of a sink
+// type that runs executables.
+type Exec struct {
+	// Describe starts the program a sink's config block names (checking
+	// it as the sink would) and returns one line about it: what it is and
+	// the delivery guarantee it declares. It stops the program again.
+	Describe func(decode config.Decoder, env Env) (string, error)
+	// Test runs the sink conformance suite (sinks/sinktest) against the
+	// executable at path, started with args and given block as its own
+	// config, printing the report to stdout as `go test -v` does. It
+	// returns false when a case failed, and an error when it could not run.
+	Test func(path string, args []string, block map[string]any) (passed bool, err error)
 }
 
 // BatchDefaults returns the batch defaults of reg's sink types, for

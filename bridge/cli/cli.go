@@ -170,7 +170,7 @@ func NewCommand(stdout, stderr io.Writer, opts ...app.Option) *cobra.Command {
 	validate := newValidateCommand(load, printErrs, stdout, &cfgPath, opts) // validate.go: --connect checks the servers
 	plugins := &cobra.Command{
 		Use:   "plugins",
-		Short: "List the compiled-in sources and sinks with their config keys",
+		Short: "List the compiled-in sources and sinks with their config keys, and the configured plugin executables",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sinkReg, srcReg := app.Registries(opts...)
@@ -192,7 +192,7 @@ func NewCommand(stdout, stderr io.Writer, opts ...app.Option) *cobra.Command {
 				}
 			}
 			fmt.Fprintf(stdout, "formats: %s\n", strings.Join(format.Names(), ", "))
-			return nil
+			return printConfiguredPlugins(stdout, cfgPath, opts) // plugin.go
 		},
 	}
 	ver := &cobra.Command{
@@ -304,7 +304,7 @@ of the command. --direct skips the control endpoint.`,
 	resync.Flags().StringVar(&resyncReason, "reason", "", "text added to the message's reason")
 	resync.Flags().DurationVar(&resyncWait, "wait", 30*time.Second, "how long a running bridge may take to reach a transaction boundary")
 	resync.Flags().BoolVar(&resyncDirect, "direct", false, "do not ask a running bridge: resync directly (refused while a bridge streams the source)")
-	root.AddCommand(run, validate, statusCmd, plugins, ver, resync)
+	root.AddCommand(run, validate, statusCmd, plugins, newPluginCommand(stdout, opts), ver, resync)
 	root.AddCommand(newPauseCommand(load, printErrs, stdout, true), newPauseCommand(load, printErrs, stdout, false)) // control.go
 	// reload needs only the bridge's name and NATS settings: the running
 	// bridges judge the rest, and report its problems.

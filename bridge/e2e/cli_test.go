@@ -68,7 +68,7 @@ routes:
 		`sources.shop.config.slot: "Bad-Slot" is not a valid slot name`,
 		`sources.shop.config.tabels`,
 		`sources.other.type: unknown source type "mysql" (compiled in: pgoutput, wal2json)`,
-		`sinks.main.type: unknown sink type "nats_jetstrem" (compiled in: nats_core, nats_jetstream, nats_kv, webhook)`,
+		`sinks.main.type: unknown sink type "nats_jetstrem" (compiled in: nats_core, nats_jetstream, nats_kv, plugin, webhook)`,
 		`sinks.js.config.stream`,
 		`sinks.js.config.subjcet`,
 		`routes[0].sinks[0]`,

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/stretchr/testify/require"
@@ -60,7 +61,11 @@ func browser(t *testing.T) (context.Context, func() []string) {
 			}
 			if m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleException {
 				mu.Lock()
-				problems = append(problems, m.String())
+				p := m.String()
+				if m.URL != "" {
+					p += " (" + m.URL + ")"
+				}
+				problems = append(problems, p)
 				mu.Unlock()
 			}
 		}
@@ -405,9 +410,15 @@ func TestConsoleTailWithToken(t *testing.T) {
 	ctx, problems := browser(t)
 	// The token as the page's form stores it, before the page's first
 	// request (without it the overview answers 401, which the page logs).
-	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/console/console.css")))
-	_, err := chromedp.Run(ctx, chromedp.Evaluate[bool](fmt.Sprintf(`(() => { sessionStorage.setItem("bridge-token", %q); return true; })()`, tok)))
-	require.NoError(t, err)
+	// It is set by a script that runs before the page's own, not by a
+	// first visit to another document of the origin, whose favicon
+	// request could 404 into the log.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		_, err := chromedp.Call(ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{
+			Source: fmt.Sprintf(`sessionStorage.setItem("bridge-token", %q);`, tok),
+		})
+		return err
+	})))
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/console/")))
 	state := `#src-app [data-field=state]`
 	waitText(t, ctx, state, "the overview with the token", func(s string) bool { return s == "streaming" })

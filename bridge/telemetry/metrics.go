@@ -194,9 +194,9 @@ var (
 	descSlotFailover = prometheus.NewDesc("bridge_slot_failover",
 		"1 when the slot is a failover slot (PostgreSQL 17, source option failover: true).", []string{"source", "slot"}, nil)
 	descSlotSyncedStandbys = prometheus.NewDesc("bridge_slot_synced_standbys",
-		"Standbys among the hosts of the source's DSN that hold a synced copy of the failover slot that their promotion keeps.", []string{"source", "slot"}, nil)
+		"Standbys among the hosts of the source's DSN that hold a synced copy of the failover slot that their promotion keeps (0 for a slot that is not a failover slot).", []string{"source", "slot"}, nil)
 	descSlotFailoverReady = prometheus.NewDesc("bridge_slot_failover_ready",
-		"1 when a failover to a standby of the DSN loses nothing of the stream: a failover slot, synchronized_standby_slots set on the primary, and a standby holding a synced copy.", []string{"source", "slot"}, nil)
+		"1 when a failover to a standby of the DSN loses nothing of the stream: a failover slot, synchronized_standby_slots set on the primary, and a standby holding a synced copy (0 for a slot that is not a failover slot).", []string{"source", "slot"}, nil)
 )
 
 var walStatuses = []string{"reserved", "extended", "unreserved", "lost"}
@@ -267,10 +267,15 @@ func (c *pipeCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descSlotStatus, prometheus.GaugeValue, b2f(r.WALStatus == s), src, sg.Slot, s)
 		}
 		ch <- prometheus.MustNewConstMetric(descSlotFailover, prometheus.GaugeValue, b2f(r.Failover), src, sg.Slot)
+		// Exported for every slot (0 for one that is not a failover slot),
+		// so that dashboards and alerts find the series before the option
+		// is turned on.
+		synced, ready := 0, false
 		if r.Failover {
-			ch <- prometheus.MustNewConstMetric(descSlotSyncedStandbys, prometheus.GaugeValue, float64(r.FailoverStandbys()), src, sg.Slot)
-			ch <- prometheus.MustNewConstMetric(descSlotFailoverReady, prometheus.GaugeValue, b2f(r.FailoverReady()), src, sg.Slot)
+			synced, ready = r.FailoverStandbys(), r.FailoverReady()
 		}
+		ch <- prometheus.MustNewConstMetric(descSlotSyncedStandbys, prometheus.GaugeValue, float64(synced), src, sg.Slot)
+		ch <- prometheus.MustNewConstMetric(descSlotFailoverReady, prometheus.GaugeValue, b2f(ready), src, sg.Slot)
 	}
 }
 

@@ -118,14 +118,22 @@ func Events(log *slog.Logger) nats.Option {
 // ctx. Call it when a run starts again after a failure, so that a
 // pipeline does not restart over and over on a connection that went
 // silent. A nil error means nc is connected and answered (or reconnected).
+// A ctx that ends before timeout bounds the ping but does not judge the
+// link: no answer by then is ctx's error, not a dead connection (a server
+// may take up to timeout), and nothing is reconnected.
 func Alive(ctx context.Context, nc *nats.Conn, timeout time.Duration, log *slog.Logger) error {
-	if d, ok := ctx.Deadline(); ok {
-		timeout = min(timeout, time.Until(d))
+	short := false
+	if d, ok := ctx.Deadline(); ok && time.Until(d) < timeout {
+		timeout, short = time.Until(d), true
 	}
 	if timeout <= 0 {
 		return ctx.Err()
 	}
 	err := nc.FlushTimeout(timeout)
+	if short && errors.Is(err, nats.ErrTimeout) {
+		<-ctx.Done()
+		return fmt.Errorf("pinging %s: no answer before the deadline, too soon to judge the link: %w", nc.Opts.Name, ctx.Err())
+	}
 	if err == nil || !errors.Is(err, nats.ErrTimeout) {
 		if err != nil && !nc.IsConnected() {
 			return WaitConnected(ctx, nc)
