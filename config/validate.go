@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"path"
@@ -19,7 +20,8 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 var (
 	unroutedValues       = []string{"drop", "error"}
 	onSchemaChangeValues = []string{"continue", "pause"}
-	opValues             = []string{"insert", "update", "delete", "truncate", "message", "read", "control", "schema"}
+	debeziumKeyValues    = []string{"none", "header"}
+	opValues             = []string{"insert", "update", "delete", "truncate", "message", "read", "control", "schema", "ddl"}
 	logLevelValues       = []string{"debug", "info", "warn", "error"}
 	logFormatValues      = []string{"auto", "text", "json"}
 )
@@ -178,6 +180,14 @@ func (c *Config) validate(known Errors) Errors {
 		p := indexPath("routes", i)
 		if r.OnSchemaChange != "" {
 			checkOneOf(add, p+".on_schema_change", r.OnSchemaChange, onSchemaChangeValues)
+		}
+		if d := r.Debezium; d != (DebeziumFormat{}) {
+			if r.Format != "debezium" {
+				add(p+".debezium", "applies to format: debezium only, and the route's format is %q", cmp.Or(r.Format, "native"))
+			}
+			if d.Key != "" {
+				checkOneOf(add, p+".debezium.key", d.Key, debeziumKeyValues)
+			}
 		}
 		switch {
 		case r.Name == "" && r.Continue:

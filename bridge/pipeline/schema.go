@@ -11,6 +11,7 @@ import (
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/bridge/checkpoint"
+	"github.com/bridgecdc/bridge/bridge/route"
 	"github.com/bridgecdc/bridge/bridge/schema"
 )
 
@@ -21,6 +22,9 @@ import (
 // per route that carries the table's events, each with its sinks). The
 // new version is in the registry when it returns.
 func (p *Pipeline) schemaStep(ctx context.Context, trk *schema.Tracker, rr *routerRev, c *cdc.Change) (evs []cdc.Change, dests [][]int, err error) {
+	if route.IsDDLMessage(c) {
+		return p.ddlStep(rr, c) // ddl.go
+	}
 	if trk == nil || !schema.Tracks(c) {
 		return nil, nil, nil
 	}
@@ -69,6 +73,9 @@ func (p *Pipeline) schemaStep(ctx context.Context, trk *schema.Tracker, rr *rout
 		if len(d.Sinks) == 0 {
 			continue
 		}
+		payload, hdr := eventPayload(d, body, v.Headers(), c.Database, func(schemasEnable bool) []byte {
+			return schema.AppendDebeziumSchemaEvent(nil, c, ev, prev, schemasEnable)
+		})
 		evs = append(evs, cdc.Change{
 			Producer: c.Producer, Source: c.Source, Database: c.Database,
 			// No TxSize (no Bridge-Tx-Size header): an event never ends its
@@ -76,7 +83,7 @@ func (p *Pipeline) schemaStep(ctx context.Context, trk *schema.Tracker, rr *rout
 			// counts in an atomic batch; the change after it does.
 			CommitLSN: c.CommitLSN, LSN: c.LSN, Seq: c.Seq, Xid: c.Xid, CommitTime: c.CommitTime,
 			Schema: c.Schema, Table: c.Table, Op: cdc.OpSchema,
-			Content: body, Payload: body, Subject: d.Subject, Dest: d.Dest, Headers: v.Headers(),
+			Content: body, Payload: payload, Subject: d.Subject, Dest: d.Dest, Headers: hdr,
 		})
 		dests = append(dests, d.Sinks)
 	}

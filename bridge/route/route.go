@@ -39,6 +39,11 @@ type route struct {
 	format        string
 	shape         *shaper // filter, columns, mask, transform; nil when none
 
+	// deb holds the debezium format's options (nil for another format);
+	// debKey encodes the Debezium-Key header (debezium.key: header).
+	deb    *format.DebeziumOptions
+	debKey func(dst []byte, c *cdc.Change) ([]byte, bool)
+
 	perRow bool     // the template reads .Key, .Col or .Out: no cache
 	cols   []string // the columns the template reads as {{.Col.x}}
 	keys   []string // the columns the template reads as {{.Key.x}}
@@ -90,6 +95,8 @@ type Router struct {
 	// contextPrefix is the prefix of trace context messages, consumed
 	// rather than published; "" when tracing is off.
 	contextPrefix string
+	// ddl: DDL events are published (schemas.ddl; DDLDests).
+	ddl bool
 }
 
 // New compiles cfg's routes. sinkIndex maps sink names to the indexes
@@ -105,7 +112,7 @@ func New(cfg *config.Config, sinkIndex map[string]int, contextPrefix string) (*R
 // whose match can take source's changes, so sinkIndex needs only the sinks
 // those routes name (config.Config.RouteSinks). source "" compiles every route.
 func NewFor(cfg *config.Config, source string, sinkIndex map[string]int, contextPrefix string) (*Router, error) {
-	r := &Router{unrouted: cfg.Unrouted, contextPrefix: contextPrefix}
+	r := &Router{unrouted: cfg.Unrouted, contextPrefix: contextPrefix, ddl: cfg.Schemas.DDL}
 	var errs []error
 	for i, rc := range cfg.Routes {
 		if source != "" && len(rc.Match.Sources) > 0 && !slices.Contains(rc.Match.Sources, source) {
@@ -134,6 +141,16 @@ func NewFor(cfg *config.Config, source string, sinkIndex map[string]int, context
 			errs = append(errs, &config.FieldError{Path: p + ".format", Msg: fmt.Sprintf("unknown format %q (known: %s)", f, strings.Join(format.Names(), ", "))})
 		}
 		rt.encode, rt.format = enc, f
+		if f == "debezium" {
+			o := format.DebeziumOptions{SchemasEnable: rc.Debezium.SchemasEnable, Key: rc.Debezium.Key == "header",
+				Tombstones: rc.Debezium.TombstonesOnDelete}
+			rt.deb, rt.encode = &o, format.DebeziumEncoder(o)
+			if o.Key {
+				rt.debKey = format.DebeziumKeyEncoder(o.SchemasEnable)
+			}
+			// A tombstone is a second message of the delete: Each publishes it.
+			r.fanout = r.fanout || o.Tombstones
+		}
 		subj := rc.Subject
 		if subj == "" {
 			subj = "cdc.{{.Source}}.{{.Schema}}.{{.Table}}"
@@ -382,6 +399,11 @@ func (r *Router) Each(c *cdc.Change, emit func(d *cdc.Change, sinks []int) error
 		if err := emit(&d, sinks); err != nil {
 			return n, err
 		}
+		if rt.deb != nil && rt.deb.Tombstones && d.Op == cdc.OpDelete {
+			if err := emit(tombstone(&d, rt.name), sinks); err != nil {
+				return n, err
+			}
+		}
 		if !rt.cont {
 			break
 		}
@@ -404,6 +426,9 @@ func (r *Router) take(c *cdc.Change, i int, filtered *bool) (rt *route, rs *relS
 	}
 	if r.isContext(c) && !slices.Contains(rt.ops, cdc.OpMessage) {
 		return rt, nil, false, true, nil // consumed: trace context only
+	}
+	if IsDDLMessage(c) {
+		return rt, nil, false, true, nil // consumed: published as a DDL event, or not at all (DDLDests)
 	}
 	if rt.shape == nil {
 		c.Dest = rt.name
@@ -433,7 +458,7 @@ func (r *Router) take(c *cdc.Change, i int, filtered *bool) (rt *route, rs *relS
 // unroutedErr is the error for c when no route took it: one when the
 // policy is unrouted: error and no filter rejected it.
 func (r *Router) unroutedErr(c *cdc.Change, filtered bool) error {
-	if r.unrouted == "error" && !r.isContext(c) && !filtered {
+	if r.unrouted == "error" && !r.isContext(c) && !IsDDLMessage(c) && !filtered {
 		return fmt.Errorf("no route matches %s %s.%s (unrouted: error); add a route or set unrouted: drop", c.Op, c.Schema, c.Table)
 	}
 	return nil
@@ -481,6 +506,9 @@ func (rt *route) publish(c *cdc.Change, rs *relShape) ([]int, bool, error) {
 		return nil, false, err
 	}
 	c.Subject = subj
+	if rt.debKey != nil {
+		rt.setDebeziumKey(c)
+	}
 	switch {
 	case body == nil:
 		h := min(rt.hint.Load(), maxHint) // a large row must not inflate the small ones after it

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/bridge/format"
 )
 
 // SchemaDest is one copy of a schema change event: the sinks it goes to,
@@ -17,6 +18,9 @@ type SchemaDest struct {
 	// Hold: the route's on_schema_change is pause; Route its YAML path.
 	Hold  bool
 	Route string
+	// Debezium is the route's debezium options when its format is
+	// debezium (the event in Debezium's shape), else nil.
+	Debezium *format.DebeziumOptions
 }
 
 // SchemaDests returns where the schema change event of source's table
@@ -59,7 +63,7 @@ func (r *Router) SchemaDests(source, schema, table, destSuffix string) ([]Schema
 			return nil, fmt.Errorf("routes[%d].schema_subject for %s.%s: %w", rt.idx, schema, table, err)
 		}
 		out = append(out, SchemaDest{Sinks: rt.sinks, Subject: subj, Dest: rt.name + destSuffix,
-			Hold: rt.onSchema == "pause", Route: fmt.Sprintf("routes[%d]", rt.idx)})
+			Hold: rt.onSchema == "pause", Route: fmt.Sprintf("routes[%d]", rt.idx), Debezium: rt.deb})
 		if !rt.cont && (rt.shape == nil || rt.shape.filter == "") && len(rt.ops) == 0 {
 			break // takes every change of the table: no route after it sees any
 		}
