@@ -43,6 +43,8 @@ func defaults() map[string]any {
 		"checkpoint.bucket":          "bridge_checkpoints",
 		"checkpoint.interval":        time.Second,
 		"checkpoint.replicas":        1,
+		"schemas.bucket":             "bridge_schemas",
+		"schemas.replicas":           1,
 		"shutdown.timeout":           5 * time.Second,
 		"log.level":                  "info",
 		"log.format":                 "auto",

@@ -131,6 +131,7 @@ func TestLoadValid(t *testing.T) {
 		},
 		Unrouted:   "error",
 		Checkpoint: Checkpoint{Bucket: "shop_checkpoints", Interval: 250 * time.Millisecond, Replicas: 3},
+		Schemas:    Schemas{Bucket: "bridge_schemas", Replicas: 1},
 		Shutdown:   Shutdown{Timeout: 15 * time.Second},
 		Log:        Log{Level: "debug", Format: "json"},
 		Telemetry:  defaultTelemetry,
@@ -170,6 +171,7 @@ func TestLoadDefaults(t *testing.T) {
 		}},
 		Unrouted:   "drop",
 		Checkpoint: Checkpoint{Bucket: "bridge_checkpoints", Interval: time.Second, Replicas: 1},
+		Schemas:    Schemas{Bucket: "bridge_schemas", Replicas: 1},
 		Shutdown:   Shutdown{Timeout: 5 * time.Second},
 		Log:        Log{Level: "info", Format: "auto"},
 		Telemetry:  defaultTelemetry,
@@ -491,7 +493,7 @@ func TestLoadUnknownKeys(t *testing.T) {
 		name, doc, want string
 	}{
 		{"top level", withBase(t, "nmae: x\n"),
-			"nmae: unknown key (known: checkpoint, config, data_dir, http, log, name, nats, routes, serve, shutdown, sinks, sources, telemetry, unrouted)"},
+			"nmae: unknown key (known: checkpoint, config, data_dir, http, log, name, nats, routes, schemas, serve, shutdown, sinks, sources, telemetry, unrouted)"},
 		{"nested struct", withBase(t, "nats: { embedded: { hots: x } }\n"),
 			"nats.embedded.hots: unknown key (known: host, port, store_dir, sync_always)"},
 		{"source map value", withBase(t, "sources: { shop: { dsn: x } }\n"),
@@ -501,7 +503,7 @@ func TestLoadUnknownKeys(t *testing.T) {
 		{"list element", withBase(t, "routes: [{ sinks: [main], match: { tabels: [public.x] } }]\n"),
 			"routes[0].match.tabels: unknown key (known: ops, sources, tables)"},
 		{"keys are case-sensitive", withBase(t, "Name: x\n"),
-			"Name: unknown key (known: checkpoint, config, data_dir, http, log, name, nats, routes, serve, shutdown, sinks, sources, telemetry, unrouted)"},
+			"Name: unknown key (known: checkpoint, config, data_dir, http, log, name, nats, routes, schemas, serve, shutdown, sinks, sources, telemetry, unrouted)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -558,7 +560,7 @@ func TestLoadAllErrorsAtOnce(t *testing.T) {
 	_, err := Load("testdata/invalid.yaml", environ())
 	want := []string{ // in the order of the file
 		`name: must match ^[A-Za-z0-9_-]+$, got "my bridge"`,
-		`nmae: unknown key (known: checkpoint, config, data_dir, http, log, name, nats, routes, serve, shutdown, sinks, sources, telemetry, unrouted)`,
+		`nmae: unknown key (known: checkpoint, config, data_dir, http, log, name, nats, routes, schemas, serve, shutdown, sinks, sources, telemetry, unrouted)`,
 		`nats.embedded.port: expected an integer, got a string`,
 		`sources.shop.type: must be set`,
 		`sources.shop.dsn: environment variable PG_DSN is not set (use ${PG_DSN:-default} for a default)`,
@@ -569,7 +571,7 @@ func TestLoadAllErrorsAtOnce(t *testing.T) {
 		`sinks.main.batch.max_wait: must be > 0, got 0s`,
 		`sinks.main.retry.initial: must be <= retry.max (1s), got 1m0s`,
 		`routes[0].match.tabels: unknown key (known: ops, sources, tables)`,
-		`routes[0].match.ops[0]: unknown op "upsert" (known: insert, update, delete, truncate, message, read, control)`,
+		`routes[0].match.ops[0]: unknown op "upsert" (known: insert, update, delete, truncate, message, read, control, schema, ddl)`,
 		`routes[1].sinks[0]: no sink named "mian" (defined: main)`,
 		`routes[1].subject: template: subject:1: unclosed action`,
 		`unrouted: must be one of drop, error, got "sometimes"`,

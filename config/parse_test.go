@@ -93,7 +93,7 @@ func TestSyntaxAccepted(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			_, err := loadYAML(t, doc)
 			if name == "anchor and merge" { // parses; the extra key is then unknown
-				assert.Equal(t, []string{"x-retry: unknown key (known: checkpoint, config, data_dir, http, log, name, nats, routes, serve, shutdown, sinks, sources, telemetry, unrouted)"}, problems(t, err))
+				assert.Equal(t, []string{"x-retry: unknown key (known: checkpoint, config, data_dir, http, log, name, nats, routes, schemas, serve, shutdown, sinks, sources, telemetry, unrouted)"}, problems(t, err))
 				return
 			}
 			require.NoError(t, err)

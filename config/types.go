@@ -35,6 +35,9 @@ type Config struct {
 	Unrouted string `koanf:"unrouted"`
 	// Checkpoint configures the KV checkpoint store.
 	Checkpoint Checkpoint `koanf:"checkpoint"`
+	// Schemas configures the schema registry and schema change events
+	// (docs/schemas.md).
+	Schemas Schemas `koanf:"schemas"`
 	// Shutdown bounds each goodbye on SIGTERM. Default 5s.
 	Shutdown Shutdown `koanf:"shutdown"`
 	// Log configures logging.
@@ -249,8 +252,28 @@ type Route struct {
 	// Default "cdc.{{.Source}}.{{.Schema}}.{{.Table}}"; logical messages
 	// render with Schema "_message" and Table their prefix.
 	Subject string `koanf:"subject"`
+	// SchemaSubject is the subject of the schema change events and DDL
+	// events of the tables the route takes (schemas.enabled, schemas.ddl;
+	// docs/schemas.md), a Go template over .Source .Schema .Table and .Op
+	// ("schema" or "ddl"; .Table "_" for a DDL command on no table); row
+	// values render as "_". Default: the route's subject rendered so, which
+	// puts each event on its table's subject, in order with its changes.
+	SchemaSubject string `koanf:"schema_subject"`
+	// OnSchemaChange says what a breaking change of the shape of a table
+	// the route carries does (a column dropped or retyped, the key changed;
+	// schemas.enabled; docs/schemas.md): "continue" (the default) publishes
+	// the event and goes on; "pause" pauses the source before the
+	// transaction of the first change under the new shape, with the reason
+	// recorded, until the operator resumes it (bridge resume), which lets
+	// that version through.
+	OnSchemaChange string `koanf:"on_schema_change"`
 	// Format of the payload: native, debezium or cloudevents. Default "native".
 	Format string `koanf:"format"`
+	// Debezium sets what the debezium format adds to Debezium's default
+	// change event value (docs/formats.md#debezium): Kafka Connect's
+	// schemas.enable=true envelope, the message key, tombstones. Only with
+	// format: debezium.
+	Debezium DebeziumFormat `koanf:"debezium"`
 	// Filter is a CEL expression over the change as committed (variables
 	// op, schema, table, source, before, after, key, commit_time, xid),
 	// e.g. `op != "delete" && after.status in ["paid", "shipped"]`. The
@@ -314,6 +337,31 @@ type WASM struct {
 // Set reports whether w names a module (any key set).
 func (w WASM) Set() bool { return w != WASM{} }
 
+// DebeziumFormat are the options of a route's debezium format.
+type DebeziumFormat struct {
+	// SchemasEnable writes each value as Kafka Connect's JSON converter
+	// does with schemas.enable=true: {"schema": {...}, "payload": {...}},
+	// the schema describing the payload, its before and after built from
+	// the columns of the table's version in the schema registry (the
+	// change's shape), as Debezium Server's JSON format writes it unless
+	// debezium.format.value.schemas.enable=false. Default false: the bare
+	// payload.
+	SchemasEnable bool `koanf:"schemas_enable"`
+	// Key publishes Debezium's message key (the key columns, as Debezium's
+	// key struct; with schemas_enable, in the schema envelope too):
+	// "none" (the default; Debezium Server's NATS JetStream sink publishes
+	// the value only, on the subject its destination names) or "header":
+	// in the Debezium-Key header of each message, JSON.
+	Key string `koanf:"key"`
+	// TombstonesOnDelete follows each delete with a tombstone, as
+	// Debezium's tombstones.on.delete does on Kafka: a message with an
+	// empty payload on the delete's subject (and its Debezium-Key header
+	// with key: header), for streams that keep the last message per
+	// subject. Default false (Debezium Server's NATS sinks drop
+	// tombstones).
+	TombstonesOnDelete bool `koanf:"tombstones_on_delete"`
+}
+
 // Columns chooses the columns a route publishes from some tables: one of
 // include and exclude.
 type Columns struct {
@@ -350,10 +398,32 @@ type Match struct {
 	Sources []string `koanf:"sources"`
 	// Tables as "schema.table" globs (path.Match syntax); empty means all.
 	Tables []string `koanf:"tables"`
-	// Ops: insert, update, delete, truncate, message, read, control; empty
-	// means all. A route listing control carries the bridge's control
+	// Ops: insert, update, delete, truncate, message, read, control,
+	// schema (schema change events), ddl (DDL events); empty means all. A route listing control carries the bridge's control
 	// messages (resync) for its sources; see docs/operations.md.
 	Ops []string `koanf:"ops"`
+}
+
+// Schemas configures the schema registry: every shape of every table a
+// source streams, in a JetStream KV bucket, a schema change event before
+// the first change under each new shape, and the Bridge-Schema-Version
+// header on every row change.
+type Schemas struct {
+	// Enabled turns the registry, the events and the header on. Default
+	// false.
+	Enabled bool `koanf:"enabled"`
+	// Bucket is the registry's JetStream KV bucket. Default "bridge_schemas".
+	Bucket string `koanf:"bucket"`
+	// Replicas of the bucket when the bridge creates it. Default 1.
+	Replicas int `koanf:"replicas"`
+	// DDL publishes DDL events: the text of each DDL command, which the
+	// event trigger that `bridge setup ddl` installs writes into the WAL
+	// (a logical message with the prefix "bridge.ddl"), in WAL order at
+	// its own position, routed by the table it concerns like a schema
+	// change event (docs/schemas.md#ddl-events). Needs the trigger, not
+	// the registry (schemas.enabled). Default false: those messages are
+	// dropped.
+	DDL bool `koanf:"ddl"`
 }
 
 // Checkpoint configures the KV checkpoint store.

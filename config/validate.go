@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"path"
@@ -17,10 +18,12 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
 // Accepted values of the enumerated framework keys.
 var (
-	unroutedValues  = []string{"drop", "error"}
-	opValues        = []string{"insert", "update", "delete", "truncate", "message", "read", "control"}
-	logLevelValues  = []string{"debug", "info", "warn", "error"}
-	logFormatValues = []string{"auto", "text", "json"}
+	unroutedValues       = []string{"drop", "error"}
+	onSchemaChangeValues = []string{"continue", "pause"}
+	debeziumKeyValues    = []string{"none", "header"}
+	opValues             = []string{"insert", "update", "delete", "truncate", "message", "read", "control", "schema", "ddl"}
+	logLevelValues       = []string{"debug", "info", "warn", "error"}
+	logFormatValues      = []string{"auto", "text", "json"}
 )
 
 // kvKeyRE is the syntax of a JetStream KV key.
@@ -121,6 +124,19 @@ func (c *Config) validate(known Errors) Errors {
 	if r := c.Checkpoint.Replicas; r < 1 || r > maxReplicas {
 		add("checkpoint.replicas", "must be between 1 and %d, got %d", maxReplicas, r)
 	}
+	if c.Schemas.Enabled || c.Schemas.Bucket != "" {
+		switch {
+		case c.Schemas.Bucket == "":
+			add("schemas.bucket", "must be set")
+		case !nameRE.MatchString(c.Schemas.Bucket):
+			add("schemas.bucket", "must match %s, got %q", nameRE, c.Schemas.Bucket)
+		case c.Schemas.Bucket == c.Checkpoint.Bucket:
+			add("schemas.bucket", "must differ from checkpoint.bucket (%q)", c.Checkpoint.Bucket)
+		}
+		if r := c.Schemas.Replicas; r < 1 || r > maxReplicas {
+			add("schemas.replicas", "must be between 1 and %d, got %d", maxReplicas, r)
+		}
+	}
 	c.NATS.validate(add)
 
 	c.HTTP.validate(add)
@@ -162,6 +178,17 @@ func (c *Config) validate(known Errors) Errors {
 	named := map[string]int{}
 	for i, r := range c.Routes {
 		p := indexPath("routes", i)
+		if r.OnSchemaChange != "" {
+			checkOneOf(add, p+".on_schema_change", r.OnSchemaChange, onSchemaChangeValues)
+		}
+		if d := r.Debezium; d != (DebeziumFormat{}) {
+			if r.Format != "debezium" {
+				add(p+".debezium", "applies to format: debezium only, and the route's format is %q", cmp.Or(r.Format, "native"))
+			}
+			if d.Key != "" {
+				checkOneOf(add, p+".debezium.key", d.Key, debeziumKeyValues)
+			}
+		}
 		switch {
 		case r.Name == "" && r.Continue:
 			add(p+".name", "must be set with continue: true: the name tells this route's messages from the other routes' of the same change (e.g. name: %s)", suggestRouteName(r))

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/bridge/checkpoint"
 	"github.com/bridgecdc/bridge/bridge/pipeline"
 	"github.com/bridgecdc/bridge/bridge/retry"
@@ -205,6 +206,7 @@ func (a *App) newSourceFrom(cfg *config.Config, name string) (sources.Source, er
 		env.MessagePrefixes = []string{a.ctxPrefix}
 	}
 	env.MessagePrefixes = append(env.MessagePrefixes, sources.SnapshotPrefix) // snapshot watermarks
+	env.MessagePrefixes = append(env.MessagePrefixes, cdc.DDLPrefix)          // DDL events (bridge setup ddl)
 	return p.New(cfg.Decoder(path, sc.Config), env)
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/bridgecdc/bridge/bridge/pgslot"
 	"github.com/bridgecdc/bridge/bridge/pipeline"
 	"github.com/bridgecdc/bridge/bridge/route"
+	"github.com/bridgecdc/bridge/bridge/schema"
 	"github.com/bridgecdc/bridge/bridge/snapshot"
 	"github.com/bridgecdc/bridge/bridge/telemetry"
 	"github.com/bridgecdc/bridge/config"
@@ -87,9 +88,10 @@ func fingerprint(cfg *config.Config, source string) string {
 		Source     config.Plugin
 		Sinks      map[string]config.Sink
 		Checkpoint config.Checkpoint
+		Schemas    config.Schemas
 		Shutdown   config.Shutdown
 		Metrics    config.Metrics
-	}{cfg.Sources[source], sk, cfg.Checkpoint, cfg.Shutdown, cfg.Telemetry.Metrics})
+	}{cfg.Sources[source], sk, cfg.Checkpoint, cfg.Schemas, cfg.Shutdown, cfg.Telemetry.Metrics})
 	return string(b)
 }
 
@@ -130,13 +132,20 @@ func (a *App) buildRunner(ctx context.Context, cfg *config.Config, rev, srcName 
 	if a.tp != nil {
 		tracer = a.tp.Tracer(telemetry.Instrumentation, trace.WithInstrumentationVersion(buildinfo.String()))
 	}
+	var reg *schema.Registry
+	if cfg.Schemas.Enabled {
+		if reg, err = schema.Open(ctx, a.js, cfg.Schemas.Bucket, cfg.Schemas.Replicas); err != nil {
+			r.closeSinks(a)
+			return nil, fmt.Errorf("schemas.bucket: %w", err)
+		}
+	}
 	r.pipe = a.metrics.NewPipe(srcName, used, tracer, a.ctxPrefix, r.gauge, log)
 	r.p = pipeline.New(pipeline.Config{
 		Bridge: cfg.Name, Source: srcName,
 		NewSource: func() (sources.Source, error) { return a.newSourceFrom(cfg, srcName) },
 		Sinks:     ps, Router: router, ConfigRev: rev, Store: a.store,
 		Interval: cfg.Checkpoint.Interval, ConfirmDelay: cfg.Checkpoint.ConfirmDelay, Shutdown: cfg.Shutdown.Timeout,
-		Run: a.run, Snapshots: snap, Slot: r.gauge, Observer: r.pipe, Log: log,
+		Run: a.run, Snapshots: snap, Schemas: reg, Slot: r.gauge, Observer: r.pipe, Log: log,
 		Lease: a.lease(srcName), OwnerTimeout: cfg.Checkpoint.OwnerTimeout,
 	})
 	return r, nil

@@ -16,6 +16,7 @@ import (
 	"github.com/bridgecdc/bridge/bridge/pgslot"
 	"github.com/bridgecdc/bridge/bridge/retry"
 	"github.com/bridgecdc/bridge/bridge/route"
+	"github.com/bridgecdc/bridge/bridge/schema"
 	"github.com/bridgecdc/bridge/bridge/snapshot"
 	"github.com/bridgecdc/bridge/config"
 	"github.com/bridgecdc/bridge/sinks"
@@ -53,6 +54,8 @@ type Config struct {
 	// Snapshots is the source's snapshot runtime; nil when it cannot
 	// snapshot.
 	Snapshots *snapshot.Manager
+	// Schemas is the schema registry (config schemas); nil when off.
+	Schemas *schema.Registry
 	// Slot is the slot poller's gauge, read to stop a run whose slot was
 	// lost; nil when nothing polls the slot.
 	Slot *pgslot.Gauge
@@ -136,6 +139,11 @@ type Pipeline struct {
 
 	snap *snapshot.Manager // nil when the source cannot snapshot
 
+	// schemas is the schema registry (nil: schemas off); trk follows the
+	// tables' shapes during one run, read by its reader goroutine only.
+	schemas *schema.Registry
+	trk     *schema.Tracker
+
 	// The router in effect and the one to take at the next transaction
 	// boundary (SetRouter); see ops.go for the operator's controls.
 	cur, pending atomic.Pointer[routerRev]
@@ -148,7 +156,7 @@ func New(cfg Config) *Pipeline {
 		bridge: cfg.Bridge, source: cfg.Source, newSource: cfg.NewSource,
 		store: cfg.Store, key: checkpoint.Key(cfg.Bridge, cfg.Source), ctlKey: checkpoint.ControlKey(cfg.Bridge, cfg.Source), interval: cfg.Interval,
 		shutdown: cfg.Shutdown, confirmDelay: cfg.ConfirmDelay, log: cfg.Log, run: cfg.Run,
-		obs: cfg.Observer, slot: cfg.Slot, snap: cfg.Snapshots,
+		obs: cfg.Observer, slot: cfg.Slot, snap: cfg.Snapshots, schemas: cfg.Schemas,
 		owner: owner{lease: cfg.Lease, timeout: cfg.OwnerTimeout, key: checkpoint.OwnerKey(cfg.Bridge, cfg.Source)},
 	}
 	if p.obs == nil {
@@ -351,6 +359,12 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 	}
 	p.ckptLSN.Store(uint64(st.LSN))
 	producer := p.bridge + "." + p.source + "." + st.Epoch
+	p.trk = nil
+	if p.schemas != nil {
+		// A new run replays from the checkpoint: the tracker starts afresh
+		// from the registry (schema.Tracker).
+		p.trk = schema.NewTracker(p.schemas, p.source)
+	}
 
 	// Sinks: connect, then learn what they already hold past the checkpoint.
 	skip := make([]map[cdc.Pos]struct{}, len(p.sinks))
@@ -522,6 +536,15 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 			if err == nil {
 				rr := p.takeRouter() // a new router applies from this transaction on
 				err = p.route(rctx, rr, t, producer, emit)
+				if errors.Is(err, errHeld) {
+					// Paused before t for a breaking schema change
+					// (schema.go): end here, as at a boundary; t is read
+					// again when the source is resumed.
+					if err = handOver(); err == nil {
+						atBoundary.Store(true)
+						return
+					}
+				}
 				if err == nil && (buf == nil || buf.Buffered() == 0) {
 					err = handOver()
 				}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
 )
@@ -20,6 +21,13 @@ type txnItem struct {
 	dests   [][]int // per change: sink indexes
 	last    bool    // the transaction's last part
 	rev     string  // the configuration revision of the router that routed it
+}
+
+// preEvents are the schema change events to publish before a change, and
+// their sinks.
+type preEvents struct {
+	changes []cdc.Change
+	dests   [][]int
 }
 
 // chunk bounds the changes of a large transaction held at once, and the
@@ -54,6 +62,7 @@ func (p *Pipeline) route(ctx context.Context, rr *routerRev, t *cdc.Txn, produce
 		defer context.AfterFunc(ctx, func() { t.Rest.Close() })()
 	}
 	fan := rr.r.Fanout()
+	trk := p.trk
 	send := func(it *txnItem) error {
 		if fan {
 			groupByDest(it)
@@ -86,6 +95,11 @@ func (p *Pipeline) route(ctx context.Context, rr *routerRev, t *cdc.Txn, produce
 		for i := range cs {
 			c := &cs[i]
 			c.Producer = producer
+			evs, eds, err := p.schemaStep(ctx, trk, rr, c)
+			if err != nil {
+				return err
+			}
+			it.changes, it.dests = append(it.changes, evs...), append(it.dests, eds...)
 			if fan {
 				if err := each(c); err != nil {
 					return err
@@ -113,6 +127,11 @@ func (p *Pipeline) route(ctx context.Context, rr *routerRev, t *cdc.Txn, produce
 			it.changes, it.dests = make([]cdc.Change, 0, len(cs)), make([][]int, 0, len(cs))
 			for i := range cs {
 				cs[i].Producer = producer
+				evs, eds, err := p.schemaStep(ctx, trk, rr, &cs[i])
+				if err != nil {
+					return false, err
+				}
+				it.changes, it.dests = append(it.changes, evs...), append(it.dests, eds...)
 				if err := each(&cs[i]); err != nil {
 					return false, err
 				}
@@ -121,9 +140,21 @@ func (p *Pipeline) route(ctx context.Context, rr *routerRev, t *cdc.Txn, produce
 		}
 		ds := make([][]int, len(cs))
 		all := true
+		var pre map[int]preEvents // schema change events to publish before cs[i]
 		for i := range cs {
 			c := &cs[i]
 			c.Producer = producer
+			evs, eds, err := p.schemaStep(ctx, trk, rr, c)
+			if err != nil {
+				return false, err
+			}
+			if len(evs) > 0 {
+				if pre == nil {
+					pre = map[int]preEvents{}
+				}
+				pre[i] = preEvents{evs, eds}
+				all = false
+			}
 			dests, ok, err := rr.r.Route(c)
 			if err != nil {
 				return false, fatal{err}
@@ -138,8 +169,16 @@ func (p *Pipeline) route(ctx context.Context, rr *routerRev, t *cdc.Txn, produce
 			it.changes, it.dests = cs[:len(cs):len(cs)], ds
 			return false, nil
 		}
-		it.changes, it.dests = make([]cdc.Change, 0, len(cs)), ds[:0]
+		if pre != nil {
+			it.changes, it.dests = make([]cdc.Change, 0, len(cs)+len(pre)), make([][]int, 0, len(cs)+len(pre))
+		} else {
+			it.changes, it.dests = make([]cdc.Change, 0, len(cs)), ds[:0]
+		}
 		for i := range cs {
+			if e, ok := pre[i]; ok {
+				it.changes = append(it.changes, e.changes...)
+				it.dests = append(it.dests, e.dests...)
+			}
 			if ds[i] != nil {
 				it.changes = append(it.changes, cs[i])
 				it.dests = append(it.dests, ds[i])
@@ -227,12 +266,20 @@ func (p *Pipeline) route(ctx context.Context, rr *routerRev, t *cdc.Txn, produce
 // the order the destinations first appear), keeping each destination's
 // changes in commit order: a transaction a route publishes whole stays
 // contiguous for a sink that publishes transactions atomically, instead of
-// interleaving with another route's copies of it.
+// interleaving with another route's copies of it. A route's schema change
+// events (Dest "<name>~schema") and tombstones ("<name>~tombstone") stay
+// with its changes, before or after the change each goes with.
 func groupByDest(it *txnItem) {
+	group := func(c *cdc.Change) string {
+		if i := strings.IndexByte(c.Dest, '~'); i >= 0 { // route names hold no '~'
+			return c.Dest[:i]
+		}
+		return c.Dest
+	}
 	var order []string
 	seen := map[string]bool{}
 	for i := range it.changes {
-		if d := it.changes[i].Dest; !seen[d] {
+		if d := group(&it.changes[i]); !seen[d] {
 			seen[d] = true
 			order = append(order, d)
 		}
@@ -244,7 +291,7 @@ func groupByDest(it *txnItem) {
 	ds := make([][]int, 0, len(it.dests))
 	for _, d := range order {
 		for i := range it.changes {
-			if it.changes[i].Dest == d {
+			if group(&it.changes[i]) == d {
 				cs = append(cs, it.changes[i])
 				ds = append(ds, it.dests[i])
 			}

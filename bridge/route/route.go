@@ -34,9 +34,18 @@ type route struct {
 	ops     []cdc.Op
 	sinks   []int // indexes into the pipeline's sinks
 	subject *template.Template
-	encode  format.Encoder
-	format  string
-	shape   *shaper // filter, columns, mask, transform; nil when none
+	// schemaSubject is the subject of schema change events (schema_subject);
+	// nil: subject.
+	schemaSubject *template.Template
+	onSchema      string // on_schema_change: "" (continue) or "pause"
+	encode        format.Encoder
+	format        string
+	shape         *shaper // filter, columns, mask, transform; nil when none
+
+	// deb holds the debezium format's options (nil for another format);
+	// debKey encodes the Debezium-Key header (debezium.key: header).
+	deb    *format.DebeziumOptions
+	debKey func(dst []byte, c *cdc.Change) ([]byte, bool)
 
 	perRow bool     // the template reads .Key, .Col or .Out: no cache
 	cols   []string // the columns the template reads as {{.Col.x}}
@@ -91,6 +100,8 @@ type Router struct {
 	// contextPrefix is the prefix of trace context messages, consumed
 	// rather than published; "" when tracing is off.
 	contextPrefix string
+	// ddl: DDL events are published (schemas.ddl; DDLDests).
+	ddl bool
 }
 
 // New compiles cfg's routes. sinkIndex maps sink names to the indexes
@@ -127,14 +138,14 @@ func NewFor(cfg *config.Config, source string, sinkIndex map[string]int, context
 	for _, f := range opts {
 		f(&o)
 	}
-	r := &Router{unrouted: cfg.Unrouted, contextPrefix: contextPrefix}
+	r := &Router{unrouted: cfg.Unrouted, contextPrefix: contextPrefix, ddl: cfg.Schemas.DDL}
 	var errs []error
 	for i, rc := range cfg.Routes {
 		if source != "" && len(rc.Match.Sources) > 0 && !slices.Contains(rc.Match.Sources, source) {
 			continue
 		}
 		p := fmt.Sprintf("routes[%d]", i)
-		rt := &route{idx: i, name: rc.Name, cont: rc.Continue, sources: rc.Match.Sources, tables: rc.Match.Tables, cache: map[subjectKey]string{}}
+		rt := &route{idx: i, name: rc.Name, cont: rc.Continue, sources: rc.Match.Sources, tables: rc.Match.Tables, cache: map[subjectKey]string{}, onSchema: rc.OnSchemaChange}
 		r.fanout = r.fanout || rc.Continue
 		for _, op := range rc.Match.Ops {
 			rt.ops = append(rt.ops, cdc.Op(op))
@@ -156,6 +167,16 @@ func NewFor(cfg *config.Config, source string, sinkIndex map[string]int, context
 			errs = append(errs, &config.FieldError{Path: p + ".format", Msg: fmt.Sprintf("unknown format %q (known: %s)", f, strings.Join(format.Names(), ", "))})
 		}
 		rt.encode, rt.format = enc, f
+		if f == "debezium" {
+			o := format.DebeziumOptions{SchemasEnable: rc.Debezium.SchemasEnable, Key: rc.Debezium.Key == "header",
+				Tombstones: rc.Debezium.TombstonesOnDelete}
+			rt.deb, rt.encode = &o, format.DebeziumEncoder(o)
+			if o.Key {
+				rt.debKey = format.DebeziumKeyEncoder(o.SchemasEnable)
+			}
+			// A tombstone is a second message of the delete: Each publishes it.
+			r.fanout = r.fanout || o.Tombstones
+		}
 		subj := rc.Subject
 		if subj == "" {
 			subj = "cdc.{{.Source}}.{{.Schema}}.{{.Table}}"
@@ -181,6 +202,16 @@ func NewFor(cfg *config.Config, source string, sinkIndex map[string]int, context
 				errs = append(errs, &config.FieldError{Path: p + ".subject", Msg: fmt.Sprintf(
 					"reads {{.Out.%s}}, the result of a transform, but the route has none; set transform, or read the row with {{.Col.%s}}", rt.outs[0], rt.outs[0])})
 			}
+		}
+		if rc.SchemaSubject != "" {
+			st, err := template.New(p + ".schema_subject").Option("missingkey=zero").Parse(rc.SchemaSubject)
+			if err == nil {
+				_, err = render(st, SubjectData{Source: "src", Schema: "public", Table: "t", Op: string(cdc.OpSchema), Prefix: "_"})
+			}
+			if err != nil {
+				errs = append(errs, &config.FieldError{Path: p + ".schema_subject", Msg: err.Error()})
+			}
+			rt.schemaSubject = st
 		}
 		sh, serrs := newShaper(i, rc, rt.cols, o)
 		errs = append(errs, serrs...)
@@ -401,6 +432,11 @@ func (r *Router) Each(c *cdc.Change, emit func(d *cdc.Change, sinks []int) error
 		if err := emit(&d, sinks); err != nil {
 			return n, err
 		}
+		if rt.deb != nil && rt.deb.Tombstones && d.Op == cdc.OpDelete {
+			if err := emit(tombstone(&d, rt.name), sinks); err != nil {
+				return n, err
+			}
+		}
 		if !rt.cont {
 			break
 		}
@@ -423,6 +459,9 @@ func (r *Router) take(c *cdc.Change, i int, filtered *bool) (rt *route, rs *relS
 	}
 	if r.isContext(c) && !slices.Contains(rt.ops, cdc.OpMessage) {
 		return rt, nil, false, true, nil // consumed: trace context only
+	}
+	if IsDDLMessage(c) {
+		return rt, nil, false, true, nil // consumed: published as a DDL event, or not at all (DDLDests)
 	}
 	if rt.shape == nil {
 		c.Dest = rt.name
@@ -478,7 +517,7 @@ func (rt *route) native(c *cdc.Change) []byte {
 // unroutedErr is the error for c when no route took it: one when the
 // policy is unrouted: error and no filter rejected it.
 func (r *Router) unroutedErr(c *cdc.Change, filtered bool) error {
-	if r.unrouted == "error" && !r.isContext(c) && !filtered {
+	if r.unrouted == "error" && !r.isContext(c) && !IsDDLMessage(c) && !filtered {
 		return fmt.Errorf("no route matches %s %s.%s (unrouted: error); add a route or set unrouted: drop", c.Op, c.Schema, c.Table)
 	}
 	return nil
@@ -542,6 +581,9 @@ func (rt *route) publish(c *cdc.Change, rs *relShape) ([]int, bool, error) {
 		return nil, false, err
 	}
 	c.Subject = subj
+	if rt.debKey != nil {
+		rt.setDebeziumKey(c)
+	}
 	switch {
 	case body == nil:
 		h := min(rt.hint.Load(), maxHint) // a large row must not inflate the small ones after it

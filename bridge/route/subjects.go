@@ -66,6 +66,25 @@ func SubjectPatterns(cfg *config.Config) []Patterns {
 					subs = append(subs, s)
 				}
 			}
+			// Schema change events on a subject of their own (SchemaDests).
+			if st := schemaTemplate(cfg, rc); st != nil {
+				for _, d := range dataVariants(rc, src) {
+					d.Op = string(cdc.OpSchema)
+					if s, ok := pattern(st, d, nil, nil, "_"); ok && !slices.Contains(subs, s) {
+						subs = append(subs, s)
+					}
+				}
+			}
+			// DDL events on schema_subject, with .Op "ddl" (DDLDests); on
+			// the route's subject, they render as its changes do.
+			if st := ddlTemplate(cfg, rc); st != nil {
+				for _, d := range dataVariants(rc, src) {
+					d.Op = string(cdc.OpDDL)
+					if s, ok := pattern(st, d, nil, nil, "_"); ok && !slices.Contains(subs, s) {
+						subs = append(subs, s)
+					}
+				}
+			}
 			sort.Strings(subs)
 			if len(subs) > 0 {
 				p.Data[src] = subs
@@ -112,6 +131,19 @@ func SubjectPatterns(cfg *config.Config) []Patterns {
 		}
 	}
 	return out
+}
+
+// schemaTemplate returns rc's schema_subject when rc carries schema change
+// events on it (schemas on, its ops empty or listing schema); nil when not.
+func schemaTemplate(cfg *config.Config, rc config.Route) *template.Template {
+	if !cfg.Schemas.Enabled || rc.SchemaSubject == "" || (len(rc.Match.Ops) > 0 && !slices.Contains(rc.Match.Ops, string(cdc.OpSchema))) {
+		return nil
+	}
+	t, err := template.New("").Option("missingkey=zero").Parse(rc.SchemaSubject)
+	if err != nil {
+		return nil
+	}
+	return t
 }
 
 // subjectOf returns rc's subject template, or the default one.

@@ -116,3 +116,42 @@ func TestCheckSubjects(t *testing.T) {
 	set.Filters = append(set.Filters, "cdc.crm._control.resync")
 	require.NoError(t, CheckSubjects(cfg, map[string]sinks.SubjectSet{"main": set}))
 }
+
+// TestCheckSubjectsSchemaSubject: a route's schema_subject must fall
+// within its sinks' streams too, when schemas are on.
+func TestCheckSubjectsSchemaSubject(t *testing.T) {
+	cfg := testConfig(config.Route{Sinks: []string{"main"}, Subject: "cdc.{{.Source}}.{{.Table}}", SchemaSubject: "schemas.{{.Source}}.{{.Table}}"})
+	cfg.Sources = map[string]config.Plugin{"shop": {}}
+	set := sinks.SubjectSet{Filters: []string{"cdc.shop.>"}, Of: `stream "CDC"`, Key: "subjects"}
+	require.NoError(t, CheckSubjects(cfg, map[string]sinks.SubjectSet{"main": set}), "schemas off: no events")
+	cfg.Schemas.Enabled = true
+	require.ErrorContains(t, CheckSubjects(cfg, map[string]sinks.SubjectSet{"main": set}), "schemas.shop.*")
+	set.Filters = append(set.Filters, "schemas.>")
+	require.NoError(t, CheckSubjects(cfg, map[string]sinks.SubjectSet{"main": set}))
+	cfg.Routes[0].Match.Ops = []string{"insert"}
+	set.Filters = []string{"cdc.shop.>"}
+	require.NoError(t, CheckSubjects(cfg, map[string]sinks.SubjectSet{"main": set}), "a route whose ops leave schema out carries no events")
+}
+
+// TestSchemaDests: which routes carry a table's schema change events.
+func TestSchemaDests(t *testing.T) {
+	cfg := testConfig(
+		config.Route{Name: "a", Continue: true, Match: config.Match{Tables: []string{"public.orders"}}, Sinks: []string{"main"}, SchemaSubject: "schemas.{{.Schema}}.{{.Table}}.{{.Op}}"},
+		config.Route{Name: "b", Match: config.Match{Ops: []string{"insert"}}, Sinks: []string{"main"}},
+		config.Route{Name: "c", Filter: `op == "delete"`, Sinks: []string{"other"}, Subject: "x.{{.Col.tenant}}.{{.Table}}", OnSchemaChange: "pause"},
+		config.Route{Name: "d", Sinks: []string{"main"}},
+		config.Route{Name: "e", Sinks: []string{"main"}},
+	)
+	r, err := New(cfg, map[string]int{"main": 0, "other": 1}, "")
+	require.NoError(t, err)
+	ds, err := r.SchemaDests("shop", "public", "orders", "~schema")
+	require.NoError(t, err)
+	require.Equal(t, []SchemaDest{
+		{Sinks: []int{0}, Subject: "schemas.public.orders.schema", Dest: "a~schema", Route: "routes[0]"},
+		{Sinks: []int{1}, Subject: "x._.orders", Dest: "c~schema", Route: "routes[2]", Hold: true}, // its filter passes other changes on: d sees them
+		{Sinks: []int{0}, Subject: "cdc.shop.public.orders", Dest: "d~schema", Route: "routes[3]"}, // takes every change: e sees none
+	}, ds)
+	ds, err = r.SchemaDests("shop", "public", "users", "~schema")
+	require.NoError(t, err)
+	require.Equal(t, []string{"c~schema", "d~schema"}, []string{ds[0].Dest, ds[1].Dest})
+}

@@ -1,0 +1,72 @@
+package route
+
+import (
+	"fmt"
+
+	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/bridge/format"
+)
+
+// SchemaDest is one copy of a schema change event: the sinks it goes to,
+// its subject, and the destination that ends its message id.
+type SchemaDest struct {
+	Sinks   []int
+	Subject string
+	// Dest is "<route name>~schema", or "~schema" for an unnamed route
+	// (schema.Dest).
+	Dest string
+	// Hold: the route's on_schema_change is pause; Route its YAML path.
+	Hold  bool
+	Route string
+	// Debezium is the route's debezium options when its format is
+	// debezium (the event in Debezium's shape), else nil.
+	Debezium *format.DebeziumOptions
+}
+
+// SchemaDests returns where the schema change event of source's table
+// schema.table goes: a copy for every route that can see a change of the
+// table and carries events (its match takes the table, by sources and
+// tables, and its ops are empty or list schema), in config order, up to
+// the first route without continue, ops or filter that takes the table
+// (it takes every change of the table: the routes after it see none).
+// Filters and shaping do not apply to events. Each copy is on the route's
+// schema_subject (default: its subject), rendered with Op "schema" and row
+// values "_". destSuffix is schema.Dest.
+func (r *Router) SchemaDests(source, schema, table, destSuffix string) ([]SchemaDest, error) {
+	probe := &cdc.Change{Source: source, Schema: schema, Table: table, Op: cdc.OpSchema}
+	var out []SchemaDest
+	for _, rt := range r.routes {
+		if !rt.matches(probe) {
+			continue
+		}
+		d := SubjectData{Source: Token(source), Schema: Token(schema), Table: Token(table), Op: string(cdc.OpSchema),
+			Prefix: "_", Key: map[string]string{}, Col: map[string]string{}}
+		tmpl := rt.subject
+		if rt.schemaSubject != nil {
+			tmpl = rt.schemaSubject
+		} else {
+			for _, v := range rt.cols {
+				d.Col[v] = "_"
+			}
+			for _, v := range rt.keys {
+				d.Key[v] = "_"
+			}
+			if len(rt.outs) > 0 {
+				d.Out = map[string]string{}
+				for _, v := range rt.outs {
+					d.Out[v] = "_"
+				}
+			}
+		}
+		subj, err := render(tmpl, d)
+		if err != nil {
+			return nil, fmt.Errorf("routes[%d].schema_subject for %s.%s: %w", rt.idx, schema, table, err)
+		}
+		out = append(out, SchemaDest{Sinks: rt.sinks, Subject: subj, Dest: rt.name + destSuffix,
+			Hold: rt.onSchema == "pause", Route: fmt.Sprintf("routes[%d]", rt.idx), Debezium: rt.deb})
+		if !rt.cont && (rt.shape == nil || rt.shape.filter == "") && len(rt.ops) == 0 {
+			break // takes every change of the table: no route after it sees any
+		}
+	}
+	return out, nil
+}
