@@ -14,6 +14,7 @@ import (
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/examples/plugins/exampleplugins"
 	"github.com/bridgecdc/bridge/sinks"
 	"github.com/bridgecdc/bridge/sinks/pluginsink"
 	"github.com/bridgecdc/bridge/sinks/sinktest"
@@ -281,4 +282,34 @@ func TestCrashLoop(t *testing.T) {
 	require.Contains(t, err.Error(), "bridge plugin test")
 	require.NotContains(t, err.Error(), "\n")
 	require.Less(t, time.Since(start), 20*time.Second)
+}
+
+// TestLargeWrite: a batch past gRPC's default 4 MiB message limit (one
+// change of 6 MiB, and 1000 changes of 8 KiB) reaches the plugin, whatever
+// its language.
+func TestLargeWrite(t *testing.T) {
+	for _, lang := range append([]string{"self"}, exampleplugins.Languages...) {
+		t.Run(lang, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "out.jsonl")
+			raw := block(t, "filesink", nil, map[string]any{"path": path})
+			if lang != "self" {
+				exe, err := exampleplugins.Build(lang)
+				require.NoError(t, err)
+				sum, err := pluginsink.FileSHA256(exe)
+				require.NoError(t, err)
+				raw["command"], raw["sha256"] = exe, sum
+			}
+			s, err := build(t, "large", raw)
+			require.NoError(t, err)
+			require.NoError(t, s.Connect(t.Context()))
+			all := sinktest.Changes(1001, "shop.main.e1")
+			all[0].Payload = []byte(`"` + strings.Repeat("x", 6<<20) + `"`)
+			for i := 1; i < len(all); i++ {
+				all[i].Payload = []byte(`"` + strings.Repeat("y", 8<<10) + `"`)
+			}
+			require.NoError(t, s.Write(t.Context(), all[:1]))
+			require.NoError(t, s.Write(t.Context(), all[1:]))
+			require.Equal(t, ids(all), fileIDs(t, path))
+		})
+	}
 }
