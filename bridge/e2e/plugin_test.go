@@ -172,6 +172,7 @@ func pluginKillMidStream(t *testing.T, lang string, dedupe bool) {
 	pluginKills, bridgeKills := 0, 0
 	p := startProc(t, bin, cfg)
 	logs = append(logs, p.out)
+	t.Cleanup(func() { p.kill9(t) }) // the last one, should the test stop early
 	waitSlotActive(t, e, "slot_plug")
 	// The writers commit until every kill is done, each kill in the
 	// middle of the stream: after the (restarted) bridge has delivered to
