@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bridgecdc/bridge/examples/plugins/exampleplugins"
 	"github.com/bridgecdc/bridge/examples/plugins/go-sink/filesink"
 	"github.com/bridgecdc/bridge/sinks/pluginsink/pluginv1"
 )
@@ -22,7 +23,9 @@ const modeEnv = "PLUGINSINK_TEST_MODE"
 func TestMain(m *testing.M) {
 	switch os.Getenv(modeEnv) {
 	case "":
-		os.Exit(m.Run())
+		code := m.Run()
+		exampleplugins.Cleanup()
+		os.Exit(code)
 	case "filesink":
 		s := filesink.New()
 		pluginv1.Serve(s, s)

@@ -3,7 +3,8 @@
 // with go build, the Python one with its build.sh (Debian's python3-grpcio
 // and python3-grpc-tools), the TypeScript one with its build.sh (Node and
 // the node_modules `npm ci` installed; scripts/deps.sh provides all of
-// them). Each is built once per process, into a temporary directory.
+// them). Each is built once per process, into a temporary directory that
+// Cleanup removes (a TestMain calls it after the tests).
 package exampleplugins
 
 import (
@@ -21,6 +22,7 @@ var Languages = []string{"go", "python", "typescript"}
 
 type built struct {
 	once sync.Once
+	dir  string
 	path string
 	err  error
 }
@@ -46,16 +48,29 @@ func Build(lang string) (string, error) {
 		builds[lang] = b
 	}
 	mu.Unlock()
-	b.once.Do(func() { b.path, b.err = build(lang) })
+	b.once.Do(func() {
+		b.dir, b.err = os.MkdirTemp("", "bridge-"+lang+"-sink-")
+		if b.err == nil {
+			b.path, b.err = build(lang, b.dir)
+		}
+	})
 	return b.path, b.err
 }
 
-func build(lang string) (string, error) {
-	root := Root()
-	dir, err := os.MkdirTemp("", "bridge-"+lang+"-sink-")
-	if err != nil {
-		return "", err
+// Cleanup removes what Build built.
+func Cleanup() {
+	mu.Lock()
+	defer mu.Unlock()
+	for lang, b := range builds {
+		if b.dir != "" {
+			_ = os.RemoveAll(b.dir)
+		}
+		delete(builds, lang)
 	}
+}
+
+func build(lang, dir string) (string, error) {
+	root := Root()
 	var cmd *exec.Cmd
 	var exe string
 	switch lang {
