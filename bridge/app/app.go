@@ -169,11 +169,18 @@ func (a *App) check(cfg *config.Config) error {
 		s, err := a.newSinkFrom(cfg, n, sinks.NATSEnv{})
 		if err != nil {
 			errs = append(errs, err)
-		} else if sl, ok := s.(sinks.SubjectLimiter); ok {
+			continue
+		}
+		if sl, ok := s.(sinks.SubjectLimiter); ok {
 			if set, ok := sl.AcceptedSubjects(); ok {
 				accepted[n] = set
 			}
 		}
+		// Throwaway: a sink that started something (a plugin's process)
+		// stops it again; one that did nothing has nothing to close.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = s.Close(ctx)
+		cancel()
 	}
 	if _, err := route.New(cfg, sinkIndex, ""); err != nil {
 		errs = append(errs, err)
