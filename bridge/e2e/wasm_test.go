@@ -93,6 +93,7 @@ func TestWASMKillMidStream(t *testing.T) {
 	kills := 0
 	var held uint64
 	var atKills []uint64 // what the stream held at each kill
+	lastStart := time.Now()
 	for writing := true; writing || kills < 3; {
 		if held < uint64(want) {
 			e.waitStored("CDC_wasm", int(held)+1, time.Minute)
@@ -102,6 +103,7 @@ func TestWASMKillMidStream(t *testing.T) {
 		held = e.storedCount("CDC_wasm")
 		atKills = append(atKills, held)
 		kills++
+		lastStart = time.Now()
 		p = startProc(t, bin, cfg)
 		select {
 		case err := <-done:
@@ -137,6 +139,16 @@ func TestWASMKillMidStream(t *testing.T) {
 		}
 	}
 	checkOrdered(t, ms)
+	// The last bridge may still be starting when everything was already
+	// stored (SIGTERM before its signal handler is set kills it outright):
+	// wait until it streams, from a walsender that started after it.
+	conn := e.pg.Conn(t, "")
+	require.Eventually(t, func() bool {
+		var n int
+		_ = conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots s JOIN pg_stat_activity a ON a.pid = s.active_pid
+			WHERE s.slot_name = 'slot_wasm' AND a.backend_start > $1`, lastStart).Scan(&n)
+		return n == 1
+	}, time.Minute, 50*time.Millisecond, "the last bridge never streamed")
 	p.term(t)
 }
 
