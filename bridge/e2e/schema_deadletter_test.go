@@ -92,6 +92,14 @@ func TestSchemaChangeDeadLetter(t *testing.T) {
 	require.Equal(t, 3.0, v)
 	v, _ = metricValue(fams, "bridge_schema_versions_total", map[string]string{"source": "app"})
 	require.Equal(t, 4.0, v, "h 1, 2, 3 and other 1")
+	// A restart remembers the hold before the table's next change.
+	r.stop(t)
+	r = e.startWith(cfg, app.WithConsoleInterval(250*time.Millisecond))
+	waitReady(t, r)
+	require.Eventually(t, func() bool { return len(r.app.Pipelines()[0].Status().Held) == 1 }, 10*time.Second, 20*time.Millisecond)
+	base = "http://" + r.app.HTTPAddr()
+	v, _ = metricValue(scrape(t, base), "bridge_schema_held_tables", map[string]string{"source": "app", "policy": "dead_letter"})
+	require.Equal(t, 1.0, v)
 	code, body := httpStatus(t, base+"/console/api/overview")
 	require.Equal(t, http.StatusOK, code)
 	var ov struct {
@@ -110,7 +118,7 @@ func TestSchemaChangeDeadLetter(t *testing.T) {
 	row := `#held tr[data-source=app][data-table="public.h"]`
 	waitText(t, ctx, row+` [data-field=policy]`, "the panel shows the held table", func(s string) bool { return s == "dead_letter" })
 	require.Equal(t, "3", textOf(ctx, row+` [data-field=version]`))
-	require.Equal(t, "3", textOf(ctx, row+` [data-field=dead_lettered]`))
+	require.Equal(t, "0", textOf(ctx, row+` [data-field=dead_lettered]`), "by this instance")
 	require.Contains(t, textOf(ctx, row), "app.public.h.3")
 	// Accept: the console's button resumes the source.
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(row+` button[data-action=resume]`)))

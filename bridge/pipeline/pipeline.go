@@ -368,6 +368,7 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 		// A new run replays from the checkpoint: the tracker starts afresh
 		// from the registry (schema.Tracker).
 		p.trk = p.newTracker()
+		p.loadHolds(ctx)
 	}
 	p.holdsRun = map[holdKey]*tableHold{}
 

@@ -281,6 +281,41 @@ func (p *Pipeline) tryAccept(ctx context.Context, trk *schema.Tracker, h *tableH
 	return nil
 }
 
+// loadHolds shows, from the registry, the tables held by a dead_letter
+// route when the run starts (their next change finds the hold itself):
+// status and metrics do not forget a hold across a restart.
+func (p *Pipeline) loadHolds(ctx context.Context) {
+	rr := p.cur.Load()
+	if p.schemas == nil || rr == nil {
+		return
+	}
+	held, err := p.schemas.Held(ctx, p.source)
+	if err != nil {
+		p.log.Warn("cannot list the schema versions held", "error", err)
+		return
+	}
+	for _, hv := range held {
+		v := hv.Version
+		ds, err := rr.r.SchemaDests(p.source, v.Schema, v.Table, schema.Dest)
+		if err != nil {
+			continue
+		}
+		var dl []string
+		for _, d := range ds {
+			if d.DeadLetter {
+				dl = append(dl, d.Route)
+			}
+		}
+		if len(dl) == 0 {
+			continue
+		}
+		reason := fmt.Sprintf("%s.on_schema_change: dead_letter: %s (%s) held since %s; look (bridge schema diff %s.%s --source %s), then resume the source to accept it",
+			strings.Join(dl, ", "), v.Ref(), schema.VersionKey(v.Source, v.Schema, v.Table, v.Version), hv.HeldAt.UTC().Format(time.RFC3339),
+			v.Schema, v.Table, p.source)
+		p.noteHold(v.Schema+"."+v.Table, &tableHold{ver: v, held: true, heldAt: hv.HeldAt, reason: reason})
+	}
+}
+
 // noteHold records table's hold for status and metrics (h nil or not held
 // any more: none).
 func (p *Pipeline) noteHold(table string, h *tableHold) {

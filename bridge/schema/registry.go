@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -275,4 +276,48 @@ func (r *Registry) Accept(ctx context.Context, v *Version, a Acceptance) (Accept
 		return Acceptance{}, fmt.Errorf("schema registry %q key %q: %w", r.bucket, key, err)
 	}
 	return old, nil
+}
+
+// HeldVersion is a table's latest version, held and not accepted.
+type HeldVersion struct {
+	Version *Version
+	HeldAt  time.Time
+}
+
+// Held returns source's tables whose latest version was held and is not
+// accepted (HoldKey without AcceptKey).
+func (r *Registry) Held(ctx context.Context, source string) ([]HeldVersion, error) {
+	lister, err := r.kv.ListKeysFiltered(ctx, keyToken(source)+".*.*.*.hold")
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("listing schema registry %q: %w", r.bucket, err)
+	}
+	var out []HeldVersion
+	for k := range lister.Keys() {
+		src, sch, tbl, last, err := ParseKey(strings.TrimSuffix(k, ".hold"))
+		if err != nil {
+			continue
+		}
+		n, _, err := r.Latest(ctx, src, sch, tbl)
+		if err != nil {
+			return nil, err
+		}
+		if strconv.Itoa(n) != last {
+			continue // a later version is in effect
+		}
+		v, err := r.Get(ctx, src, sch, tbl, n)
+		if err != nil || v == nil {
+			return nil, err
+		}
+		at, acc, err := r.HoldState(ctx, v)
+		if err != nil {
+			return nil, err
+		}
+		if acc == nil && !at.IsZero() {
+			out = append(out, HeldVersion{Version: v, HeldAt: at})
+		}
+	}
+	return out, nil
 }
