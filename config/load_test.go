@@ -571,7 +571,7 @@ func TestLoadAllErrorsAtOnce(t *testing.T) {
 		`sinks.main.batch.max_wait: must be > 0, got 0s`,
 		`sinks.main.retry.initial: must be <= retry.max (1s), got 1m0s`,
 		`routes[0].match.tabels: unknown key (known: ops, sources, tables)`,
-		`routes[0].match.ops[0]: unknown op "upsert" (known: insert, update, delete, truncate, message, read, control, schema)`,
+		`routes[0].match.ops[0]: unknown op "upsert" (known: insert, update, delete, truncate, message, read, control, schema, ddl)`,
 		`routes[1].sinks[0]: no sink named "mian" (defined: main)`,
 		`routes[1].subject: template: subject:1: unclosed action`,
 		`unrouted: must be one of drop, error, got "sometimes"`,

@@ -67,7 +67,7 @@ log: {level: loud}
 				`name: must match ^[A-Za-z0-9_-]+$, got "my bridge"`,
 				`sinks.main.batch.max_changes: must be > 0, got 0`,
 				`routes[0].sinks[0]: no sink named "mian" (defined: main)`,
-				`routes[0].match.ops[0]: unknown op "upsert" (known: insert, update, delete, truncate, message, read, control, schema)`,
+				`routes[0].match.ops[0]: unknown op "upsert" (known: insert, update, delete, truncate, message, read, control, schema, ddl)`,
 				`log.level: must be one of debug, info, warn, error, got "loud"`,
 			},
 		},

@@ -252,11 +252,12 @@ type Route struct {
 	// Default "cdc.{{.Source}}.{{.Schema}}.{{.Table}}"; logical messages
 	// render with Schema "_message" and Table their prefix.
 	Subject string `koanf:"subject"`
-	// SchemaSubject is the subject of the schema change events of the
-	// tables the route takes (schemas.enabled; docs/schemas.md), a Go
-	// template over .Source .Schema .Table and .Op ("schema"); row values
-	// render as "_". Default: the route's subject rendered so, which puts
-	// each event on its table's subject, in order with its changes.
+	// SchemaSubject is the subject of the schema change events and DDL
+	// events of the tables the route takes (schemas.enabled, schemas.ddl;
+	// docs/schemas.md), a Go template over .Source .Schema .Table and .Op
+	// ("schema" or "ddl"; .Table "_" for a DDL command on no table); row
+	// values render as "_". Default: the route's subject rendered so, which
+	// puts each event on its table's subject, in order with its changes.
 	SchemaSubject string `koanf:"schema_subject"`
 	// OnSchemaChange says what a breaking change of the shape of a table
 	// the route carries does (a column dropped or retyped, the key changed,
@@ -280,6 +281,11 @@ type Route struct {
 	DeadLetterSubject string `koanf:"dead_letter_subject"`
 	// Format of the payload: native, debezium or cloudevents. Default "native".
 	Format string `koanf:"format"`
+	// Debezium sets what the debezium format adds to Debezium's default
+	// change event value (docs/formats.md#debezium): Kafka Connect's
+	// schemas.enable=true envelope, the message key, tombstones. Only with
+	// format: debezium.
+	Debezium DebeziumFormat `koanf:"debezium"`
 	// Filter is a CEL expression over the change as committed (variables
 	// op, schema, table, source, before, after, key, commit_time, xid),
 	// e.g. `op != "delete" && after.status in ["paid", "shipped"]`. The
@@ -305,6 +311,67 @@ type Route struct {
 	// formats, and the data of a cloudevents event. Empty: the format's
 	// payload.
 	Transform string `koanf:"transform"`
+	// WASMFilter is a WebAssembly module that filters the route's changes
+	// after filter, on the change as published (columns left out and
+	// masked values never reach it): its function returns 1 to take a
+	// change, 0 to reject it (the change is tried against the routes after
+	// this one, as with filter). See docs/plugins.md.
+	WASMFilter WASM `koanf:"wasm_filter"`
+	// WASMTransform is a WebAssembly module that builds the payload's body
+	// instead of transform (set one of them): its function returns a JSON
+	// object, or drops the change. See docs/plugins.md.
+	WASMTransform WASM `koanf:"wasm_transform"`
+}
+
+// WASM names a WebAssembly module (contract version 1, docs/plugins.md)
+// and the limits of each call. An error in a call (a trap, the timeout,
+// memory beyond the cap, an error result) stops the source's pipeline at
+// that change, as a failing CEL expression does: nothing from it on is
+// acknowledged to Postgres.
+type WASM struct {
+	// Module is the path of the .wasm file (relative to the bridge's
+	// working directory). Required when the block is set.
+	Module string `koanf:"module"`
+	// SHA256 is the module's sha256 sum in hex (`sha256sum m.wasm`), quoted:
+	// a module that differs is refused. Required with module.
+	SHA256 string `koanf:"sha256"`
+	// Function is the export to call. Default "filter" for wasm_filter,
+	// "transform" for wasm_transform.
+	Function string `koanf:"function"`
+	// Timeout bounds one call; a call past it stops the pipeline. Default 1s:
+	// a bound on a runaway module, not a latency budget.
+	Timeout time.Duration `koanf:"timeout"`
+	// MaxMemoryMiB caps the memory of each instance of the module, in MiB
+	// (at most 4096). Default 64.
+	MaxMemoryMiB int `koanf:"max_memory_mib"`
+}
+
+// Set reports whether w names a module (any key set).
+func (w WASM) Set() bool { return w != WASM{} }
+
+// DebeziumFormat are the options of a route's debezium format.
+type DebeziumFormat struct {
+	// SchemasEnable writes each value as Kafka Connect's JSON converter
+	// does with schemas.enable=true: {"schema": {...}, "payload": {...}},
+	// the schema describing the payload, its before and after built from
+	// the columns of the table's version in the schema registry (the
+	// change's shape), as Debezium Server's JSON format writes it unless
+	// debezium.format.value.schemas.enable=false. Default false: the bare
+	// payload.
+	SchemasEnable bool `koanf:"schemas_enable"`
+	// Key publishes Debezium's message key (the key columns, as Debezium's
+	// key struct; with schemas_enable, in the schema envelope too):
+	// "none" (the default; Debezium Server's NATS JetStream sink publishes
+	// the value only, on the subject its destination names) or "header":
+	// in the Debezium-Key header of each message, JSON.
+	Key string `koanf:"key"`
+	// TombstonesOnDelete follows each delete with a tombstone, as
+	// Debezium's tombstones.on.delete does on Kafka: a message with an
+	// empty payload on the delete's subject (and its Debezium-Key header
+	// with key: header), for streams that keep the last message per
+	// subject. Default false (Debezium Server's NATS sinks drop
+	// tombstones).
+	TombstonesOnDelete bool `koanf:"tombstones_on_delete"`
 }
 
 // Columns chooses the columns a route publishes from some tables: one of
@@ -344,7 +411,7 @@ type Match struct {
 	// Tables as "schema.table" globs (path.Match syntax); empty means all.
 	Tables []string `koanf:"tables"`
 	// Ops: insert, update, delete, truncate, message, read, control,
-	// schema (schema change events); empty means all. A route listing control carries the bridge's control
+	// schema (schema change events), ddl (DDL events); empty means all. A route listing control carries the bridge's control
 	// messages (resync) for its sources; see docs/operations.md.
 	Ops []string `koanf:"ops"`
 }
@@ -361,6 +428,14 @@ type Schemas struct {
 	Bucket string `koanf:"bucket"`
 	// Replicas of the bucket when the bridge creates it. Default 1.
 	Replicas int `koanf:"replicas"`
+	// DDL publishes DDL events: the text of each DDL command, which the
+	// event trigger that `bridge setup ddl` installs writes into the WAL
+	// (a logical message with the prefix "bridge.ddl"), in WAL order at
+	// its own position, routed by the table it concerns like a schema
+	// change event (docs/schemas.md#ddl-events). Needs the trigger, not
+	// the registry (schemas.enabled). Default false: those messages are
+	// dropped.
+	DDL bool `koanf:"ddl"`
 }
 
 // Checkpoint configures the KV checkpoint store.

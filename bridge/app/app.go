@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/bridge/checkpoint"
 	"github.com/bridgecdc/bridge/bridge/pipeline"
 	"github.com/bridgecdc/bridge/bridge/retry"
@@ -168,11 +169,18 @@ func (a *App) check(cfg *config.Config) error {
 		s, err := a.newSinkFrom(cfg, n, sinks.NATSEnv{})
 		if err != nil {
 			errs = append(errs, err)
-		} else if sl, ok := s.(sinks.SubjectLimiter); ok {
+			continue
+		}
+		if sl, ok := s.(sinks.SubjectLimiter); ok {
 			if set, ok := sl.AcceptedSubjects(); ok {
 				accepted[n] = set
 			}
 		}
+		// Throwaway: a sink that started something (a plugin's process)
+		// stops it again; one that did nothing has nothing to close.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = s.Close(ctx)
+		cancel()
 	}
 	if _, err := route.New(cfg, sinkIndex, ""); err != nil {
 		errs = append(errs, err)
@@ -205,6 +213,7 @@ func (a *App) newSourceFrom(cfg *config.Config, name string) (sources.Source, er
 		env.MessagePrefixes = []string{a.ctxPrefix}
 	}
 	env.MessagePrefixes = append(env.MessagePrefixes, sources.SnapshotPrefix) // snapshot watermarks
+	env.MessagePrefixes = append(env.MessagePrefixes, cdc.DDLPrefix)          // DDL events (bridge setup ddl)
 	return p.New(cfg.Decoder(path, sc.Config), env)
 }
 

@@ -230,7 +230,7 @@ func (a *App) Reload(ctx context.Context) (ReloadResult, error) {
 	}
 	swapTo := map[string]*route.Router{}
 	for _, r := range swaps {
-		router, _, err := routerFor(cfg, r.source, a.ctxPrefix)
+		router, _, err := routerFor(cfg, r.source, a.ctxPrefix, a.log)
 		if err != nil {
 			return fail(err)
 		}

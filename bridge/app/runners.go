@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -51,7 +53,7 @@ type runner struct {
 // sinks they can send its changes to (config.RouteSinks), which the
 // pipeline connects to. The routes of other sources keep their place (the
 // YAML paths in errors stay right) without sinks.
-func routerFor(cfg *config.Config, source, ctxPrefix string) (*route.Router, []string, error) {
+func routerFor(cfg *config.Config, source, ctxPrefix string, log *slog.Logger) (*route.Router, []string, error) {
 	used := cfg.RouteSinks(source)
 	idx := make(map[string]int, len(used))
 	for i, n := range used {
@@ -65,7 +67,11 @@ func routerFor(cfg *config.Config, source, ctxPrefix string) (*route.Router, []s
 		}
 		view.Routes[i] = r
 	}
-	r, err := route.New(&view, idx, ctxPrefix)
+	opts := []route.Option{route.WithLogger(log.With("source", source))}
+	if cfg.DataDir != "" {
+		opts = append(opts, route.WithWASMCache(filepath.Join(cfg.DataDir, "wasm"))) // a restart does not compile modules again
+	}
+	r, err := route.New(&view, idx, ctxPrefix, opts...)
 	return r, used, err
 }
 
@@ -94,7 +100,7 @@ func fingerprint(cfg *config.Config, source string) string {
 // observer. It needs Start's NATS connection and checkpoint store.
 func (a *App) buildRunner(ctx context.Context, cfg *config.Config, rev, srcName string) (*runner, error) {
 	log := a.log.With("source", srcName)
-	router, used, err := routerFor(cfg, srcName, a.ctxPrefix)
+	router, used, err := routerFor(cfg, srcName, a.ctxPrefix, a.log)
 	if err != nil {
 		return nil, err
 	}

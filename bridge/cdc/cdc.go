@@ -98,7 +98,20 @@ const (
 	// it precedes at the same position. Content is its JSON, whatever the
 	// route's format (bridge/schema).
 	OpSchema Op = "schema"
+	// OpDDL marks a DDL event: a DDL command's text, as the event trigger
+	// of `bridge setup ddl` wrote it into the WAL (a logical message with
+	// the bridge's DDL prefix), published at its own position in its
+	// transaction. Content is its JSON, whatever the route's format but
+	// debezium (bridge/schema).
+	OpDDL Op = "ddl"
 )
+
+// DDLPrefix is the logical message prefix (pg_logical_emit_message) of
+// the DDL commands the event trigger of `bridge setup ddl` writes into the
+// WAL. Sources always decode it (so a transaction's ordinals never depend
+// on the configuration); the pipeline turns each such message into a DDL
+// event (OpDDL) or drops it, and never publishes it as a message.
+const DDLPrefix = "bridge.ddl"
 
 // Control messages.
 const (

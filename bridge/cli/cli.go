@@ -322,6 +322,7 @@ of the command. --direct skips the control endpoint.`,
 	root.AddCommand(newReloadCommand(loadLoose, stdout))
 	root.AddCommand(newFleetCommand(loadLoose, stdout))          // fleet.go
 	root.AddCommand(newSchemaCommand(loadLoose, stdout))         // the schema registry: schema.go
+	root.AddCommand(newSetupCommand(loadLoose, stdout))          // bridge setup ddl: setup.go
 	root.AddCommand(newSnapshotCommand(load, printErrs, stdout)) // snapshot.go
 	root.AddCommand(serveCommand(loadWith, printErrs, stderr))   // feeds over HTTP: serve.go
 	usageArgs(root)

@@ -12,8 +12,10 @@
 //
 // A test of this package runs in parallel with the others: its first line
 // is t.Parallel(), and go test runs at most -parallel of them at once
-// (GOMAXPROCS by default; scripts/test.sh passes its arguments on, so
-// `./scripts/test.sh -parallel 4` raises it). Each one has its own servers (newEnv: a Postgres cluster
+// (GOMAXPROCS by default; scripts/test.sh asks for 4, since most of them
+// wait on their servers, and passes its arguments on, so
+// `./scripts/test.sh -parallel 8` raises it again; the last flag wins).
+// Each one has its own servers (newEnv: a Postgres cluster
 // and a nats-server on ports of its own), its own files (t.TempDir) and
 // its own names inside them, so the tests cannot meet. A kill -9 loop is
 // parallel too: where its kills land is random anyway, and what it proves

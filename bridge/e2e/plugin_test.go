@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -19,45 +21,29 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/examples/plugins/exampleplugins"
 	"github.com/bridgecdc/bridge/sinks/pluginsink"
 )
 
-var (
-	goSinkOnce sync.Once
-	goSinkPath string
-	goSinkErr  error
-)
-
-// goSink builds examples/plugins/go-sink once and returns its path and sha256.
-func goSink(t *testing.T) (string, string) {
+// examplePlugin builds the example sink plugin in lang (exampleplugins:
+// go, python, typescript) once and returns its path and sha256.
+func examplePlugin(t *testing.T, lang string) (string, string) {
 	t.Helper()
-	goSinkOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "bridge-go-sink-")
-		if err != nil {
-			goSinkErr = err
-			return
-		}
-		goSinkPath = filepath.Join(dir, "go-sink")
-		cmd := exec.Command("go", "build", "-o", goSinkPath, "./examples/plugins/go-sink")
-		cmd.Dir = "../.."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			goSinkErr = err
-			goSinkPath = string(out)
-		}
-	})
-	require.NoError(t, goSinkErr, goSinkPath)
-	sum, err := pluginsink.FileSHA256(goSinkPath)
+	path, err := exampleplugins.Build(lang)
 	require.NoError(t, err)
-	return goSinkPath, sum
+	sum, err := pluginsink.FileSHA256(path)
+	require.NoError(t, err)
+	return path, sum
 }
 
-// TestPluginCLI: `bridge plugin test` passes the example Go plugin and
-// fails one whose destination cannot be written; `bridge plugins` lists a
-// configured plugin with its guarantee, and names the fix for a wrong sha256.
+// TestPluginCLI: `bridge plugin test` passes the example plugins in Go,
+// Python and TypeScript and fails one whose destination cannot be written;
+// `bridge plugins` lists a configured plugin with its guarantee, and names
+// the fix for a wrong sha256.
 func TestPluginCLI(t *testing.T) {
 	t.Parallel()
 	bin := bridgeBinary(t)
-	plugin, sum := goSink(t)
+	plugin, sum := examplePlugin(t, "go")
 	dir := t.TempDir()
 	run := func(args ...string) (string, int) {
 		cmd := exec.Command(bin, args...)
@@ -72,15 +58,28 @@ func TestPluginCLI(t *testing.T) {
 		return string(out), code
 	}
 
-	out, code := run("plugin", "test", plugin, "--plugin-config", `{"path": "`+filepath.Join(dir, "t.jsonl")+`"}`)
-	require.Equal(t, 0, code, out)
-	require.Contains(t, out, "--- PASS: TestPluginConformance/replay")
-	require.Contains(t, out, "passed the conformance suite")
+	for _, lang := range exampleplugins.Languages {
+		exe, _ := examplePlugin(t, lang)
+		out, code := run("plugin", "test", exe, "--plugin-config", `{"path": "`+filepath.Join(dir, lang+".jsonl")+`"}`)
+		require.Equal(t, 0, code, "%s: %s", lang, out)
+		for _, c := range []string{"config", "connect_close", "ordered", "partial_failure", "break_during_write", "close_deadline", "replay"} {
+			require.Contains(t, out, "--- PASS: TestPluginConformance/"+c, "%s: %s", lang, out)
+		}
+		require.Contains(t, out, "passed the conformance suite", lang)
+		require.Contains(t, out, "resumes true, dedupes true", lang)
 
-	out, code = run("plugin", "test", plugin, "--plugin-config", `{"path": "/nonexistent-dir/t.jsonl"}`)
-	require.Equal(t, 1, code, out)
-	require.Contains(t, out, "--- FAIL: TestPluginConformance")
-	require.Contains(t, out, "failed the conformance suite")
+		out, code = run("plugin", "test", exe, "--plugin-config", `{"path": "/nonexistent-dir/t.jsonl"}`)
+		require.Equal(t, 1, code, "%s: %s", lang, out)
+		require.Contains(t, out, "--- FAIL: TestPluginConformance", lang)
+		require.Contains(t, out, "failed the conformance suite", lang)
+
+		// The plugin checks its own block; its field errors come back
+		// under the sink's path.
+		out, code = run("plugin", "test", exe, "--plugin-config", `{"path": 1, "colour": "red"}`)
+		require.NotEqual(t, 0, code, "%s: %s", lang, out)
+		require.Contains(t, out, "sinks.plugin_test.config.config.colour: unknown key (known: path, pid_file, dedupe)", lang)
+		require.Contains(t, out, "sinks.plugin_test.config.config.path: expected a string", lang)
+	}
 
 	cfg := filepath.Join(dir, "bridge.yaml")
 	write := func(sha string) {
@@ -96,7 +95,7 @@ routes:
 `), 0o644))
 	}
 	write(sum)
-	out, code = run("plugins", "-c", cfg)
+	out, code := run("plugins", "-c", cfg)
 	require.Equal(t, 0, code, out)
 	require.Regexp(t, `(?m)^  file: "`+regexp.QuoteMeta(plugin)+`": go-sink 0\.1\.0, contract v1\.1, exactly once \(resumes\)`, out)
 
@@ -107,14 +106,30 @@ routes:
 	require.Contains(t, out, `plugin sink "file" (`+plugin+`): the executable's sha256 is `+sum+`, but sinks.file.config.sha256 pins `+bad+`: if you trust this build, set sha256: `+sum)
 }
 
-// TestPluginKillMidStream streams into the example Go plugin while it is
-// killed (SIGKILL, by the pid it writes) and the bridge is killed, each
-// several times, and finds every committed change in the plugin's file
-// exactly once, in commit order.
+// TestPluginKillMidStream streams into each example plugin (Go, Python,
+// TypeScript) while it is killed (SIGKILL, by the pid it writes) and the
+// bridge is killed, each several times, and finds every committed change in
+// the plugin's file exactly once, in commit order. The Python and
+// TypeScript plugins, and the Go one in a second case, run with dedupe:
+// false: they would write a change sent twice twice, so it is the bridge's
+// question after a crash (what do you hold past this cursor?) that keeps
+// each change once.
 func TestPluginKillMidStream(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		lang   string
+		dedupe bool
+	}{{"go", true}, {"go", false}, {"python", false}, {"typescript", false}} {
+		t.Run(fmt.Sprintf("%s/dedupe=%t", tc.lang, tc.dedupe), func(t *testing.T) {
+			t.Parallel()
+			pluginKillMidStream(t, tc.lang, tc.dedupe)
+		})
+	}
+}
+
+func pluginKillMidStream(t *testing.T, lang string, dedupe bool) {
 	bin := bridgeBinary(t)
-	plugin, sum := goSink(t)
+	plugin, sum := examplePlugin(t, lang)
 	e := newEnv(t)
 	w := newWorkload(t, e)
 	cfg := e.config("plug", "")
@@ -131,7 +146,7 @@ func TestPluginKillMidStream(t *testing.T) {
       sha256: `+sum+`
       restart_initial: 50ms
       restart_max: 500ms
-      config: { path: `+out+`, pid_file: `+pidFile+`}
+      config: { path: `+out+`, pid_file: `+pidFile+`, dedupe: `+strconv.FormatBool(dedupe)+` }
 `))
 	require.NoError(t, os.WriteFile(cfg, y, 0o644))
 
@@ -153,32 +168,52 @@ func TestPluginKillMidStream(t *testing.T) {
 		pids.Range(func(k, _ any) bool { _ = syscall.Kill(k.(int), syscall.SIGKILL); return true })
 	})
 
+	var logs []fmt.Stringer // every bridge's output
+	pluginKills, bridgeKills := 0, 0
 	p := startProc(t, bin, cfg)
+	logs = append(logs, p.out)
+	t.Cleanup(func() { p.kill9(t) }) // the last one, should the test stop early
 	waitSlotActive(t, e, "slot_plug")
+	// The writers commit until every kill is done, each kill in the
+	// middle of the stream: after the (restarted) bridge has delivered to
+	// the (restarted) plugin again, at a random moment.
 	done := make(chan struct{})
 	go func() {
-		w.run(t, 2, 6000, time.Millisecond)()
+		w.run(t, 2, math.MaxInt, 5*time.Millisecond)()
 		close(done)
 	}()
-	pluginKills, bridgeKills := 0, 0
-	for writing := true; writing || pluginKills < 4 || bridgeKills < 3; {
-		time.Sleep(time.Duration(300+rand.N(700)) * time.Millisecond)
+	size := func() int64 {
+		fi, err := os.Stat(out)
+		if err != nil {
+			return 0
+		}
+		return fi.Size()
+	}
+	delivering := func() {
+		t.Helper()
+		from, deadline := size(), time.Now().Add(time.Minute)
+		for size() <= from {
+			require.True(t, time.Now().Before(deadline), "nothing delivered to the plugin for a minute (%d plugin kills, %d bridge kills so far)", pluginKills, bridgeKills)
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	for pluginKills < 4 || bridgeKills < 3 || w.total.Load() < 3000 {
+		delivering()
+		time.Sleep(time.Duration(rand.N(300)) * time.Millisecond)
 		if pluginKills <= bridgeKills {
-			if pid := pluginPID(); pid > 0 && syscall.Kill(pid, syscall.SIGKILL) == nil {
-				pluginKills++
-			}
+			pid := pluginPID()
+			require.Positive(t, pid)
+			require.NoError(t, syscall.Kill(pid, syscall.SIGKILL), "the plugin that delivers (pid %d)", pid)
+			pluginKills++
 		} else {
-			pluginPID()
 			p.kill9(t)
 			bridgeKills++
 			p = startProc(t, bin, cfg)
-		}
-		select {
-		case <-done:
-			writing = false
-		default:
+			logs = append(logs, p.out)
 		}
 	}
+	w.stopped.Store(true)
+	<-done
 	t.Logf("killed the plugin %d times and the bridge %d times while %d changes were committed", pluginKills, bridgeKills, w.total.Load())
 
 	read := func(n int) []msg {
@@ -194,9 +229,19 @@ func TestPluginKillMidStream(t *testing.T) {
 	}
 	w.verifyStored(t, read)
 	p.term(t)
+	// What kept each change once: how often the plugin was found holding
+	// changes the bridge did not know it held, when a run resumed (after
+	// a plugin crash or a bridge restart) and before a Write.
+	var all strings.Builder
+	for _, l := range logs {
+		all.WriteString(l.String())
+	}
+	t.Logf("%s (dedupe %t): the bridges saw %d plugin crashes; the plugin held changes past the checkpoint when a run resumed %d times, past the last write before a Write %d times",
+		lang, dedupe, strings.Count(all.String(), "plugin crashed"), strings.Count(all.String(), "sink already holds changes past the checkpoint"),
+		strings.Count(all.String(), "plugin holds part of the batch already"))
 }
 
-// readPluginFile reads the go-sink's file as messages.
+// readPluginFile reads an example plugin's file as messages.
 func readPluginFile(t *testing.T, path string) []msg {
 	t.Helper()
 	data, err := os.ReadFile(path)

@@ -53,7 +53,9 @@ const DebeziumUnavailable = "__debezium_unavailable_value"
 //     among the transaction's changes to the same table is not known. The
 //     transaction block is always present (provide.transaction.metadata=true).
 //   - A key change is one "u" event whose before holds the old key, where
-//     Debezium emits a delete, a tombstone and a create. No tombstones.
+//     Debezium emits a delete, a tombstone and a create. Tombstones after
+//     deletes are a route's option (debezium.tombstones_on_delete), as are
+//     the schema envelope (DebeziumEncoder) and the key (DebeziumKeyEncoder).
 //   - source.snapshot is never "first" or "last".
 //
 // Column values follow Debezium's defaults, except numerics (see
@@ -84,6 +86,52 @@ func AppendDebezium(dst []byte, c *cdc.Change) []byte {
 		dst = append(dst, `,"source":`...)
 	}
 
+	dst = appendDebeziumSource(dst, c, ts)
+	dst = append(dst, `,"op":"`...)
+	dst = append(dst, debeziumOp(c.Op)...)
+	dst = append(dst, `","ts_ms":`...)
+	dst = strconv.AppendInt(dst, ts.UnixMilli(), 10)
+	dst = append(dst, `,"ts_us":`...)
+	dst = strconv.AppendInt(dst, ts.UnixMicro(), 10)
+	dst = append(dst, `,"ts_ns":`...)
+	dst = strconv.AppendInt(dst, ts.UnixNano(), 10)
+	if c.Op == cdc.OpMessage {
+		dst = append(dst, `,"message":{"prefix":`...)
+		dst = appendString(dst, c.Prefix)
+		dst = append(dst, `,"content":`...)
+		dst = appendBase64(dst, c.Content)
+		dst = append(dst, '}')
+	}
+	dst = append(dst, `,"transaction":`...)
+	if c.Xid == 0 {
+		dst = append(dst, "null"...)
+	} else {
+		dst = append(dst, `{"id":"`...)
+		dst = strconv.AppendUint(dst, uint64(c.Xid), 10)
+		dst = append(dst, ':')
+		dst = strconv.AppendUint(dst, uint64(c.CommitLSN), 10)
+		dst = append(dst, `","total_order":`...)
+		dst = strconv.AppendUint(dst, uint64(c.Seq)+1, 10)
+		dst = append(dst, `,"data_collection_order":`...)
+		dst = strconv.AppendUint(dst, uint64(c.Seq)+1, 10)
+		dst = append(dst, '}')
+	}
+	return append(dst, '}')
+}
+
+// AppendDebeziumSource appends the source block of c's Debezium events
+// (the PostgreSQL connector's io.debezium.connector.postgresql.Source):
+// the same object AppendDebezium writes, its times the commit time, or
+// now when c has none.
+func AppendDebeziumSource(dst []byte, c *cdc.Change) []byte {
+	ts := c.CommitTime
+	if ts.IsZero() {
+		ts = time.Now()
+	}
+	return appendDebeziumSource(dst, c, ts)
+}
+
+func appendDebeziumSource(dst []byte, c *cdc.Change, ts time.Time) []byte {
 	dst = append(dst, `{"version":"`+DebeziumVersion+`","connector":"postgresql","name":`...)
 	dst = appendString(dst, c.Source)
 	dst = append(dst, `,"ts_ms":`...)
@@ -118,35 +166,6 @@ func AppendDebezium(dst []byte, c *cdc.Change) []byte {
 	if m := c.Headers[HeaderMasked]; m != "" {
 		dst = append(dst, `,"masked":`...)
 		dst = AppendMasked(dst, m)
-	}
-	dst = append(dst, `},"op":"`...)
-	dst = append(dst, debeziumOp(c.Op)...)
-	dst = append(dst, `","ts_ms":`...)
-	dst = strconv.AppendInt(dst, ts.UnixMilli(), 10)
-	dst = append(dst, `,"ts_us":`...)
-	dst = strconv.AppendInt(dst, ts.UnixMicro(), 10)
-	dst = append(dst, `,"ts_ns":`...)
-	dst = strconv.AppendInt(dst, ts.UnixNano(), 10)
-	if c.Op == cdc.OpMessage {
-		dst = append(dst, `,"message":{"prefix":`...)
-		dst = appendString(dst, c.Prefix)
-		dst = append(dst, `,"content":`...)
-		dst = appendBase64(dst, c.Content)
-		dst = append(dst, '}')
-	}
-	dst = append(dst, `,"transaction":`...)
-	if c.Xid == 0 {
-		dst = append(dst, "null"...)
-	} else {
-		dst = append(dst, `{"id":"`...)
-		dst = strconv.AppendUint(dst, uint64(c.Xid), 10)
-		dst = append(dst, ':')
-		dst = strconv.AppendUint(dst, uint64(c.CommitLSN), 10)
-		dst = append(dst, `","total_order":`...)
-		dst = strconv.AppendUint(dst, uint64(c.Seq)+1, 10)
-		dst = append(dst, `,"data_collection_order":`...)
-		dst = strconv.AppendUint(dst, uint64(c.Seq)+1, 10)
-		dst = append(dst, '}')
 	}
 	return append(dst, '}')
 }

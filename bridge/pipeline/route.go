@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
-	"github.com/bridgecdc/bridge/bridge/schema"
 )
 
 // The reader's side: routing a transaction and handing it to the writer in
@@ -268,10 +267,15 @@ func (p *Pipeline) route(ctx context.Context, rr *routerRev, t *cdc.Txn, produce
 // changes in commit order: a transaction a route publishes whole stays
 // contiguous for a sink that publishes transactions atomically, instead of
 // interleaving with another route's copies of it. A route's schema change
-// events (Dest "<name>~schema") stay with its changes, before the change
-// each precedes.
+// events (Dest "<name>~schema") and tombstones ("<name>~tombstone") stay
+// with its changes, before or after the change each goes with.
 func groupByDest(it *txnItem) {
-	group := func(c *cdc.Change) string { return strings.TrimSuffix(c.Dest, schema.Dest) }
+	group := func(c *cdc.Change) string {
+		if i := strings.IndexByte(c.Dest, '~'); i >= 0 { // route names hold no '~'
+			return c.Dest[:i]
+		}
+		return c.Dest
+	}
 	var order []string
 	seen := map[string]bool{}
 	for i := range it.changes {

@@ -76,6 +76,9 @@ func (p *Pipeline) newTracker() *schema.Tracker {
 // dead_letter route marks c (cdc.Change.DeadLetter), and its events go to
 // those routes' dead-letter subjects.
 func (p *Pipeline) schemaStep(ctx context.Context, trk *schema.Tracker, rr *routerRev, c *cdc.Change) (evs []cdc.Change, dests [][]int, err error) {
+	if route.IsDDLMessage(c) {
+		return p.ddlStep(rr, c) // ddl.go
+	}
 	if trk == nil || !schema.Tracks(c) {
 		return nil, nil, nil
 	}
@@ -164,6 +167,9 @@ func (p *Pipeline) schemaStep(ctx context.Context, trk *schema.Tracker, rr *rout
 		if deadLetter != "" && d.DeadLetter {
 			subj, hdr = d.DeadLetterSubject, route.DeadLetterHeaders(hdr, deadLetter, d.Subject)
 		}
+		payload, hdr := eventPayload(d, body, hdr, c.Database, func(schemasEnable bool) []byte {
+			return schema.AppendDebeziumSchemaEvent(nil, c, ann, annPrev, schemasEnable)
+		})
 		evs = append(evs, cdc.Change{
 			Producer: c.Producer, Source: c.Source, Database: c.Database,
 			// No TxSize (no Bridge-Tx-Size header): an event never ends its
@@ -171,7 +177,7 @@ func (p *Pipeline) schemaStep(ctx context.Context, trk *schema.Tracker, rr *rout
 			// counts in an atomic batch; the change after it does.
 			CommitLSN: c.CommitLSN, LSN: c.LSN, Seq: c.Seq, Xid: c.Xid, CommitTime: c.CommitTime,
 			Schema: c.Schema, Table: c.Table, Op: cdc.OpSchema, MsgID: msgID,
-			Content: body, Payload: body, Subject: subj, Dest: d.Dest, Headers: hdr,
+			Content: body, Payload: payload, Subject: subj, Dest: d.Dest, Headers: hdr,
 		})
 		dests = append(dests, d.Sinks)
 	}

@@ -9,7 +9,7 @@ import (
 // BenchmarkFilter evaluates a three-clause filter on a ten-column row,
 // compiled for the row's relation as Route runs it.
 func BenchmarkFilter(b *testing.B) {
-	s, errs := newShaper(0, routeWithFilter(`op != "delete" && after.status in ["paid", "shipped"] && after.total > 100.0`), nil)
+	s, errs := newShaper(0, routeWithFilter(`op != "delete" && after.status in ["paid", "shipped"] && after.total > 100.0`), nil, options{})
 	if errs != nil {
 		b.Fatal(errs)
 	}

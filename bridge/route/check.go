@@ -26,7 +26,8 @@ func CheckTables(cfg *config.Config, source string, rels []*cdc.Relation) []conf
 			continue
 		}
 		cols, _ := RowRefs(subjectOf(rc))
-		s, errs := newShaper(i, rc, cols)
+		rc.WASMFilter, rc.WASMTransform = config.WASM{}, config.WASM{} // opaque to a catalog: the load checked the modules
+		s, errs := newShaper(i, rc, cols, options{})
 		if s == nil || len(errs) > 0 {
 			continue // no shaping, or the load reported it
 		}

@@ -1,7 +1,8 @@
 // Package route decides where each change goes and what of it is
 // published: the first route of bridge.yaml whose match takes the change
 // (sources, tables, ops) and whose filter (CEL) accepts it shapes it
-// (columns left out, values masked, a transform's payload), gives it a
+// (columns left out, values masked, a transform's payload), its
+// WebAssembly filter (bridge/wasm) accepting the shaped change, gives it a
 // subject (a text/template over subject-safe tokens), a payload (the
 // route's format) and its sinks. Routes compile once (New: templates,
 // expressions without the tables), and once per relation they see (the

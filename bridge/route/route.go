@@ -1,8 +1,11 @@
 package route
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path"
 	"regexp"
 	"slices"
@@ -42,6 +45,11 @@ type route struct {
 	format     string
 	shape      *shaper // filter, columns, mask, transform; nil when none
 
+	// deb holds the debezium format's options (nil for another format);
+	// debKey encodes the Debezium-Key header (debezium.key: header).
+	deb    *format.DebeziumOptions
+	debKey func(dst []byte, c *cdc.Change) ([]byte, bool)
+
 	perRow bool     // the template reads .Key, .Col or .Out: no cache
 	cols   []string // the columns the template reads as {{.Col.x}}
 	keys   []string // the columns the template reads as {{.Key.x}}
@@ -53,6 +61,8 @@ type route struct {
 	// hint is the size of the last payload encoded: the next one is
 	// encoded into a buffer of about that size, in one allocation.
 	hint atomic.Int64
+	// wasmHint is hint for the native input of WebAssembly modules.
+	wasmHint atomic.Int64
 }
 
 // maxHint caps the buffer presized from route.hint.
@@ -93,6 +103,8 @@ type Router struct {
 	// contextPrefix is the prefix of trace context messages, consumed
 	// rather than published; "" when tracing is off.
 	contextPrefix string
+	// ddl: DDL events are published (schemas.ddl; DDLDests).
+	ddl bool
 }
 
 // New compiles cfg's routes. sinkIndex maps sink names to the indexes
@@ -100,15 +112,36 @@ type Router struct {
 // carry a writer's trace context (telemetry.tracing.context_prefix; "" when
 // tracing is off): a route consumes them instead of publishing them unless
 // it lists the message op. Every error names its YAML path.
-func New(cfg *config.Config, sinkIndex map[string]int, contextPrefix string) (*Router, error) {
-	return NewFor(cfg, "", sinkIndex, contextPrefix)
+func New(cfg *config.Config, sinkIndex map[string]int, contextPrefix string, opts ...Option) (*Router, error) {
+	return NewFor(cfg, "", sinkIndex, contextPrefix, opts...)
 }
+
+// Option configures a Router.
+type Option func(*options)
+
+type options struct {
+	log       *slog.Logger
+	wasmCache string // where WebAssembly modules' compiled code is kept; "": in memory
+}
+
+// WithLogger gives the router the logger of what routes' WebAssembly
+// modules print (default: slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithWASMCache keeps the compiled code of routes' WebAssembly modules in
+// dir (<data_dir>/wasm for a running bridge), so a restart does not
+// compile them again. Default: compiled once per process, nothing written.
+func WithWASMCache(dir string) Option { return func(o *options) { o.wasmCache = dir } }
 
 // NewFor is New for the pipeline of one source: it compiles only the routes
 // whose match can take source's changes, so sinkIndex needs only the sinks
 // those routes name (config.Config.RouteSinks). source "" compiles every route.
-func NewFor(cfg *config.Config, source string, sinkIndex map[string]int, contextPrefix string) (*Router, error) {
-	r := &Router{unrouted: cfg.Unrouted, contextPrefix: contextPrefix}
+func NewFor(cfg *config.Config, source string, sinkIndex map[string]int, contextPrefix string, opts ...Option) (*Router, error) {
+	o := options{log: slog.Default()}
+	for _, f := range opts {
+		f(&o)
+	}
+	r := &Router{unrouted: cfg.Unrouted, contextPrefix: contextPrefix, ddl: cfg.Schemas.DDL}
 	var errs []error
 	for i, rc := range cfg.Routes {
 		if source != "" && len(rc.Match.Sources) > 0 && !slices.Contains(rc.Match.Sources, source) {
@@ -137,6 +170,16 @@ func NewFor(cfg *config.Config, source string, sinkIndex map[string]int, context
 			errs = append(errs, &config.FieldError{Path: p + ".format", Msg: fmt.Sprintf("unknown format %q (known: %s)", f, strings.Join(format.Names(), ", "))})
 		}
 		rt.encode, rt.format = enc, f
+		if f == "debezium" {
+			o := format.DebeziumOptions{SchemasEnable: rc.Debezium.SchemasEnable, Key: rc.Debezium.Key == "header",
+				Tombstones: rc.Debezium.TombstonesOnDelete}
+			rt.deb, rt.encode = &o, format.DebeziumEncoder(o)
+			if o.Key {
+				rt.debKey = format.DebeziumKeyEncoder(o.SchemasEnable)
+			}
+			// A tombstone is a second message of the delete: Each publishes it.
+			r.fanout = r.fanout || o.Tombstones
+		}
 		subj := rc.Subject
 		if subj == "" {
 			subj = "cdc.{{.Source}}.{{.Schema}}.{{.Table}}"
@@ -158,7 +201,7 @@ func NewFor(cfg *config.Config, source string, sinkIndex map[string]int, context
 				Key: sample, Col: sample, Out: sample}); err != nil {
 				errs = append(errs, &config.FieldError{Path: p + ".subject", Msg: err.Error()})
 			}
-			if len(rt.outs) > 0 && rc.Transform == "" {
+			if len(rt.outs) > 0 && rc.Transform == "" && !rc.WASMTransform.Set() {
 				errs = append(errs, &config.FieldError{Path: p + ".subject", Msg: fmt.Sprintf(
 					"reads {{.Out.%s}}, the result of a transform, but the route has none; set transform, or read the row with {{.Col.%s}}", rt.outs[0], rt.outs[0])})
 			}
@@ -183,7 +226,7 @@ func NewFor(cfg *config.Config, source string, sinkIndex map[string]int, context
 			}
 			rt.deadLetter = dt
 		}
-		sh, serrs := newShaper(i, rc, rt.cols)
+		sh, serrs := newShaper(i, rc, rt.cols, o)
 		errs = append(errs, serrs...)
 		rt.shape = sh
 		r.routes = append(r.routes, rt)
@@ -355,7 +398,7 @@ func (r *Router) Route(c *cdc.Change) (sinks []int, ok bool, err error) {
 		if !take {
 			continue
 		}
-		return rt.publish(c, rs)
+		return rt.publish(c, rs) // ok false: its wasm_transform dropped c
 	}
 	return nil, false, r.unroutedErr(c, filtered)
 }
@@ -387,13 +430,25 @@ func (r *Router) Each(c *cdc.Change, emit func(d *cdc.Change, sinks []int) error
 		if !take {
 			continue
 		}
-		sinks, _, err := rt.publish(&d, rs)
+		sinks, ok, err := rt.publish(&d, rs)
 		if err != nil {
 			return n, err
+		}
+		if !ok { // its wasm_transform dropped it: a deliberate drop, as a filter's
+			filtered = true
+			if !rt.cont {
+				break
+			}
+			continue
 		}
 		n++
 		if err := emit(&d, sinks); err != nil {
 			return n, err
+		}
+		if rt.deb != nil && rt.deb.Tombstones && d.Op == cdc.OpDelete {
+			if err := emit(tombstone(&d, rt.name), sinks); err != nil {
+				return n, err
+			}
 		}
 		if !rt.cont {
 			break
@@ -418,6 +473,9 @@ func (r *Router) take(c *cdc.Change, i int, filtered *bool) (rt *route, rs *relS
 	if r.isContext(c) && !slices.Contains(rt.ops, cdc.OpMessage) {
 		return rt, nil, false, true, nil // consumed: trace context only
 	}
+	if IsDDLMessage(c) {
+		return rt, nil, false, true, nil // consumed: published as a DDL event, or not at all (DDLDests)
+	}
 	if rt.shape == nil {
 		c.Dest = rt.name
 		return rt, nil, true, false, nil
@@ -436,17 +494,43 @@ func (r *Router) take(c *cdc.Change, i int, filtered *bool) (rt *route, rs *relS
 			return rt, nil, false, false, nil // the next routes may take it
 		}
 	}
+	var committed cdc.Change // c as it came, for the routes after one whose wasm_filter rejects it
+	if rt.shape.wasmFilter != nil {
+		committed = *c
+	}
 	if err := rs.apply(c); err != nil {
 		return rt, nil, false, false, fmt.Errorf("%s.mask on %s: %w", rt.shape.path, where(c), err)
+	}
+	if m := rt.shape.wasmFilter; m != nil {
+		take, err := m.Filter(context.Background(), rt.native(c))
+		if err != nil {
+			*c = committed
+			return rt, nil, false, false, fmt.Errorf("%s.wasm_filter on %s: %w; nothing from this change on is published or acknowledged until the module (or the route) is fixed", rt.shape.path, where(c), err)
+		}
+		if !take {
+			*c = committed // the routes after this one shape it afresh
+			*filtered = true
+			return rt, nil, false, false, nil
+		}
 	}
 	c.Dest = rt.name
 	return rt, rs, true, false, nil
 }
 
+// native returns c in the native format, the input of the route's
+// WebAssembly modules, in a buffer of the route's (about the size of the
+// last one).
+func (rt *route) native(c *cdc.Change) []byte {
+	h := min(rt.wasmHint.Load(), maxHint)
+	b := format.AppendNative(make([]byte, 0, h+h/4+64), c)
+	rt.wasmHint.Store(int64(len(b)))
+	return b
+}
+
 // unroutedErr is the error for c when no route took it: one when the
 // policy is unrouted: error and no filter rejected it.
 func (r *Router) unroutedErr(c *cdc.Change, filtered bool) error {
-	if r.unrouted == "error" && !r.isContext(c) && !filtered {
+	if r.unrouted == "error" && !r.isContext(c) && !IsDDLMessage(c) && !filtered {
 		return fmt.Errorf("no route matches %s %s.%s (unrouted: error); add a route or set unrouted: drop", c.Op, c.Schema, c.Table)
 	}
 	return nil
@@ -489,6 +573,22 @@ func (rt *route) publish(c *cdc.Change, rs *relShape) ([]int, bool, error) {
 				rt.shape.path, where(c), err)
 		}
 	}
+	if rs != nil && rt.shape.wasmTransform != nil {
+		var keep bool
+		var err error
+		body, keep, err = rt.shape.wasmTransform.Transform(context.Background(), rt.native(c), nil)
+		if err != nil {
+			return nil, false, fmt.Errorf("%s.wasm_transform on %s: %w; nothing from this change on is published or acknowledged until the module (or the route) is fixed", rt.shape.path, where(c), err)
+		}
+		if !keep {
+			return nil, false, nil // dropped by the module
+		}
+		if len(rt.outs) > 0 {
+			if out, err = jsonOutTokens(body, rt.outs); err != nil {
+				return nil, false, fmt.Errorf("%s.wasm_transform on %s: %w", rt.shape.path, where(c), err)
+			}
+		}
+	}
 	subj, err := rt.subjectFor(c, out)
 	if err != nil {
 		return nil, false, err
@@ -502,6 +602,9 @@ func (rt *route) publish(c *cdc.Change, rs *relShape) ([]int, bool, error) {
 		subj = dl
 	}
 	c.Subject = subj
+	if rt.debKey != nil {
+		rt.setDebeziumKey(c)
+	}
 	switch {
 	case body == nil:
 		h := min(rt.hint.Load(), maxHint) // a large row must not inflate the small ones after it
@@ -635,4 +738,34 @@ func columnNames(rel *cdc.Relation, key bool) string {
 		return "none"
 	}
 	return strings.Join(names, ", ")
+}
+
+// jsonOutTokens returns the values of keys in body, a JSON object, as
+// subject text: a string's text, a number or boolean as written; a
+// missing key or null is left out.
+func jsonOutTokens(body []byte, keys []string) (map[string]string, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(body, &top); err != nil {
+		return nil, fmt.Errorf("reading the body for {{.Out.x}}: %w", err)
+	}
+	out := make(map[string]string, len(keys))
+	for _, k := range keys {
+		raw, ok := top[k]
+		if !ok || string(raw) == "null" {
+			continue
+		}
+		switch raw[0] {
+		case '"':
+			var s string
+			if err := json.Unmarshal(raw, &s); err != nil {
+				return nil, fmt.Errorf("{{.Out.%s}}: %w", k, err)
+			}
+			out[k] = s
+		case '{', '[':
+			return nil, fmt.Errorf("{{.Out.%s}} is a JSON %s, and a subject token must be a string, number or boolean", k, map[byte]string{'{': "object", '[': "array"}[raw[0]])
+		default:
+			out[k] = string(raw)
+		}
+	}
+	return out, nil
 }

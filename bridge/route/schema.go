@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/bridge/format"
 )
 
 // SchemaDest is one copy of a schema change event: the sinks it goes to,
@@ -23,6 +24,9 @@ type SchemaDest struct {
 	// DeadLetterSubject where it puts the event of a held version.
 	DeadLetter        bool
 	DeadLetterSubject string
+	// Debezium is the route's debezium options when its format is
+	// debezium (the event in Debezium's shape), else nil.
+	Debezium *format.DebeziumOptions
 }
 
 // The headers of a change a route puts on its dead-letter subject (the
@@ -110,7 +114,8 @@ func (r *Router) SchemaDests(source, schema, table, destSuffix string) ([]Schema
 			return nil, fmt.Errorf("routes[%d].schema_subject for %s.%s: %w", rt.idx, schema, table, err)
 		}
 		sd := SchemaDest{Sinks: rt.sinks, Subject: subj, Dest: rt.name + destSuffix,
-			Hold: rt.onSchema == "pause", Route: fmt.Sprintf("routes[%d]", rt.idx), DeadLetter: rt.onSchema == "dead_letter"}
+			Hold: rt.onSchema == "pause", Route: fmt.Sprintf("routes[%d]", rt.idx), DeadLetter: rt.onSchema == "dead_letter",
+			Debezium: rt.deb}
 		if sd.DeadLetter {
 			if sd.DeadLetterSubject, err = rt.deadLetterSubject(source, schema, table, cdc.OpSchema, subj); err != nil {
 				return nil, err

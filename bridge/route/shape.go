@@ -8,12 +8,14 @@ package route
 // kept column, and the two programs.
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
+	"log/slog"
 	"maps"
 	"path"
 	"slices"
@@ -29,6 +31,7 @@ import (
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/bridge/format"
+	"github.com/bridgecdc/bridge/bridge/wasm"
 	"github.com/bridgecdc/bridge/config"
 )
 
@@ -137,7 +140,10 @@ type shaper struct {
 	columns                 []columnRule
 	masks                   []maskRule
 	subjCols                []string // the columns the subject template reads as {{.Col.x}}
-	ops                     []cdc.Op // the route's match.ops; none: every op
+	// wasmFilter and wasmTransform are the route's WebAssembly modules,
+	// nil when none.
+	wasmFilter, wasmTransform *wasm.Module
+	ops                       []cdc.Op // the route's match.ops; none: every op
 
 	noRel relShape                 // for changes without a relation
 	last  atomic.Pointer[relShape] // the relation seen last: most changes share it
@@ -182,8 +188,8 @@ func (rs *relShape) identity() bool { return rs.keep == nil && rs.ops == nil }
 
 // newShaper compiles rc's shaping, or returns nil when it has none. Every
 // problem is a *config.FieldError at its YAML path.
-func newShaper(idx int, rc config.Route, cols []string) (*shaper, []error) {
-	if rc.Filter == "" && rc.Transform == "" && len(rc.Columns) == 0 && len(rc.Mask) == 0 {
+func newShaper(idx int, rc config.Route, cols []string, o options) (*shaper, []error) {
+	if rc.Filter == "" && rc.Transform == "" && len(rc.Columns) == 0 && len(rc.Mask) == 0 && !rc.WASMFilter.Set() && !rc.WASMTransform.Set() {
 		return nil, nil
 	}
 	p := fmt.Sprintf("routes[%d]", idx)
@@ -208,6 +214,22 @@ func newShaper(idx int, rc config.Route, cols []string) (*shaper, []error) {
 		s.anyTransform = compile("transform", rc.Transform, exprTransform)
 	}
 	s.noRel = relShape{filter: s.anyFilter, transform: s.anyTransform}
+	loadWASM := func(key string, kind wasm.Kind, w config.WASM) *wasm.Module {
+		if !w.Set() {
+			return nil
+		}
+		if o.log == nil {
+			o.log = slog.Default()
+		}
+		m, err := wasm.Load(context.Background(), kind, wasm.Config{At: p + "." + key, Module: w.Module, SHA256: w.SHA256,
+			Function: w.Function, Timeout: w.Timeout, MaxMemory: int64(w.MaxMemoryMiB) << 20, CacheDir: o.wasmCache, Log: o.log.With("route", p+"."+key)})
+		if err != nil {
+			errs = append(errs, err)
+		}
+		return m
+	}
+	s.wasmFilter = loadWASM("wasm_filter", wasm.Filter, rc.WASMFilter)
+	s.wasmTransform = loadWASM("wasm_transform", wasm.Transform, rc.WASMTransform)
 	for _, op := range rc.Match.Ops {
 		s.ops = append(s.ops, cdc.Op(op))
 	}

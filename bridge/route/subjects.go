@@ -95,6 +95,16 @@ func SubjectPatterns(cfg *config.Config) []Patterns {
 					}
 				}
 			}
+			// DDL events on schema_subject, with .Op "ddl" (DDLDests); on
+			// the route's subject, they render as its changes do.
+			if st := ddlTemplate(cfg, rc); st != nil {
+				for _, d := range dataVariants(rc, src) {
+					d.Op = string(cdc.OpDDL)
+					if s, ok := pattern(st, d, nil, nil, "_"); ok && !slices.Contains(subs, s) {
+						subs = append(subs, s)
+					}
+				}
+			}
 			sort.Strings(subs)
 			if len(subs) > 0 {
 				p.Data[src] = subs

@@ -30,7 +30,10 @@
 // Connect, which starts the plugin again after a backoff, and retries what
 // was not acknowledged, with the same ids. Before that retry a plugin that
 // resumes is asked what it holds past the last acknowledged Write (its
-// cursor), and those changes are not written again. MaxCrashes crashes in a
+// cursor), and those changes are not written again. The same question
+// precedes the Write after one that failed without saying which changes
+// failed: one whose deadline passed or that was cancelled (the plugin may
+// have carried it out all the same), or a whole-batch error. MaxCrashes crashes in a
 // row without a successful Write end the sink with a permanent error that
 // names the plugin and the fix.
 package pluginsink

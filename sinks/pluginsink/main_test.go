@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/bridgecdc/bridge/examples/plugins/exampleplugins"
 	"github.com/bridgecdc/bridge/examples/plugins/go-sink/filesink"
 	"github.com/bridgecdc/bridge/sinks/pluginsink/pluginv1"
 )
@@ -21,13 +23,20 @@ const modeEnv = "PLUGINSINK_TEST_MODE"
 func TestMain(m *testing.M) {
 	switch os.Getenv(modeEnv) {
 	case "":
-		os.Exit(m.Run())
+		code := m.Run()
+		exampleplugins.Cleanup()
+		os.Exit(code)
 	case "filesink":
 		s := filesink.New()
 		pluginv1.Serve(s, s)
 	case "crash": // filesink that exits in the middle of a Write (see crashing)
 		n, _ := strconv.Atoi(os.Getenv("PLUGINSINK_CRASH_AFTER"))
 		s := &crashing{Sink: filesink.New(), after: int64(n)}
+		pluginv1.Serve(s, s)
+	case "slow": // filesink whose Write is slow once (see slow)
+		n, _ := strconv.Atoi(os.Getenv("PLUGINSINK_SLOW_AFTER"))
+		d, _ := time.ParseDuration(os.Getenv("PLUGINSINK_SLOW_DELAY"))
+		s := &slow{Sink: filesink.New(), after: n, delay: d, late: os.Getenv("PLUGINSINK_SLOW_LATE") != ""}
 		pluginv1.Serve(s, s)
 	case "version99":
 		s := filesink.New()
@@ -66,4 +75,43 @@ func (c *crashing) Write(ctx context.Context, req *pluginv1.WriteRequest) (*plug
 		c.written.Add(int64(len(req.Changes)))
 	}
 	return r, err
+}
+
+// slow is a filesink whose first Write after `after` changes takes delay
+// more: it writes the batch and then waits (or, when late, waits and then
+// writes), so the bridge's deadline passes while the plugin holds the batch
+// or is still writing it. A mutex across Write and Delivered orders them, as
+// the contract asks of a plugin: Delivered answers after the Write under way.
+type slow struct {
+	*filesink.Sink
+	mu      sync.Mutex
+	after   int
+	delay   time.Duration
+	late    bool
+	written int
+	slowed  bool
+}
+
+func (s *slow) Write(ctx context.Context, req *pluginv1.WriteRequest) (*pluginv1.WriteResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.written < s.after || s.slowed {
+		s.written += len(req.Changes)
+		return s.Sink.Write(ctx, req)
+	}
+	s.slowed = true
+	if s.late {
+		time.Sleep(s.delay)
+	}
+	r, err := s.Sink.Write(ctx, req)
+	if !s.late {
+		time.Sleep(s.delay)
+	}
+	return r, err
+}
+
+func (s *slow) Delivered(ctx context.Context, req *pluginv1.DeliveredRequest) (*pluginv1.DeliveredResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.Sink.Delivered(ctx, req)
 }

@@ -48,9 +48,13 @@ type Sink struct {
 	// op serializes Connect, Write and Delivered (the pipeline never
 	// overlaps them; tests might) and guards the fields below it.
 	op      sync.Mutex
-	crashes int    // process starts since the last successful Write
-	fresh   bool   // the process was restarted since the last successful Write
-	cursor  string // the plugin's cursor after the last successful Write
+	crashes int // process starts since the last successful Write
+	// unsure: what the plugin holds past cursor is not known, because the
+	// process was restarted or a Write failed (no answer: a crash, a
+	// timeout, a cancelled call; or a whole-batch error) since the last
+	// successful Write. The next Write of a resuming plugin asks first.
+	unsure bool
+	cursor string // the plugin's cursor after the last successful Write
 
 	// mu guards p and closed; Close takes only mu, so it never waits for
 	// a Write or a restart.
@@ -230,7 +234,7 @@ func (s *Sink) restart(ctx context.Context) (*proc, error) {
 	}
 	s.p = p
 	s.mu.Unlock()
-	s.fresh = true
+	s.unsure = true
 	s.log.Info("plugin restarted", "sink", s.name, "after", wait, "restart", s.crashes)
 	return p, nil
 }
@@ -247,6 +251,18 @@ func (s *Sink) backoff(n int) time.Duration {
 		}
 	}
 	return d/2 + rand.N(d/2+1)
+}
+
+// ctxErr returns ctx's error when the call failed because of ctx: gRPC's
+// own timer may report a deadline a moment before ctx does.
+func ctxErr(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return cerr
+	}
+	if _, ok := ctx.Deadline(); ok && status.Code(err) == codes.DeadlineExceeded {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // transport reports whether err is the connection to the plugin failing
@@ -271,10 +287,13 @@ func (s *Sink) pluginError(doing string, e *pluginv1.Error) error {
 	return err
 }
 
-// Write sends the batch to the plugin. After a restart, a plugin that
-// resumes is first asked what it holds past the last successful Write, and
-// that is not sent again. A crash during the Write fails it with
-// sinks.ErrNotConnected: the pipeline connects (restarts) and retries.
+// Write sends the batch to the plugin. After a restart, or after a Write
+// that failed without saying which changes failed (a crash, a timeout or a
+// cancelled call, which the plugin may have carried out in part or whole
+// all the same, or a whole-batch error), a plugin that resumes is first
+// asked what it holds past the last successful Write, and that is not sent
+// again. A crash during the Write fails it with sinks.ErrNotConnected: the
+// pipeline connects (restarts) and retries.
 func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
 	s.op.Lock()
 	defer s.op.Unlock()
@@ -289,7 +308,7 @@ func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
 		return fmt.Errorf("%s: not running: %w", who(s.name, s.cfg.Command), sinks.ErrNotConnected)
 	}
 	send := make([]int, 0, len(batch)) // indexes of batch sent
-	if s.fresh && s.desc.GetResumes() {
+	if s.unsure && s.desc.GetResumes() {
 		held, err := s.held(ctx, p, batch)
 		if err != nil {
 			return err
@@ -300,7 +319,7 @@ func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
 			}
 		}
 		if n := len(batch) - len(send); n > 0 {
-			s.log.Info("plugin holds part of the batch already after its restart; not writing it again", "sink", s.name, "held", n)
+			s.log.Info("plugin holds part of the batch already after a failed write or a restart; not writing it again", "sink", s.name, "held", n)
 		}
 	} else {
 		for i := range batch {
@@ -308,7 +327,7 @@ func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
 		}
 	}
 	if len(send) == 0 {
-		s.fresh, s.crashes = false, 0
+		s.unsure, s.crashes = false, 0
 		return nil
 	}
 	req := &pluginv1.WriteRequest{Changes: make([]*pluginv1.Change, len(send))}
@@ -316,9 +335,14 @@ func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
 		req.Changes[j] = toProto(&batch[i])
 	}
 	r, err := p.sink.Write(ctx, req)
+	if err != nil || r.GetError() != nil {
+		// The plugin may have written some or all of the batch before the
+		// call failed (or before it gave up): ask before the next Write.
+		s.unsure = true
+	}
 	if err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("%s: writing %d changes (first %s): %w", who(s.name, s.cfg.Command), len(send), batch[send[0]].ID(), ctx.Err())
+		if cerr := ctxErr(ctx, err); cerr != nil {
+			return fmt.Errorf("%s: writing %d changes (first %s): %w", who(s.name, s.cfg.Command), len(send), batch[send[0]].ID(), cerr)
 		}
 		if transport(err) || p.exited() {
 			s.crashed(p, err.Error())
@@ -343,7 +367,7 @@ func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
 		}
 		berr.Fail(i, s.pluginError("writing "+batch[i].ID(), e))
 	}
-	s.fresh, s.crashes = false, 0
+	s.unsure, s.crashes = false, 0
 	if c := r.GetCursor(); c != "" {
 		s.cursor = c
 	}

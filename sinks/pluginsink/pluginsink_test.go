@@ -2,6 +2,7 @@ package pluginsink_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/examples/plugins/exampleplugins"
 	"github.com/bridgecdc/bridge/sinks"
 	"github.com/bridgecdc/bridge/sinks/pluginsink"
 	"github.com/bridgecdc/bridge/sinks/sinktest"
@@ -167,6 +169,60 @@ func TestCrashExactlyOnce(t *testing.T) {
 	}
 }
 
+// TestWriteTimeoutAsksFirst: a Write whose deadline passes while the
+// plugin has written the batch (or is still writing it) fails, though the
+// plugin holds the batch; the retry asks the plugin what it holds
+// (Delivered) and does not send it again. The plugin does not dedupe
+// (dedupe: false), so only that question keeps each change once.
+func TestWriteTimeoutAsksFirst(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		t.Run(map[bool]string{false: "written before the deadline", true: "written after the deadline"}[late], func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "out.jsonl")
+			env := map[string]string{"PLUGINSINK_SLOW_AFTER": "10", "PLUGINSINK_SLOW_DELAY": "1s"}
+			if late {
+				env["PLUGINSINK_SLOW_LATE"] = "1"
+			}
+			s, err := build(t, "slow", block(t, "slow", env, map[string]any{"path": path, "dedupe": false}))
+			require.NoError(t, err)
+			require.NoError(t, s.Connect(t.Context()))
+			all := sinktest.Changes(30, "shop.main.e1")
+			require.NoError(t, s.Write(t.Context(), all[:10]))
+
+			ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+			err = s.Write(ctx, all[10:20])
+			cancel()
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			require.NotErrorIs(t, err, sinks.ErrNotConnected, "a timeout is not a crash")
+
+			require.NoError(t, s.Write(t.Context(), all[10:20]), "the retry")
+			require.NoError(t, s.Write(t.Context(), all[20:]))
+			require.Equal(t, ids(all), fileIDs(t, path), "every change once, in order")
+		})
+	}
+}
+
+func ids(cs []cdc.Change) []string {
+	out := make([]string, len(cs))
+	for i := range cs {
+		out[i] = cs[i].ID()
+	}
+	return out
+}
+
+// fileIDs returns the ids of the lines of a filesink's file, in order.
+func fileIDs(t *testing.T, path string) []string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var out []string
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var rec struct{ ID string }
+		require.NoError(t, json.Unmarshal([]byte(l), &rec))
+		out = append(out, rec.ID)
+	}
+	return out
+}
+
 // TestBadPlugins: each bad plugin gets one error line naming the plugin
 // and the fix.
 func TestBadPlugins(t *testing.T) {
@@ -227,4 +283,30 @@ func TestCrashLoop(t *testing.T) {
 	require.Contains(t, err.Error(), "bridge plugin test")
 	require.NotContains(t, err.Error(), "\n")
 	require.Less(t, time.Since(start), 20*time.Second)
+}
+
+// TestLargeWrite: a batch past gRPC's default 4 MiB message limit (a
+// change of 4.5 MiB among small ones) reaches the plugin, whatever its
+// language.
+func TestLargeWrite(t *testing.T) {
+	for _, lang := range append([]string{"self"}, exampleplugins.Languages...) {
+		t.Run(lang, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "out.jsonl")
+			raw := block(t, "filesink", nil, map[string]any{"path": path})
+			if lang != "self" {
+				exe, err := exampleplugins.Build(lang)
+				require.NoError(t, err)
+				sum, err := pluginsink.FileSHA256(exe)
+				require.NoError(t, err)
+				raw["command"], raw["sha256"] = exe, sum
+			}
+			s, err := build(t, "large", raw)
+			require.NoError(t, err)
+			require.NoError(t, s.Connect(t.Context()))
+			all := sinktest.Changes(10, "shop.main.e1")
+			all[5].Payload = []byte(`"` + strings.Repeat("x", 9<<19) + `"`)
+			require.NoError(t, s.Write(t.Context(), all))
+			require.Equal(t, ids(all), fileIDs(t, path))
+		})
+	}
 }

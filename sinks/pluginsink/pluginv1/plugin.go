@@ -2,6 +2,7 @@ package pluginv1
 
 import (
 	"context"
+	"math"
 
 	goplugin "github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
@@ -74,8 +75,15 @@ func Serve(sink SinkServer, conformance ConformanceServer) {
 		VersionedPlugins: map[int]goplugin.PluginSet{
 			ProtocolVersion: {PluginName: &GRPCPlugin{Sink: sink, Conformance: conformance}},
 		},
-		GRPCServer: goplugin.DefaultGRPCServer,
+		GRPCServer: server,
 	})
+}
+
+// server is go-plugin's gRPC server without gRPC's default 4 MiB limit on
+// what it receives: the bridge sends whole batches, and a change may be
+// large.
+func server(opts []grpc.ServerOption) *grpc.Server {
+	return grpc.NewServer(append(opts, grpc.MaxRecvMsgSize(math.MaxInt32))...)
 }
 
 // ServeVersion is Serve for a given protocol major, for tests of the
@@ -88,6 +96,6 @@ func ServeVersion(major int, sink SinkServer, conformance ConformanceServer) {
 		VersionedPlugins: map[int]goplugin.PluginSet{
 			major: {PluginName: &GRPCPlugin{Sink: sink, Conformance: conformance}},
 		},
-		GRPCServer: goplugin.DefaultGRPCServer,
+		GRPCServer: server,
 	})
 }

@@ -56,11 +56,15 @@ type SinkClient interface {
 	Configure(ctx context.Context, in *ConfigureRequest, opts ...grpc.CallOption) (*ConfigureResponse, error)
 	// Connect dials the destination. The bridge retries it with backoff.
 	Connect(ctx context.Context, in *ConnectRequest, opts ...grpc.CallOption) (*ConnectResponse, error)
-	// Write returns when every change is durably accepted or failed.
+	// Write returns when every change is durably accepted or failed. The
+	// bridge may stop waiting for a Write (a deadline, a shutdown) that the
+	// plugin goes on carrying out; it then asks Delivered before it writes
+	// again, as after a crash.
 	Write(ctx context.Context, in *WriteRequest, opts ...grpc.CallOption) (*WriteResponse, error)
 	// Delivered lists the ids of producer's changes the destination holds
 	// after cursor (a cursor some WriteResponse returned; "" is from the
-	// beginning). Only called when Describe said resumes.
+	// beginning). Only called when Describe said resumes. It answers after
+	// a Write still under way has finished: serialize the two.
 	Delivered(ctx context.Context, in *DeliveredRequest, opts ...grpc.CallOption) (*DeliveredResponse, error)
 	// Close flushes and releases the destination. The process is stopped
 	// after it.
@@ -152,11 +156,15 @@ type SinkServer interface {
 	Configure(context.Context, *ConfigureRequest) (*ConfigureResponse, error)
 	// Connect dials the destination. The bridge retries it with backoff.
 	Connect(context.Context, *ConnectRequest) (*ConnectResponse, error)
-	// Write returns when every change is durably accepted or failed.
+	// Write returns when every change is durably accepted or failed. The
+	// bridge may stop waiting for a Write (a deadline, a shutdown) that the
+	// plugin goes on carrying out; it then asks Delivered before it writes
+	// again, as after a crash.
 	Write(context.Context, *WriteRequest) (*WriteResponse, error)
 	// Delivered lists the ids of producer's changes the destination holds
 	// after cursor (a cursor some WriteResponse returned; "" is from the
-	// beginning). Only called when Describe said resumes.
+	// beginning). Only called when Describe said resumes. It answers after
+	// a Write still under way has finished: serialize the two.
 	Delivered(context.Context, *DeliveredRequest) (*DeliveredResponse, error)
 	// Close flushes and releases the destination. The process is stopped
 	// after it.

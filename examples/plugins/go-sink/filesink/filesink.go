@@ -11,9 +11,10 @@
 //	dedupe: true                       # default; false writes a change again when sent again
 //
 // With dedupe: false the plugin still resumes: the bridge asks it what it
-// holds (Delivered) after a crash of either side and does not send that
-// again, so every change is still written once; only a retried Write that
-// the plugin had in part completed before answering could be written twice.
+// holds (Delivered) after a crash of either side, and after a Write it gave
+// up on (a deadline), and does not send that again, so every change is
+// still written once. One mutex orders every RPC, so Delivered answers
+// after a Write still under way has finished.
 // The cursor is the number of lines the file held after a Write; Delivered
 // returns the ids of the lines after it. A line cut short by a crash is
 // dropped when the file is opened again. Break and Heal (for `bridge plugin

@@ -1,0 +1,118 @@
+package route
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"text/template"
+
+	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/bridge/format"
+	"github.com/bridgecdc/bridge/config"
+)
+
+// TombstoneDest ends the destination of a tombstone's message id:
+// "<producer>:<commit LSN>:<ordinal>@<route>~tombstone" for the delete at
+// that position ("~tombstone" for an unnamed route). Route names cannot
+// hold '~', so it never collides with a change's id.
+const TombstoneDest = "~tombstone"
+
+// IsDDLMessage reports whether c is a logical message of the DDL event
+// trigger (cdc.DDLPrefix): the pipeline publishes it as a DDL event
+// (DDLDests) or not at all; no route publishes it as a message.
+func IsDDLMessage(c *cdc.Change) bool {
+	return c.Op == cdc.OpMessage && c.Prefix == cdc.DDLPrefix
+}
+
+// tombstone returns the tombstone that follows d, a delete as route name
+// publishes it: its subject and headers, an empty payload, no
+// transaction size (it is not one of the transaction's changes), the
+// destination name + TombstoneDest.
+func tombstone(d *cdc.Change, name string) *cdc.Change {
+	t := *d
+	t.Payload = []byte{}
+	t.TxSize = 0
+	t.Dest = name + TombstoneDest
+	return &t
+}
+
+// setDebeziumKey sets c's Debezium-Key header (a copy of the headers:
+// they may be shared); a change without a key gets none.
+func (rt *route) setDebeziumKey(c *cdc.Change) {
+	key, ok := rt.debKey(nil, c)
+	if !ok {
+		return
+	}
+	h := make(map[string]string, len(c.Headers)+1)
+	maps.Copy(h, c.Headers)
+	h[format.HeaderDebeziumKey] = string(key)
+	c.Headers = h
+}
+
+// DDLDests returns nothing when schemas.ddl is off. Else it returns where the DDL event of a command on source's table
+// schema.table goes (table "": a command on no table, which only routes
+// without match.tables take): a copy for every route that can see a
+// change of the table and carries DDL events (its match takes the table,
+// by sources and tables, and its ops are empty or list ddl), in config
+// order, up to the first route without continue, ops or filter that
+// takes the table, as SchemaDests. Filters and shaping do not apply. Each
+// copy is on the route's schema_subject (default: its subject), rendered
+// with Op "ddl" and row values "_", and its Dest is the route's name: the
+// event has its own position in its transaction.
+func (r *Router) DDLDests(source, schema, table string) ([]SchemaDest, error) {
+	if !r.ddl {
+		return nil, nil // schemas.ddl off: the messages are dropped
+	}
+	probe := &cdc.Change{Source: source, Schema: schema, Table: table, Op: cdc.OpDDL}
+	var out []SchemaDest
+	for _, rt := range r.routes {
+		if table == "" && len(rt.tables) > 0 {
+			continue
+		}
+		if !rt.matches(probe) {
+			continue
+		}
+		d := SubjectData{Source: Token(source), Schema: Token(schema), Table: Token(table), Op: string(cdc.OpDDL),
+			Prefix: "_", Key: map[string]string{}, Col: map[string]string{}}
+		tmpl := rt.subject
+		if rt.schemaSubject != nil {
+			tmpl = rt.schemaSubject
+		} else {
+			for _, v := range rt.cols {
+				d.Col[v] = "_"
+			}
+			for _, v := range rt.keys {
+				d.Key[v] = "_"
+			}
+			if len(rt.outs) > 0 {
+				d.Out = map[string]string{}
+				for _, v := range rt.outs {
+					d.Out[v] = "_"
+				}
+			}
+		}
+		subj, err := render(tmpl, d)
+		if err != nil {
+			return nil, fmt.Errorf("routes[%d].schema_subject for the DDL event of %s.%s: %w", rt.idx, schema, table, err)
+		}
+		out = append(out, SchemaDest{Sinks: rt.sinks, Subject: subj, Dest: rt.name,
+			Route: fmt.Sprintf("routes[%d]", rt.idx), Debezium: rt.deb})
+		if !rt.cont && (rt.shape == nil || rt.shape.filter == "") && len(rt.ops) == 0 {
+			break // takes every change of the table: no route after it sees any
+		}
+	}
+	return out, nil
+}
+
+// ddlTemplate returns rc's schema_subject when rc carries DDL events on
+// it (schemas.ddl on, its ops empty or listing ddl); nil when not.
+func ddlTemplate(cfg *config.Config, rc config.Route) *template.Template {
+	if !cfg.Schemas.DDL || rc.SchemaSubject == "" || (len(rc.Match.Ops) > 0 && !slices.Contains(rc.Match.Ops, string(cdc.OpDDL))) {
+		return nil
+	}
+	t, err := template.New("").Option("missingkey=zero").Parse(rc.SchemaSubject)
+	if err != nil {
+		return nil
+	}
+	return t
+}

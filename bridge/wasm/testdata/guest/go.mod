@@ -1,0 +1,3 @@
+module example.com/bridge-wasm-test-guest
+
+go 1.24

@@ -1,0 +1,3 @@
+module example.com/bridge-wasm-go-transform
+
+go 1.24
