@@ -260,13 +260,25 @@ type Route struct {
 	// puts each event on its table's subject, in order with its changes.
 	SchemaSubject string `koanf:"schema_subject"`
 	// OnSchemaChange says what a breaking change of the shape of a table
-	// the route carries does (a column dropped or retyped, the key changed;
-	// schemas.enabled; docs/schemas.md): "continue" (the default) publishes
-	// the event and goes on; "pause" pauses the source before the
-	// transaction of the first change under the new shape, with the reason
-	// recorded, until the operator resumes it (bridge resume), which lets
-	// that version through.
+	// the route carries does (a column dropped or retyped, the key changed,
+	// NOT NULL dropped, a modifier widened; schemas.enabled;
+	// docs/schemas.md): "continue" (the default) publishes the event and
+	// goes on; "pause" pauses the source before the transaction of the
+	// first change under the new shape, with the reason recorded, until
+	// the operator resumes it (bridge resume), which lets that version
+	// through; "dead_letter" publishes the event and the table's changes
+	// from then on to the route's dead_letter_subject instead of its
+	// subjects, the other tables going on, until the operator resumes the
+	// source (bridge resume), which accepts the version: the table's next
+	// changes go to the route's subject again, after the event announced
+	// there.
 	OnSchemaChange string `koanf:"on_schema_change"`
+	// DeadLetterSubject is where on_schema_change: dead_letter puts a held
+	// table's event and changes, a Go template over .Source .Schema .Table
+	// and .Op (row values render as "_"). Default: the subject the change
+	// would have, with "_dead_letter" inserted as its second token
+	// ("cdc.shop.public.orders" → "cdc._dead_letter.shop.public.orders").
+	DeadLetterSubject string `koanf:"dead_letter_subject"`
 	// Format of the payload: native, debezium or cloudevents. Default "native".
 	Format string `koanf:"format"`
 	// Debezium sets what the debezium format adds to Debezium's default

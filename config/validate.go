@@ -19,7 +19,7 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 // Accepted values of the enumerated framework keys.
 var (
 	unroutedValues       = []string{"drop", "error"}
-	onSchemaChangeValues = []string{"continue", "pause"}
+	onSchemaChangeValues = []string{"continue", "pause", "dead_letter"}
 	debeziumKeyValues    = []string{"none", "header"}
 	opValues             = []string{"insert", "update", "delete", "truncate", "message", "read", "control", "schema", "ddl"}
 	logLevelValues       = []string{"debug", "info", "warn", "error"}
@@ -180,6 +180,9 @@ func (c *Config) validate(known Errors) Errors {
 		p := indexPath("routes", i)
 		if r.OnSchemaChange != "" {
 			checkOneOf(add, p+".on_schema_change", r.OnSchemaChange, onSchemaChangeValues)
+		}
+		if r.DeadLetterSubject != "" && r.OnSchemaChange != "dead_letter" {
+			add(p+".dead_letter_subject", "is used by on_schema_change: dead_letter only; set that, or drop dead_letter_subject")
 		}
 		if d := r.Debezium; d != (DebeziumFormat{}) {
 			if r.Format != "debezium" {

@@ -90,6 +90,10 @@ func (r *runner) status() control.SourceStatus {
 		at := ps.Control.At.UTC()
 		s.PauseReason, s.PausedBy, s.PausedAt = ps.Control.Reason, ps.Control.By, &at
 	}
+	for _, h := range ps.Held {
+		s.Held = append(s.Held, control.HeldTable{Table: h.Table, Version: h.Version, RegistryKey: h.RegistryKey,
+			Policy: h.Policy, Since: h.Since.UTC(), Reason: h.Reason, DeadLettered: h.DeadLettered})
+	}
 	if r.gauge != nil {
 		if g, ok := r.gauge.Last(); ok {
 			row := g.Row

@@ -155,8 +155,37 @@ type Column struct {
 	Name string
 	Type string // type name as Postgres spells it, e.g. "int4", "_text", "public.mood"
 	OID  uint32
-	Key  bool // part of the replica identity
+	// Declared is the column's type with its modifier, as Postgres prints
+	// it (format_type): "character varying(20)", "numeric(10,2)",
+	// "timestamp(3) with time zone"; "" when the type has none (or the
+	// source cannot tell).
+	Declared string
+	// NotNull: the column is NOT NULL (Relation.Inferred says whether the
+	// source read that from the catalog rather than from the WAL).
+	NotNull bool
+	Key     bool // part of the replica identity
 }
+
+// Inferred marks parts of a Relation the source did not take from the WAL
+// but read from the catalog when it decoded the change: the catalog may
+// already be newer than the change (a later ALTER TABLE).
+type Inferred uint8
+
+// The parts of a relation a source can infer.
+const (
+	// InferredNotNull: Column.NotNull (pgoutput's Relation message does not
+	// carry it).
+	InferredNotNull Inferred = 1 << iota
+	// InferredKey: Column.Key (pgoutput with REPLICA IDENTITY FULL reads the
+	// primary key; wal2json reads a replica identity index).
+	InferredKey
+	// InferredIdentity: Relation.ReplicaIdentity (wal2json does not say).
+	InferredIdentity
+	// InferredColumns: the columns themselves, their types and all the
+	// above: the change did not carry the whole row (a wal2json delete
+	// decoded with the catalog's description).
+	InferredColumns
+)
 
 // Relation describes a table as the source last saw it. Changes share the
 // pointer; a relation is never modified once a change refers to it.
@@ -167,6 +196,9 @@ type Relation struct {
 	Columns []Column
 	// ReplicaIdentity is 'd' (default: primary key), 'f' (full), 'i' (index) or 'n' (nothing).
 	ReplicaIdentity byte
+	// Inferred: what of the description the source read from the catalog
+	// rather than from the WAL; 0 when all of it is the change's own.
+	Inferred Inferred
 }
 
 // Change is one committed row change, truncate or logical message. Sources emit
@@ -228,6 +260,12 @@ type Change struct {
 	// the row's key, so a chunk read again yields the same ids and is
 	// deduplicated. It has ID's form, so ParseID reads it.
 	MsgID string
+	// DeadLetter, when set, says why the change's table is held by a
+	// breaking schema change no operator accepted yet (schemas,
+	// on_schema_change: dead_letter): a route with that policy publishes
+	// it to its dead-letter subject, with this as the
+	// Bridge-Dead-Letter-Reason header. Set by the pipeline before routing.
+	DeadLetter string
 	// Dest names the destination when the change is published by a named
 	// route (config routes[].name): ID ends with "@<Dest>", so the messages
 	// one change yields for several routes, in one stream too, are told

@@ -25,9 +25,20 @@ type Control struct {
 	By string `json:"by,omitempty"`
 	// At is when it was set.
 	At time.Time `json:"at"`
+	// Schema, on a pause for a breaking schema change (on_schema_change:
+	// pause), is the held version: its table ("schema.table"), its number
+	// and its registry key.
+	Schema *HeldSchema `json:"schema,omitempty"`
 	// Revision is the KV revision it was read at (0: the key does not
 	// exist); not stored.
 	Revision uint64 `json:"-"`
+}
+
+// HeldSchema is the version of a table a pause holds.
+type HeldSchema struct {
+	Table       string `json:"table"`
+	Version     int    `json:"version"`
+	RegistryKey string `json:"registry_key"`
 }
 
 // ControlKey returns the KV key of a source's Control, beside its

@@ -165,17 +165,27 @@ every version of every table a source streamed. Needs only NATS.`,
 			if v.Previous > 0 {
 				fmt.Fprintf(stdout, " (previous %d)", v.Previous)
 			}
-			fmt.Fprintf(stdout, "\nfirst change: %s seq %d of %s\nreplica identity: %s; key: %s\nregistry key: %s\n",
-				v.Since.CommitLSN, v.Since.Seq, v.Since.Producer, v.ReplicaIdentity, strings.Join(v.Key, ", "),
+			snap := ""
+			if v.Since.Snapshot != "" {
+				snap = " (a read of snapshot " + v.Since.Snapshot + ")"
+			}
+			fmt.Fprintf(stdout, "\nfirst change: %s seq %d of %s%s\nreplica identity: %s; key: %s\nregistry key: %s\n",
+				v.Since.CommitLSN, v.Since.Seq, v.Since.Producer, snap, v.ReplicaIdentity, strings.Join(v.Key, ", "),
 				schema.VersionKey(v.Source, v.Schema, v.Table, v.Version))
+			if len(v.Inferred) > 0 {
+				fmt.Fprintf(stdout, "read from the catalog, not the WAL: %s\n", strings.Join(v.Inferred, ", "))
+			}
 			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "COLUMN\tTYPE\tKEY")
+			fmt.Fprintln(tw, "COLUMN\tTYPE\tNULL\tKEY")
 			for _, c := range v.Columns {
-				k := ""
+				k, n := "", ""
 				if c.Key {
 					k = "key"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Name, c.Type, k)
+				if c.NotNull {
+					n = "not null"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", c.Name, c.TypeName(), n, k)
 			}
 			return tw.Flush()
 		},
@@ -217,13 +227,20 @@ every version of every table a source streamed. Needs only NATS.`,
 			}
 			fmt.Fprintf(stdout, "%s %s.%s version %d → %d\n", src, sch, tbl, a.Version, b.Version)
 			for _, c := range d.Added {
-				fmt.Fprintf(stdout, "+ %s %s\n", c.Name, c.Type)
+				fmt.Fprintf(stdout, "+ %s %s\n", c.Name, c.TypeName())
 			}
 			for _, c := range d.Dropped {
-				fmt.Fprintf(stdout, "- %s %s\n", c.Name, c.Type)
+				fmt.Fprintf(stdout, "- %s %s\n", c.Name, c.TypeName())
 			}
 			for _, r := range d.Retyped {
 				fmt.Fprintf(stdout, "~ %s %s → %s\n", r.Name, r.From, r.To)
+			}
+			for _, c := range d.Changed {
+				from, to := c.From, c.To
+				if c.What == "modifier" {
+					from, to = orNone(from), orNone(to)
+				}
+				fmt.Fprintf(stdout, "~ %s %s: %s → %s\n", c.Name, strings.ReplaceAll(c.What, "_", " "), from, to)
 			}
 			if d.KeyChanged {
 				fmt.Fprintf(stdout, "key: %s → %s\n", strings.Join(d.KeyBefore, ", "), strings.Join(d.KeyAfter, ", "))
@@ -238,4 +255,11 @@ every version of every table a source streamed. Needs only NATS.`,
 	root.PersistentFlags().BoolVar(&asJSON, "json", false, "print JSON")
 	root.AddCommand(ls, show, diff)
 	return root
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }

@@ -141,6 +141,25 @@ type SourceStatus struct {
 	// LagBytes is the WAL between the last polled WAL end and the
 	// checkpoint.
 	LagBytes *uint64 `json:"lag_bytes,omitempty"`
+	// Held are the tables a breaking schema change holds
+	// (on_schema_change; docs/schemas.md); absent when none.
+	Held []HeldTable `json:"held,omitempty"`
+}
+
+// HeldTable is a table whose breaking schema change a route holds until
+// the operator resumes the source.
+type HeldTable struct {
+	Table       string `json:"table"` // schema.table
+	Version     int    `json:"version"`
+	RegistryKey string `json:"registry_key"`
+	// Policy: "pause" (the source is paused before the change) or
+	// "dead_letter" (the table's changes go to dead-letter subjects).
+	Policy string    `json:"policy"`
+	Since  time.Time `json:"since"`
+	Reason string    `json:"reason"`
+	// DeadLettered counts the table's changes put on dead-letter subjects
+	// by this instance.
+	DeadLettered uint64 `json:"dead_lettered"`
 }
 
 // StatusReply answers status.

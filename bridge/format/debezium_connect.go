@@ -130,10 +130,9 @@ func (s *schemaCache) get(c *cdc.Change, key bool) []byte {
 // DebeziumValueSchema appends the Connect schema of c's Debezium value:
 // for a row change, the table's Envelope (version 2) named
 // "<source>.<schema>.<table>.Envelope", with before and after the table's
-// Value struct (one field per column of c.Rel, in table order; key
-// columns required, the others optional, every one with REPLICA
-// IDENTITY FULL), source, transaction, op, ts_ms,
-// ts_us and ts_ns; for a logical message, Debezium's
+// Value struct (one field per column of c.Rel, in table order, required
+// as debeziumRequired says, the others optional), source, transaction,
+// op, ts_ms, ts_us and ts_ns; for a logical message, Debezium's
 // io.debezium.connector.postgresql.MessageValue.
 func DebeziumValueSchema(dst []byte, c *cdc.Change) []byte {
 	if c.Op == cdc.OpMessage {
@@ -149,7 +148,6 @@ func DebeziumValueSchema(dst []byte, c *cdc.Change) []byte {
 	if c.Rel != nil {
 		cols = c.Rel.Columns
 	}
-	full := c.Rel != nil && c.Rel.ReplicaIdentity == 'f' // every column flagged: no key to require
 	dst = append(dst, `{"type":"struct","fields":[`...)
 	for _, f := range []string{"before", "after"} {
 		dst = append(dst, `{"type":"struct","fields":[`...)
@@ -157,7 +155,7 @@ func DebeziumValueSchema(dst []byte, c *cdc.Change) []byte {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = appendConnectField(dst, &cols[i], !cols[i].Key || full, cols[i].Name)
+			dst = appendConnectField(dst, &cols[i], !debeziumRequired(c.Rel, &cols[i]), cols[i].Name)
 		}
 		dst = append(dst, `],"optional":true,"name":`...)
 		dst = appendString(dst, prefix+".Value")
@@ -170,6 +168,28 @@ func DebeziumValueSchema(dst []byte, c *cdc.Change) []byte {
 	dst = appendString(dst, prefix+".Envelope")
 	dst = append(dst, `,"version":`+strconv.Itoa(DebeziumEnvelopeVersion)+`}`...)
 	return dst
+}
+
+// debeziumRequired reports whether the Value struct of rel requires col:
+// whether no value the bridge writes for it, in a before or an after
+// image, is null (Kafka Connect's JSON converter refuses a null in a
+// required field). That is a key column (but for REPLICA IDENTITY FULL,
+// whose flags mark every column), and a NOT NULL column as the WAL says
+// it (not read from the catalog, which may be newer than the row:
+// pgoutput's NOT NULL) of a table whose before images carry every column
+// (REPLICA IDENTITY FULL: with another identity, a delete's before has
+// the key only, the other columns null), unless its type is float4,
+// float8 or numeric (wal2json before 2.6 sends NaN as null).
+func debeziumRequired(rel *cdc.Relation, col *cdc.Column) bool {
+	full := rel.ReplicaIdentity == 'f'
+	if col.Key && !full {
+		return true
+	}
+	switch col.Type {
+	case "float4", "float8", "numeric":
+		return false
+	}
+	return col.NotNull && full && rel.Inferred&(cdc.InferredNotNull|cdc.InferredColumns) == 0
 }
 
 // debeziumKeySchema returns the Connect schema of c's key:

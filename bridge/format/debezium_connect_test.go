@@ -22,9 +22,9 @@ import (
 // PRIMARY KEY(id)), in the schema the documentation's schema names use.
 var customers = &cdc.Relation{ID: 16390, Schema: "inventory", Table: "customers", ReplicaIdentity: 'd', Columns: []cdc.Column{
 	{Name: "id", Type: "int4", OID: 23, Key: true},
-	{Name: "first_name", Type: "varchar", OID: 1043},
-	{Name: "last_name", Type: "varchar", OID: 1043},
-	{Name: "email", Type: "varchar", OID: 1043},
+	{Name: "first_name", Type: "varchar", OID: 1043, Declared: "character varying(255)", NotNull: true},
+	{Name: "last_name", Type: "varchar", OID: 1043, Declared: "character varying(255)", NotNull: true},
+	{Name: "email", Type: "varchar", OID: 1043, Declared: "character varying(255)", NotNull: true},
 }}
 
 // documentedCreate is the documentation's create event: its row, LSNs
@@ -44,8 +44,11 @@ func documentedCreate() *cdc.Change {
 // testdata/debezium_envelope.json holds it. That file is the
 // documentation's example with what the bridge knowingly does otherwise:
 //
-//   - first_name, last_name and email are optional: decoding does not
-//     carry NOT NULL, so only key columns are required;
+//   - first_name, last_name and email are optional although NOT NULL:
+//     with REPLICA IDENTITY DEFAULT a delete's before image has the key
+//     only and null for them, which a required field refuses (Debezium
+//     writes zero values there instead); the bridge requires NOT NULL
+//     columns with REPLICA IDENTITY FULL only (TestDebeziumRequired);
 //   - the source schema is the one Debezium's code builds
 //     (SchemaFactory.sourceInfoSchemaBuilder and
 //     PostgresSourceInfoStructMaker: snapshot the io.debezium.data.Enum
@@ -105,6 +108,78 @@ func TestDebeziumKeyGolden(t *testing.T) {
 	got, ok = key(nil, msg)
 	require.True(t, ok)
 	require.Equal(t, `{"schema":{"type":"struct","fields":[{"type":"string","optional":true,"field":"prefix"}],"optional":false,"name":"io.debezium.connector.postgresql.MessageKey","version":1},"payload":{"prefix":"app"}}`, string(got))
+}
+
+// TestDebeziumRequired: the Value struct requires key columns, and with
+// REPLICA IDENTITY FULL the NOT NULL columns as the WAL says them (not
+// pgoutput's, read from the catalog; not float or numeric ones); inserts
+// and deletes conform either way.
+func TestDebeziumRequired(t *testing.T) {
+	cols := []cdc.Column{
+		{Name: "id", Type: "int8", OID: 20, Key: true, NotNull: true},
+		{Name: "name", Type: "varchar", OID: 1043, Declared: "character varying(20)", NotNull: true},
+		{Name: "price", Type: "numeric", OID: 1700, Declared: "numeric(10,2)", NotNull: true},
+		{Name: "note", Type: "text", OID: 25},
+	}
+	ts := time.Date(2024, 2, 29, 7, 4, 56, 0, time.UTC)
+	row := []any{int64(1), "a", cdc.Numeric("1.50"), nil}
+	for _, tc := range []struct {
+		name     string
+		identity byte
+		inferred cdc.Inferred
+		key      bool // with FULL, every column is flagged
+		want     []bool
+	}{
+		{"default", 'd', 0, false, []bool{false, true, true, true}},
+		{"full", 'f', 0, true, []bool{false, false, true, true}},
+		{"full, NOT NULL from the catalog", 'f', cdc.InferredNotNull, true, []bool{true, true, true, true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := append([]cdc.Column(nil), cols...)
+			if tc.key {
+				for i := range cs {
+					cs[i].Key = true
+				}
+			}
+			rel := &cdc.Relation{Schema: "public", Table: "items", ReplicaIdentity: tc.identity, Inferred: tc.inferred, Columns: cs}
+			var v struct {
+				Schema struct {
+					Fields []struct {
+						Field  string `json:"field"`
+						Fields []struct {
+							Optional bool `json:"optional"`
+						} `json:"fields"`
+					} `json:"fields"`
+				} `json:"schema"`
+			}
+			ins := cdc.Change{Source: "shop", Database: "db", CommitLSN: 100, LSN: 90, Xid: 7, TxSize: 1, CommitTime: ts,
+				Schema: "public", Table: "items", Rel: rel, Op: cdc.OpInsert, After: row}
+			enc := DebeziumEncoder(DebeziumOptions{SchemasEnable: true})
+			b := enc(nil, &ins)
+			require.NoError(t, json.Unmarshal(b, &v), "%s", b)
+			require.Equal(t, "after", v.Schema.Fields[1].Field)
+			var got []bool
+			for _, f := range v.Schema.Fields[1].Fields {
+				got = append(got, f.Optional)
+			}
+			require.Equal(t, tc.want, got)
+
+			before := row
+			if tc.identity == 'd' {
+				before = []any{int64(1), cdc.Absent, cdc.Absent, cdc.Absent}
+			}
+			del := with(ins, func(c *cdc.Change) { c.Op, c.After, c.Before = cdc.OpDelete, nil, before })
+			for _, c := range []cdc.Change{ins, del} {
+				var m struct {
+					Schema  map[string]any `json:"schema"`
+					Payload any            `json:"payload"`
+				}
+				b := enc(nil, &c)
+				require.NoError(t, json.Unmarshal(b, &m), "%s", b)
+				require.NoError(t, connectCheck(m.Schema, m.Payload, "", nil), "%s", b)
+			}
+		})
+	}
 }
 
 // TestDebeziumEnvelopeConforms: for a change of every type the bridge

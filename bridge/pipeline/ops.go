@@ -75,6 +75,9 @@ type Status struct {
 	Control checkpoint.Control
 	// Delivered counts the changes delivered by this process.
 	Delivered uint64
+	// Held are the tables a breaking schema change holds
+	// (on_schema_change: pause or dead_letter; docs/schemas.md).
+	Held []HeldTable
 }
 
 // ops is the pipeline's control state; guarded by mu.
@@ -190,6 +193,7 @@ func (p *Pipeline) Status() Status {
 	p.ops.mu.Unlock()
 	st.Checkpoint = p.Checkpointed()
 	st.Delivered = p.Delivered()
+	st.Held = p.held(st.Control)
 	if cur := p.cur.Load(); cur != nil {
 		st.ConfigRev = cur.rev
 	}

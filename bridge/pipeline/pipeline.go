@@ -143,6 +143,10 @@ type Pipeline struct {
 	// tables' shapes during one run, read by its reader goroutine only.
 	schemas *schema.Registry
 	trk     *schema.Tracker
+	// holdsRun: the tables' holds by dead_letter routes during one run
+	// (its reader's); holds what status and metrics read of them.
+	holdsRun map[holdKey]*tableHold
+	holds    schemaHolds
 
 	// The router in effect and the one to take at the next transaction
 	// boundary (SetRouter); see ops.go for the operator's controls.
@@ -363,8 +367,10 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 	if p.schemas != nil {
 		// A new run replays from the checkpoint: the tracker starts afresh
 		// from the registry (schema.Tracker).
-		p.trk = schema.NewTracker(p.schemas, p.source)
+		p.trk = p.newTracker()
+		p.loadHolds(ctx)
 	}
+	p.holdsRun = map[holdKey]*tableHold{}
 
 	// Sinks: connect, then learn what they already hold past the checkpoint.
 	skip := make([]map[cdc.Pos]struct{}, len(p.sinks))
@@ -397,6 +403,9 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 		for pos := range d {
 			end = max(end, pos.LSN)
 		}
+	}
+	if p.trk != nil {
+		p.trk.Resume(st.LSN, end) // up to end, the registry has what was published
 	}
 	lineage := sources.Lineage{SystemID: st.SystemID, Timeline: st.Timeline, Standby: st.Standby}
 	src, evicted, err := p.open(ctx, st.LSN, lineage, end) // takeover.go: a stale reader of the slot may be ended

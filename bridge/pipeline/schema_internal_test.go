@@ -2,14 +2,17 @@ package pipeline
 
 import (
 	"encoding/json"
+	"log/slog"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/bridge/checkpoint"
 	"github.com/bridgecdc/bridge/bridge/route"
 	"github.com/bridgecdc/bridge/bridge/schema"
 	"github.com/bridgecdc/bridge/config"
@@ -148,4 +151,134 @@ func sanitize(s string) string {
 		}
 	}
 	return string(b)
+}
+
+// TestRouteSchemaDeadLetter: a route with on_schema_change: dead_letter
+// puts a breaking change's event and the table's changes from then on
+// (a later version that is not breaking too) on its dead-letter subject,
+// with the reason and the original subject in headers, while another
+// table and a continue route go on; once the operator resumes the source,
+// the table's next change accepts the version (recorded in the registry):
+// the version is announced again on the route's subject, before that
+// change, which goes there too. A replay routes every change as before.
+func TestRouteSchemaDeadLetter(t *testing.T) {
+	srv := natsembed.StartT(t, natsembed.Options{})
+	nc, err := nats.Connect(srv.URL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	reg, err := schema.Open(t.Context(), js, "schemas_dl", 1)
+	require.NoError(t, err)
+
+	id := cdc.Column{Name: "id", Type: "int4", Key: true, NotNull: true}
+	r1 := &cdc.Relation{Schema: "public", Table: "t", Columns: []cdc.Column{id, {Name: "n", Type: "text"}}}
+	r2 := &cdc.Relation{Schema: "public", Table: "t", Columns: []cdc.Column{id}}                            // n dropped: breaking
+	r3 := &cdc.Relation{Schema: "public", Table: "t", Columns: []cdc.Column{id, {Name: "m", Type: "int8"}}} // m added: held all the same
+	other := &cdc.Relation{Schema: "public", Table: "u", Columns: []cdc.Column{id}}
+	txn := func(lsn cdc.LSN, rels ...*cdc.Relation) *cdc.Txn {
+		t := &cdc.Txn{CommitLSN: lsn}
+		for i, r := range rels {
+			t.Changes = append(t.Changes, cdc.Change{Source: "app", Schema: r.Schema, Table: r.Table, Op: cdc.OpInsert, Rel: r,
+				After: make([]any, len(r.Columns)), CommitLSN: lsn, Seq: uint32(i), TxSize: uint32(len(rels))})
+		}
+		return t
+	}
+	r, err := route.New(&config.Config{Unrouted: "drop", Schemas: config.Schemas{Enabled: true}, Routes: []config.Route{
+		{Name: "audit", Continue: true, Sinks: []string{"a"}, Subject: "audit.{{.Table}}"},
+		{Name: "main", Sinks: []string{"a"}, Subject: "cdc.{{.Source}}.{{.Schema}}.{{.Table}}", OnSchemaChange: "dead_letter"},
+	}}, map[string]int{"a": 0}, "")
+	require.NoError(t, err)
+	p := New(Config{Source: "app", Router: r, Schemas: reg, Log: slog.New(slog.DiscardHandler)})
+	type out = dlOut
+	routeAll := func(txns ...*cdc.Txn) []out {
+		var got []out
+		for _, tx := range txns {
+			require.NoError(t, p.route(t.Context(), p.cur.Load(), tx, "prod", func(it *txnItem) error {
+				for _, c := range it.changes {
+					if c.Dest != "main" && c.Dest != "main"+schema.Dest {
+						continue // the audit route's copies
+					}
+					o := out{op: string(c.Op), subject: c.Subject, version: c.Headers[schema.HeaderVersion],
+						reason: c.Headers[route.HeaderDeadLetterReason], original: c.Headers[route.HeaderOriginalSubject], id: c.ID()}
+					if c.Op == cdc.OpSchema {
+						var ev schema.Event
+						require.NoError(t, json.Unmarshal(c.Payload, &ev))
+						o.announce = ev.Announce
+					}
+					got = append(got, o)
+				}
+				return nil
+			}))
+		}
+		return got
+	}
+	held := []*cdc.Txn{txn(0x10, r1), txn(0x20, r2, other), txn(0x30, r3)}
+	run := func(published cdc.LSN) []out {
+		p.trk, p.holdsRun = p.newTracker(), nil
+		p.trk.Resume(0, published)
+		return routeAll(held...)
+	}
+	first := run(0)
+	main, dead := "cdc.app.public.t", "cdc._dead_letter.app.public.t"
+	require.Equal(t, []string{"schema", "insert", "schema", "insert", "schema", "insert", "schema", "insert"}, opsOf(first))
+	require.Equal(t, []string{main, main, dead, dead, "cdc.app.public.u", "cdc.app.public.u", dead, dead}, subjects(first))
+	require.Contains(t, first[2].reason, "routes[1].on_schema_change: dead_letter: public.t version 2 (app.public.t.2) held since")
+	require.Contains(t, first[2].reason, "a breaking change: dropped n")
+	require.Equal(t, main, first[2].original)
+	require.Contains(t, first[6].reason, "public.t version 3 (app.public.t.3) held since")
+	require.Contains(t, first[6].reason, "it follows a breaking change not accepted yet")
+	require.Equal(t, main, first[7].original)
+	heldNow := p.Status().Held
+	require.Len(t, heldNow, 1)
+	require.Equal(t, HeldTable{Table: "public.t", Version: 3, RegistryKey: "app.public.t.3", Policy: "dead_letter", Since: heldNow[0].Since,
+		Reason: heldNow[0].Reason, DeadLettered: 2}, heldNow[0])
+	pause, dl, marked, versions := p.SchemaStats()
+	require.Equal(t, []int{0, 1}, []int{pause, dl})
+	require.Equal(t, uint64(2), marked)
+	require.Equal(t, uint64(4), versions)
+
+	// A replay before the operator acts: the same.
+	require.Equal(t, first, run(0x30))
+
+	// The operator resumes: the table's next change accepts version 3.
+	p.setWant(checkpoint.Control{At: time.Now().Add(time.Second), By: "test"})
+	require.Empty(t, p.Status().Held, "a resume after the hold accepts it")
+	after := routeAll(txn(0x40, r3, r3))
+	require.Equal(t, []out{
+		{op: "schema", subject: main, version: "3", id: "prod:0000000000000040:0@main~schema", announce: "accepted"},
+		{op: "insert", subject: main, version: "3", id: "prod:0000000000000040:0@main"},
+		{op: "insert", subject: main, version: "3", id: "prod:0000000000000040:1@main"},
+	}, after)
+	acc, err := js.KeyValue(t.Context(), "schemas_dl")
+	require.NoError(t, err)
+	e, err := acc.Get(t.Context(), schema.AcceptKey("app", "public", "t", 3))
+	require.NoError(t, err)
+	require.Contains(t, string(e.Value()), `"commit_lsn":"0/40","seq":0`)
+
+	// A replay of everything, whatever the operator does now, routes as
+	// the first run did.
+	p.setWant(checkpoint.Control{At: time.Now().Add(2 * time.Second), By: "test"})
+	again := run(0x40)
+	again = append(again, routeAll(txn(0x40, r3, r3))...)
+	require.Equal(t, append(first, after...), again)
+}
+
+// dlOut is what TestRouteSchemaDeadLetter sees of a message.
+type dlOut struct{ op, subject, version, reason, original, id, announce string }
+
+func opsOf(os []dlOut) []string {
+	var out []string
+	for _, o := range os {
+		out = append(out, o.op)
+	}
+	return out
+}
+
+func subjects(os []dlOut) []string {
+	var out []string
+	for _, o := range os {
+		out = append(out, o.subject)
+	}
+	return out
 }

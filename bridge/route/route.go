@@ -37,10 +37,13 @@ type route struct {
 	// schemaSubject is the subject of schema change events (schema_subject);
 	// nil: subject.
 	schemaSubject *template.Template
-	onSchema      string // on_schema_change: "" (continue) or "pause"
-	encode        format.Encoder
-	format        string
-	shape         *shaper // filter, columns, mask, transform; nil when none
+	onSchema      string // on_schema_change: "" (continue), "pause" or "dead_letter"
+	// deadLetter is the dead_letter_subject template; nil: the default
+	// (DeadLetterDefault of the change's subject).
+	deadLetter *template.Template
+	encode     format.Encoder
+	format     string
+	shape      *shaper // filter, columns, mask, transform; nil when none
 
 	// deb holds the debezium format's options (nil for another format);
 	// debKey encodes the Debezium-Key header (debezium.key: header).
@@ -212,6 +215,16 @@ func NewFor(cfg *config.Config, source string, sinkIndex map[string]int, context
 				errs = append(errs, &config.FieldError{Path: p + ".schema_subject", Msg: err.Error()})
 			}
 			rt.schemaSubject = st
+		}
+		if rc.DeadLetterSubject != "" {
+			dt, err := template.New(p + ".dead_letter_subject").Option("missingkey=zero").Parse(rc.DeadLetterSubject)
+			if err == nil {
+				_, err = render(dt, SubjectData{Source: "src", Schema: "public", Table: "t", Op: string(cdc.OpInsert), Prefix: "_"})
+			}
+			if err != nil {
+				errs = append(errs, &config.FieldError{Path: p + ".dead_letter_subject", Msg: err.Error()})
+			}
+			rt.deadLetter = dt
 		}
 		sh, serrs := newShaper(i, rc, rt.cols, o)
 		errs = append(errs, serrs...)
@@ -579,6 +592,14 @@ func (rt *route) publish(c *cdc.Change, rs *relShape) ([]int, bool, error) {
 	subj, err := rt.subjectFor(c, out)
 	if err != nil {
 		return nil, false, err
+	}
+	if c.DeadLetter != "" && rt.onSchema == "dead_letter" {
+		dl, err := rt.deadLetterSubject(c.Source, c.Schema, c.Table, c.Op, subj)
+		if err != nil {
+			return nil, false, err
+		}
+		c.Headers = DeadLetterHeaders(c.Headers, c.DeadLetter, subj)
+		subj = dl
 	}
 	c.Subject = subj
 	if rt.debKey != nil {

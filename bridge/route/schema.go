@@ -2,6 +2,8 @@ package route
 
 import (
 	"fmt"
+	"maps"
+	"strings"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/bridge/format"
@@ -18,9 +20,58 @@ type SchemaDest struct {
 	// Hold: the route's on_schema_change is pause; Route its YAML path.
 	Hold  bool
 	Route string
+	// DeadLetter: the route's on_schema_change is dead_letter, and
+	// DeadLetterSubject where it puts the event of a held version.
+	DeadLetter        bool
+	DeadLetterSubject string
 	// Debezium is the route's debezium options when its format is
 	// debezium (the event in Debezium's shape), else nil.
 	Debezium *format.DebeziumOptions
+}
+
+// The headers of a change a route puts on its dead-letter subject (the
+// same as a sink's dead letters').
+const (
+	// HeaderDeadLetterReason says why: the held version and its change.
+	HeaderDeadLetterReason = "Bridge-Dead-Letter-Reason"
+	// HeaderOriginalSubject is the subject the change would have had.
+	HeaderOriginalSubject = "Bridge-Original-Subject"
+)
+
+// DeadLetterDefault returns the default dead-letter subject of a message
+// on subject: "_dead_letter" inserted as its second token
+// ("cdc.shop.public.orders" → "cdc._dead_letter.shop.public.orders").
+func DeadLetterDefault(subject string) string {
+	first, rest, ok := strings.Cut(subject, ".")
+	if !ok {
+		return subject + "._dead_letter"
+	}
+	return first + "._dead_letter." + rest
+}
+
+// deadLetterSubject returns where the route puts a held change (or event)
+// whose subject would be subj.
+func (rt *route) deadLetterSubject(source, schema, table string, op cdc.Op, subj string) (string, error) {
+	if rt.deadLetter == nil {
+		return DeadLetterDefault(subj), nil
+	}
+	s, err := render(rt.deadLetter, SubjectData{Source: Token(source), Schema: Token(schema), Table: Token(table), Op: string(op),
+		Prefix: "_", Key: map[string]string{}, Col: map[string]string{}})
+	if err != nil {
+		return "", fmt.Errorf("routes[%d].dead_letter_subject for %s.%s: %w", rt.idx, schema, table, err)
+	}
+	return s, nil
+}
+
+// DeadLetterHeaders returns h with the headers of a message a route puts
+// on its dead-letter subject: reason, and subject, the one it would have
+// had (a new map: h may be shared).
+func DeadLetterHeaders(h map[string]string, reason, subject string) map[string]string {
+	out := make(map[string]string, len(h)+2)
+	maps.Copy(out, h)
+	out[HeaderDeadLetterReason] = reason
+	out[HeaderOriginalSubject] = subject
+	return out
 }
 
 // SchemaDests returns where the schema change event of source's table
@@ -62,8 +113,15 @@ func (r *Router) SchemaDests(source, schema, table, destSuffix string) ([]Schema
 		if err != nil {
 			return nil, fmt.Errorf("routes[%d].schema_subject for %s.%s: %w", rt.idx, schema, table, err)
 		}
-		out = append(out, SchemaDest{Sinks: rt.sinks, Subject: subj, Dest: rt.name + destSuffix,
-			Hold: rt.onSchema == "pause", Route: fmt.Sprintf("routes[%d]", rt.idx), Debezium: rt.deb})
+		sd := SchemaDest{Sinks: rt.sinks, Subject: subj, Dest: rt.name + destSuffix,
+			Hold: rt.onSchema == "pause", Route: fmt.Sprintf("routes[%d]", rt.idx), DeadLetter: rt.onSchema == "dead_letter",
+			Debezium: rt.deb}
+		if sd.DeadLetter {
+			if sd.DeadLetterSubject, err = rt.deadLetterSubject(source, schema, table, cdc.OpSchema, subj); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, sd)
 		if !rt.cont && (rt.shape == nil || rt.shape.filter == "") && len(rt.ops) == 0 {
 			break // takes every change of the table: no route after it sees any
 		}

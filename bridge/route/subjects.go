@@ -75,6 +75,26 @@ func SubjectPatterns(cfg *config.Config) []Patterns {
 					}
 				}
 			}
+			// Held tables' changes and events on the dead-letter subject
+			// (on_schema_change: dead_letter).
+			if cfg.Schemas.Enabled && rc.OnSchemaChange == "dead_letter" {
+				if rc.DeadLetterSubject == "" {
+					for _, s := range subs {
+						if d := DeadLetterDefault(s); !slices.Contains(subs, d) {
+							subs = append(subs, d)
+						}
+					}
+				} else if dt, err := template.New("").Option("missingkey=zero").Parse(rc.DeadLetterSubject); err == nil {
+					for _, d := range dataVariants(rc, src) {
+						for _, op := range []string{d.Op, string(cdc.OpSchema)} {
+							d.Op = op
+							if s, ok := pattern(dt, d, nil, nil, "_"); ok && !slices.Contains(subs, s) {
+								subs = append(subs, s)
+							}
+						}
+					}
+				}
+			}
 			// DDL events on schema_subject, with .Op "ddl" (DDLDests); on
 			// the route's subject, they render as its changes do.
 			if st := ddlTemplate(cfg, rc); st != nil {

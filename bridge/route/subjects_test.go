@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/config"
 	"github.com/bridgecdc/bridge/sinks"
 )
@@ -154,4 +155,49 @@ func TestSchemaDests(t *testing.T) {
 	ds, err = r.SchemaDests("shop", "public", "users", "~schema")
 	require.NoError(t, err)
 	require.Equal(t, []string{"c~schema", "d~schema"}, []string{ds[0].Dest, ds[1].Dest})
+}
+
+// TestDeadLetterSubjects: a dead_letter route's dead-letter subject is its
+// template's, else the message's subject with "_dead_letter" as its second
+// token; it must fall within the sinks' streams; a change marked held goes
+// there, with the reason and its subject in headers, on dead_letter
+// routes only.
+func TestDeadLetterSubjects(t *testing.T) {
+	require.Equal(t, "cdc._dead_letter.shop.public.orders", DeadLetterDefault("cdc.shop.public.orders"))
+	require.Equal(t, "orders._dead_letter", DeadLetterDefault("orders"))
+
+	cfg := testConfig(config.Route{Sinks: []string{"main"}, Subject: "cdc.{{.Source}}.{{.Table}}", OnSchemaChange: "dead_letter"})
+	cfg.Sources = map[string]config.Plugin{"shop": {}}
+	cfg.Schemas.Enabled = true
+	set := sinks.SubjectSet{Filters: []string{"cdc.shop.>"}, Of: `stream "CDC"`, Key: "subjects"}
+	require.ErrorContains(t, CheckSubjects(cfg, map[string]sinks.SubjectSet{"main": set}), "cdc._dead_letter.shop.*")
+	require.NoError(t, CheckSubjects(cfg, map[string]sinks.SubjectSet{"main": {Filters: []string{"cdc.>"}}}))
+	cfg.Routes[0].DeadLetterSubject = "dead.{{.Source}}.{{.Table}}.{{.Op}}"
+	require.ErrorContains(t, CheckSubjects(cfg, map[string]sinks.SubjectSet{"main": {Filters: []string{"cdc.>"}}}), "dead.shop.*.schema")
+	require.NoError(t, CheckSubjects(cfg, map[string]sinks.SubjectSet{"main": {Filters: []string{"cdc.>", "dead.>"}}}))
+
+	cfg = testConfig(
+		config.Route{Name: "keep", Continue: true, Sinks: []string{"main"}, Subject: "all.{{.Table}}"},
+		config.Route{Name: "dl", Sinks: []string{"main"}, Subject: "cdc.{{.Source}}.{{.Table}}", OnSchemaChange: "dead_letter"},
+	)
+	r, err := New(cfg, map[string]int{"main": 0}, "")
+	require.NoError(t, err)
+	rel := &cdc.Relation{Schema: "public", Table: "orders", Columns: []cdc.Column{{Name: "id", Type: "int4", Key: true}}}
+	c := &cdc.Change{Source: "shop", Schema: "public", Table: "orders", Op: cdc.OpInsert, Rel: rel, After: []any{int64(1)},
+		DeadLetter: "held", Headers: map[string]string{"x": "y"}}
+	var got []*cdc.Change
+	_, err = r.Each(c, func(d *cdc.Change, _ []int) error { got = append(got, d); return nil })
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	require.Equal(t, "all.orders", got[0].Subject)
+	require.Equal(t, map[string]string{"x": "y"}, got[0].Headers, "a continue route is not held")
+	require.Equal(t, "cdc._dead_letter.shop.orders", got[1].Subject)
+	require.Equal(t, map[string]string{"x": "y", HeaderDeadLetterReason: "held", HeaderOriginalSubject: "cdc.shop.orders"}, got[1].Headers)
+	require.Equal(t, map[string]string{"x": "y"}, c.Headers, "the change's own headers are left alone")
+	ds, err := r.SchemaDests("shop", "public", "orders", "~schema")
+	require.NoError(t, err)
+	require.Equal(t, []SchemaDest{
+		{Sinks: []int{0}, Subject: "all.orders", Dest: "keep~schema", Route: "routes[0]"},
+		{Sinks: []int{0}, Subject: "cdc.shop.orders", Dest: "dl~schema", Route: "routes[1]", DeadLetter: true, DeadLetterSubject: "cdc._dead_letter.shop.orders"},
+	}, ds)
 }

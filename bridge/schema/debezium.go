@@ -101,11 +101,12 @@ func appendSchemaChangeValue(dst []byte, c *cdc.Change, schemaName string, ddl *
 // appendTableChange appends one element of tableChanges: the table as v
 // describes it. Debezium's id is the table's double-quoted name
 // ("schema"."table": the PostgreSQL connector's table ids have no
-// catalog). A column is optional unless it is part of the key (decoding
-// does not carry NOT NULL; with REPLICA IDENTITY FULL, every column is);
-// primaryKeyColumnNames is the key (empty with REPLICA IDENTITY FULL,
-// whose key is the whole row). Type modifiers are not decoded: length and
-// scale are null.
+// catalog). A column is optional unless it is NOT NULL as the version
+// says it (with pgoutput the catalog's, as Debezium's connector reads it
+// too) or part of the key (but for REPLICA IDENTITY FULL, whose key is the
+// whole row); primaryKeyColumnNames is the key (empty with REPLICA
+// IDENTITY FULL). length and scale come from the type's modifier
+// (debeziumLengthScale), else are null.
 func appendTableChange(dst []byte, typ string, v *Version) []byte {
 	full := v.ReplicaIdentity == "full"
 	dst = append(dst, `{"type":"`...)
@@ -134,13 +135,51 @@ func appendTableChange(dst []byte, typ string, v *Version) []byte {
 		dst = format.AppendValue(dst, c.Type)
 		dst = append(dst, `,"typeExpression":`...)
 		dst = format.AppendValue(dst, c.Type)
-		dst = append(dst, `,"charsetName":null,"length":null,"scale":null,"position":`...)
+		dst = append(dst, `,"charsetName":null,"length":`...)
+		length, scale := debeziumLengthScale(c)
+		dst = appendOptInt(dst, length)
+		dst = append(dst, `,"scale":`...)
+		dst = appendOptInt(dst, scale)
+		dst = append(dst, `,"position":`...)
 		dst = strconv.AppendInt(dst, int64(i+1), 10)
 		dst = append(dst, `,"optional":`...)
-		dst = strconv.AppendBool(dst, !c.Key || full)
+		dst = strconv.AppendBool(dst, !c.NotNull && (!c.Key || full))
 		dst = append(dst, `,"autoIncremented":false,"generated":false,"comment":null,"defaultValueExpression":null,"enumValues":null}`...)
 	}
 	return append(dst, `],"comment":null}}`...)
+}
+
+// debeziumLengthScale returns the length and scale Debezium's column
+// description gives c, from its type's modifier (Declared), nil for none
+// (null): numeric(p,s) is length p and scale s (numeric(p): scale 0; a
+// negative scale as PostgreSQL 15 allows it, as is); character
+// varying(n), character(n), bit(n) and bit varying(n) are length n. Other
+// types (the precision of a time type included), arrays and types without
+// a modifier have neither.
+func debeziumLengthScale(c Column) (length, scale *int) {
+	_, n := modArgs(c.Declared)
+	switch c.Type {
+	case "numeric":
+		switch len(n) {
+		case 1:
+			return &n[0], new(int)
+		case 2:
+			return &n[0], &n[1]
+		}
+	case "varchar", "bpchar", "bit", "varbit":
+		if len(n) == 1 {
+			return &n[0], nil
+		}
+	}
+	return nil, nil
+}
+
+// appendOptInt appends *n, or null for nil.
+func appendOptInt(dst []byte, n *int) []byte {
+	if n == nil {
+		return append(dst, "null"...)
+	}
+	return strconv.AppendInt(dst, int64(*n), 10)
 }
 
 // quoteIdent double-quotes an identifier as Debezium's

@@ -19,13 +19,14 @@ import (
 // documentation/modules/ROOT/pages/connectors/sqlserver.adoc, "Schema
 // change topic": "Message emitted to the SQL Server connector schema
 // change topic"): testDB.dbo.customers (id, first_name, last_name,
-// email), as a registry version of a Postgres table of that name.
+// email, each varchar(255) NOT NULL), as a registry version of a Postgres
+// table of that name.
 func sqlServerCustomers() (*schema.Version, *cdc.Change) {
 	r := &cdc.Relation{Schema: "dbo", Table: "customers", ReplicaIdentity: 'd', Columns: []cdc.Column{
 		{Name: "id", Type: "int4", OID: 23, Key: true},
-		{Name: "first_name", Type: "varchar", OID: 1043},
-		{Name: "last_name", Type: "varchar", OID: 1043},
-		{Name: "email", Type: "varchar", OID: 1043},
+		{Name: "first_name", Type: "varchar", OID: 1043, Declared: "character varying(255)", NotNull: true},
+		{Name: "last_name", Type: "varchar", OID: 1043, Declared: "character varying(255)", NotNull: true},
+		{Name: "email", Type: "varchar", OID: 1043, Declared: "character varying(255)", NotNull: true},
 	}}
 	v := schema.FromRelation(r)
 	v.Source, v.Version = "server1", 1
@@ -46,8 +47,9 @@ func sqlServerCustomers() (*schema.Version, *cdc.Change) {
 //   - typeName and typeExpression are Postgres' type names, jdbcType the
 //     JDBC driver's code for them (int4 → 4 INTEGER, varchar → 12
 //     VARCHAR, as for the example's int and varchar);
-//   - length and scale are null (type modifiers are not decoded) and
-//     only key columns are required (NOT NULL is not decoded);
+//   - length and scale come from Postgres' type modifiers (varchar(255):
+//     length 255), so int4 has neither where SQL Server's int has its
+//     precision (10, 0); optional is false for the NOT NULL columns;
 //   - every field of Debezium's Column struct is written, null when
 //     unset, as the JSON converter does (comment, defaultValueExpression,
 //     enumValues), and no attributes (not part of the Connect
@@ -98,6 +100,77 @@ func TestDebeziumSchemaEventGolden(t *testing.T) {
 	require.Equal(t, `{"databaseName":"testDB"}`, string(schema.DebeziumSchemaChangeKey(nil, "testDB", false)))
 	require.Equal(t, `{"schema":{"type":"struct","fields":[{"type":"string","optional":false,"field":"databaseName"}],"optional":false,"name":"io.debezium.connector.postgresql.SchemaChangeKey","version":1},"payload":{"databaseName":"testDB"}}`,
 		string(schema.DebeziumSchemaChangeKey(nil, "testDB", true)))
+}
+
+// TestDebeziumTableChangeColumns: a schema change event's columns take
+// optional from NOT NULL and the key, length and scale from the type's
+// modifier (Declared): numeric(p,s) is length p, scale s; varchar(n),
+// char(n), bit(n) length n; no modifier, a time precision or an array
+// neither.
+func TestDebeziumTableChangeColumns(t *testing.T) {
+	type col struct {
+		Name     string `json:"name"`
+		Length   *int   `json:"length"`
+		Scale    *int   `json:"scale"`
+		Optional bool   `json:"optional"`
+	}
+	n := func(i int) *int { return &i }
+	cols := func(identity byte, cs ...cdc.Column) []col {
+		t.Helper()
+		r := &cdc.Relation{Schema: "public", Table: "t", ReplicaIdentity: identity, Columns: cs}
+		v := schema.FromRelation(r)
+		v.Source, v.Version = "shop", 1
+		c := &cdc.Change{Source: "shop", Database: "db", Schema: "public", Table: "t", Op: cdc.OpInsert, Rel: r}
+		got := schema.AppendDebeziumSchemaEvent(nil, c, &v, nil, false)
+		var ev struct {
+			TableChanges []struct {
+				Table struct {
+					Columns []col `json:"columns"`
+				} `json:"table"`
+			} `json:"tableChanges"`
+		}
+		require.NoError(t, json.Unmarshal(got, &ev), "%s", got)
+		require.Len(t, ev.TableChanges, 1)
+		return ev.TableChanges[0].Table.Columns
+	}
+
+	require.Equal(t, []col{
+		{Name: "id", Optional: false},
+		{Name: "total", Length: n(10), Scale: n(2), Optional: false},
+		{Name: "qty", Length: n(5), Scale: n(0), Optional: true},
+		{Name: "ratio", Optional: true},
+		{Name: "rounded", Length: n(3), Scale: n(-2), Optional: true},
+		{Name: "code", Length: n(20), Optional: true},
+		{Name: "flag", Length: n(3), Optional: false},
+		{Name: "bits", Length: n(8), Optional: true},
+		{Name: "vbits", Length: n(16), Optional: true},
+		{Name: "at", Optional: false},
+		{Name: "tags", Optional: true},
+		{Name: "note", Optional: true},
+	}, cols('d',
+		cdc.Column{Name: "id", Type: "int8", OID: 20, Key: true, NotNull: true},
+		cdc.Column{Name: "total", Type: "numeric", OID: 1700, Declared: "numeric(10,2)", NotNull: true},
+		cdc.Column{Name: "qty", Type: "numeric", OID: 1700, Declared: "numeric(5,0)"},
+		cdc.Column{Name: "ratio", Type: "numeric", OID: 1700},
+		cdc.Column{Name: "rounded", Type: "numeric", OID: 1700, Declared: "numeric(3,-2)"},
+		cdc.Column{Name: "code", Type: "varchar", OID: 1043, Declared: "character varying(20)"},
+		cdc.Column{Name: "flag", Type: "bpchar", OID: 1042, Declared: "character(3)", NotNull: true},
+		cdc.Column{Name: "bits", Type: "bit", OID: 1560, Declared: "bit(8)"},
+		cdc.Column{Name: "vbits", Type: "varbit", OID: 1562, Declared: "bit varying(16)"},
+		cdc.Column{Name: "at", Type: "timestamptz", OID: 1184, Declared: "timestamp(3) with time zone", NotNull: true},
+		cdc.Column{Name: "tags", Type: "_varchar", OID: 1015, Declared: "character varying(20)[]"},
+		cdc.Column{Name: "note", Type: "text", OID: 25},
+	))
+
+	// With REPLICA IDENTITY FULL, the key does not make a column required;
+	// NOT NULL does.
+	require.Equal(t, []col{
+		{Name: "id", Optional: false},
+		{Name: "note", Optional: true},
+	}, cols('f',
+		cdc.Column{Name: "id", Type: "int8", OID: 20, Key: true, NotNull: true},
+		cdc.Column{Name: "note", Type: "text", OID: 25, Key: true},
+	))
 }
 
 // ddlContent is a message as the trigger writes it (jsonb's key order).

@@ -10,18 +10,31 @@ import (
 var Formats = []string{"native", "debezium", "cloudevents"}
 
 // RowSchema returns a JSON Schema (2020-12) of the row (a change's after,
-// or a full before) of v as format renders it. Every non-key column may be
-// null (the decoding does not carry nullability) and may be absent (an
+// or a full before) of v as format renders it. A column may be absent (an
 // unchanged TOAST value, a partial before image); no other property is
-// allowed.
+// allowed. A column may be null unless it is a key column or NOT NULL as
+// the WAL says it (not inferred from the catalog, which may be newer than
+// the rows: NOT NULL with pgoutput), and not a float or numeric one (a
+// NaN that wal2json before 2.6 sends as null). A character varying(n) or
+// character(n) value has at most n characters.
 func RowSchema(v *Version, format string) json.RawMessage {
 	props := map[string]any{}
+	nullInferred := v.nullInferred()
 	for _, c := range v.Columns {
 		s := typeSchema(c.Type, format)
-		if !c.Key || v.ReplicaIdentity == "full" {
+		if n := c.MaxLength(); n > 0 {
+			if it, ok := s["items"].(map[string]any); ok {
+				it["maxLength"] = n
+			} else {
+				s["maxLength"] = n
+			}
+		}
+		notNull := c.Key && v.ReplicaIdentity != "full" ||
+			c.NotNull && !nullInferred && c.Type != "float4" && c.Type != "float8" && c.Type != "numeric"
+		if !notNull {
 			s = nullable(s)
 		}
-		s["description"] = "Postgres type " + c.Type
+		s["description"] = "Postgres type " + c.TypeName()
 		props[c.Name] = s
 	}
 	doc := map[string]any{

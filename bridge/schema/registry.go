@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -206,4 +207,117 @@ func (r *Registry) Hold(ctx context.Context, v *Version, now time.Time) (time.Ti
 		return time.Time{}, fmt.Errorf("schema registry %q key %q: %w", r.bucket, key, err)
 	}
 	return at, nil
+}
+
+// AcceptKey returns the key recording from where a held version is
+// accepted (on_schema_change: dead_letter): "<source>.<schema>.<table>.<n>.accept".
+func AcceptKey(source, schema, table string, version int) string {
+	return VersionKey(source, schema, table, version) + ".accept"
+}
+
+// Acceptance is the value under AcceptKey: the table's changes from Since
+// on (that change included) go to the routes' subjects again.
+type Acceptance struct {
+	Since
+	AcceptedAt time.Time `json:"accepted_at"`
+	By         string    `json:"by,omitempty"`
+}
+
+// HoldState returns when v was first held (zero: never) and from where it
+// is accepted (nil: not yet).
+func (r *Registry) HoldState(ctx context.Context, v *Version) (heldAt time.Time, accept *Acceptance, err error) {
+	key := HoldKey(v.Source, v.Schema, v.Table, v.Version)
+	e, err := r.kv.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return time.Time{}, nil, nil
+	case err != nil:
+		return time.Time{}, nil, fmt.Errorf("reading %q from schema registry %q: %w", key, r.bucket, err)
+	}
+	if err := heldAt.UnmarshalText(e.Value()); err != nil {
+		return time.Time{}, nil, fmt.Errorf("schema registry %q key %q: %w", r.bucket, key, err)
+	}
+	akey := AcceptKey(v.Source, v.Schema, v.Table, v.Version)
+	e, err = r.kv.Get(ctx, akey)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return heldAt, nil, nil
+	case err != nil:
+		return time.Time{}, nil, fmt.Errorf("reading %q from schema registry %q: %w", akey, r.bucket, err)
+	}
+	var a Acceptance
+	if err := json.Unmarshal(e.Value(), &a); err != nil {
+		return time.Time{}, nil, fmt.Errorf("schema registry %q key %q: %w", r.bucket, akey, err)
+	}
+	return heldAt, &a, nil
+}
+
+// Accept records, once, that v is accepted from a (the first change to go
+// to the routes' subjects again); it returns the acceptance recorded
+// first (a's, when this call records it).
+func (r *Registry) Accept(ctx context.Context, v *Version, a Acceptance) (Acceptance, error) {
+	key := AcceptKey(v.Source, v.Schema, v.Table, v.Version)
+	a.AcceptedAt = a.AcceptedAt.UTC()
+	b, err := json.Marshal(a)
+	if err != nil {
+		return Acceptance{}, err
+	}
+	if _, err := r.kv.Create(ctx, key, b); err == nil {
+		return a, nil
+	} else if !errors.Is(err, jetstream.ErrKeyExists) {
+		return Acceptance{}, fmt.Errorf("writing %q to schema registry %q: %w", key, r.bucket, err)
+	}
+	e, err := r.kv.Get(ctx, key)
+	if err != nil {
+		return Acceptance{}, fmt.Errorf("reading %q from schema registry %q: %w", key, r.bucket, err)
+	}
+	var old Acceptance
+	if err := json.Unmarshal(e.Value(), &old); err != nil {
+		return Acceptance{}, fmt.Errorf("schema registry %q key %q: %w", r.bucket, key, err)
+	}
+	return old, nil
+}
+
+// HeldVersion is a table's latest version, held and not accepted.
+type HeldVersion struct {
+	Version *Version
+	HeldAt  time.Time
+}
+
+// Held returns source's tables whose latest version was held and is not
+// accepted (HoldKey without AcceptKey).
+func (r *Registry) Held(ctx context.Context, source string) ([]HeldVersion, error) {
+	lister, err := r.kv.ListKeysFiltered(ctx, keyToken(source)+".*.*.*.hold")
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("listing schema registry %q: %w", r.bucket, err)
+	}
+	var out []HeldVersion
+	for k := range lister.Keys() {
+		src, sch, tbl, last, err := ParseKey(strings.TrimSuffix(k, ".hold"))
+		if err != nil {
+			continue
+		}
+		n, _, err := r.Latest(ctx, src, sch, tbl)
+		if err != nil {
+			return nil, err
+		}
+		if strconv.Itoa(n) != last {
+			continue // a later version is in effect
+		}
+		v, err := r.Get(ctx, src, sch, tbl, n)
+		if err != nil || v == nil {
+			return nil, err
+		}
+		at, acc, err := r.HoldState(ctx, v)
+		if err != nil {
+			return nil, err
+		}
+		if acc == nil && !at.IsZero() {
+			out = append(out, HeldVersion{Version: v, HeldAt: at})
+		}
+	}
+	return out, nil
 }

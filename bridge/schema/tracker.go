@@ -2,7 +2,12 @@ package schema
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
 )
@@ -13,6 +18,16 @@ type Tracker struct {
 	reg    *Registry
 	source string
 	tables map[tableKey]*tableState
+
+	// checkpoint is the run's checkpoint LSN and end the end of what an
+	// earlier run may have published (the checkpoint, or past it what a
+	// sink holds): changes up to end are replayed (Resume).
+	checkpoint, end cdc.LSN
+	announced       map[*Version]bool // announced in this run
+
+	// Registered, when set, is told of every version the tracker writes
+	// to the registry (not of the ones it finds there).
+	Registered func(*Version)
 }
 
 type tableKey struct{ schema, table string }
@@ -26,28 +41,146 @@ type tableState struct {
 
 // NewTracker returns a tracker of source's tables over reg.
 func NewTracker(reg *Registry, source string) *Tracker {
-	return &Tracker{reg: reg, source: source, tables: map[tableKey]*tableState{}}
+	return &Tracker{reg: reg, source: source, tables: map[tableKey]*tableState{}, announced: map[*Version]bool{}}
 }
+
+// Resume tells the tracker where the run starts: the checkpoint's LSN, and
+// end, at or past it, the end of what an earlier run may have published.
+// Up to end, what the source read from the catalog (cdc.Relation.Inferred)
+// registers no version: it may differ from what the earlier run read, and
+// the registry has what that run published.
+func (t *Tracker) Resume(checkpoint, end cdc.LSN) {
+	t.checkpoint, t.end = checkpoint, max(checkpoint, end)
+}
+
+// Replays reports whether an earlier run may have published c (Resume's
+// end): decisions about it are in the registry, not to be made again.
+func (t *Tracker) Replays(c *cdc.Change) bool { return c.CommitLSN <= t.end }
 
 // Registry returns the registry the tracker writes.
 func (t *Tracker) Registry() *Registry { return t.reg }
 
-// Tracks reports whether the tracker looks at c: row changes with a
-// relation.
+// Tracks reports whether the tracker looks at c: row changes and snapshot
+// reads with a relation.
 func Tracks(c *cdc.Change) bool {
 	switch c.Op {
-	case cdc.OpInsert, cdc.OpUpdate, cdc.OpDelete:
+	case cdc.OpInsert, cdc.OpUpdate, cdc.OpDelete, cdc.OpRead:
 		return c.Rel != nil
 	}
 	return false
 }
 
+// carriesRow reports whether c carries a value of every column of its
+// relation: an insert, a read, an update without unchanged TOAST values.
+func carriesRow(c *cdc.Change) bool {
+	switch c.Op {
+	case cdc.OpInsert, cdc.OpRead:
+		return true
+	case cdc.OpUpdate:
+		for _, v := range c.After {
+			if _, ok := v.(cdc.UnchangedToast); ok {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// carried returns the indexes of the columns of c's relation whose value
+// c carries: not unchanged TOAST in its new row; for a delete, not absent
+// from its old row.
+func carried(c *cdc.Change) []int {
+	var out []int
+	row := c.After
+	if row == nil {
+		row = c.Before
+	}
+	for i := range c.Rel.Columns {
+		if i >= len(row) {
+			break
+		}
+		switch row[i].(type) {
+		case cdc.UnchangedToast, cdc.AbsentValue:
+			continue
+		}
+		out = append(out, i)
+	}
+	return out
+}
+
+// carriedShape returns the shape of what c carries (carried): its columns
+// with values, as c's relation describes them.
+func carriedShape(c *cdc.Change) Version {
+	rel := *c.Rel
+	rel.Columns = nil
+	for _, i := range carried(c) {
+		rel.Columns = append(rel.Columns, c.Rel.Columns[i])
+	}
+	return FromRelation(&rel)
+}
+
+// carriedDiffer reports whether a column c carries differs from v's column
+// of that name (missing, another type or modifier): what a change that
+// does not carry every column says for sure.
+func carriedDiffer(v *Version, c *cdc.Change) bool {
+	for _, i := range carried(c) {
+		col := c.Rel.Columns[i]
+		j := slices.IndexFunc(v.Columns, func(x Column) bool { return x.Name == col.Name })
+		if j < 0 || v.Columns[j].Type != col.Type || v.Columns[j].Declared != col.Declared {
+			return true
+		}
+	}
+	return false
+}
+
+// snapshotOf returns the id of the snapshot that read c (a read change's
+// MsgID is "<producer>.snap-<id>:…"); "" for a change from the WAL.
+func snapshotOf(c *cdc.Change) string {
+	if c.Op != cdc.OpRead {
+		return ""
+	}
+	rest, ok := strings.CutPrefix(c.MsgID, c.Producer+".snap-")
+	if !ok {
+		return ""
+	}
+	id, _, _ := strings.Cut(rest, ":")
+	return id
+}
+
+// EventMsgID returns the message id of the event of a version first seen
+// by a snapshot read: in that snapshot's id space, as its reads' are,
+// "<producer>.snap-<snapshot>:<16 hex of the table>:<version>", so an event
+// announced again (a chunk read again after a crash) is a duplicate the
+// sinks drop. "" for a version first seen in the WAL: its event has the
+// id of its change with the destination "~schema".
+func (v *Version) EventMsgID() string {
+	if v.Since.Snapshot == "" {
+		return ""
+	}
+	h := sha256.Sum256([]byte(v.Schema + "\x00" + v.Table + "\x00schema"))
+	return v.Since.Producer + ".snap-" + v.Since.Snapshot + ":" + cdc.LSN(binary.BigEndian.Uint64(h[:8])).Hex() + ":" + strconv.Itoa(v.Version)
+}
+
 // Observe returns the version c was written under and, when c is the first
 // change under it, ev: that version, to announce before c (with prev, the
 // version before it; nil for a table's first). A new version is in the
-// registry when Observe returns. c must be a row change (Tracks) with its
-// Producer set, and changes must come in commit order. A replay from an
-// earlier position returns the same versions and events again.
+// registry when Observe returns. c must be a row change or a snapshot read
+// (Tracks) with its Producer set, and changes must come in commit order. A
+// replay from an earlier position returns the same versions and events
+// again.
+//
+// What the source read from the catalog rather than the WAL
+// (cdc.Relation.Inferred) never contradicts the registry: a difference in
+// it alone registers no version at a change an earlier run may have
+// published (Resume's end), nor before the table's latest version; a
+// change that does not carry every column (a wal2json delete) registers
+// none when the table has one.
+//
+// A version first seen by a snapshot read is announced again before its
+// first change in a run that starts before it: a chunk read again after a
+// crash is put into the stream at another position, and its event (with
+// the snapshot's id, EventMsgID) may not be in every sink.
 func (t *Tracker) Observe(ctx context.Context, c *cdc.Change) (v, ev, prev *Version, err error) {
 	k := tableKey{c.Schema, c.Table}
 	st := t.tables[k]
@@ -61,10 +194,26 @@ func (t *Tracker) Observe(ctx context.Context, c *cdc.Change) (v, ev, prev *Vers
 		t.tables[k] = st
 	}
 	shape := FromRelation(c.Rel)
+	// A change that does not carry every column (a wal2json delete, an
+	// update with unchanged TOAST values) says for sure only what it
+	// carries; the rest of its description comes from the catalog or an
+	// earlier change.
+	partial := c.Rel.Inferred&cdc.InferredColumns != 0 && !carriesRow(c)
+	mask := c.Rel.Inferred &^ cdc.InferredColumns
+	if partial {
+		mask |= cdc.InferredColumns
+	}
+	use := func(x *Version) {
+		if x.Fingerprint == shape.Fingerprint {
+			st.rel, st.relVer = c.Rel, x // the same shape: the relation's next changes take x at once
+		} else {
+			st.rel, st.relVer = nil, nil // x despite what the source inferred: look at each change
+		}
+	}
 	var cur *Version
 	for _, x := range st.vers {
 		if x.at(c) { // registered at this very change by an earlier run: announce it again
-			if x.Fingerprint != shape.Fingerprint {
+			if differs(x, &shape, mask|x.inferredMask()) {
 				return nil, nil, nil, fmt.Errorf("%w: schema registry %q holds %s first seen at %s:%d, with another shape than the change there (%s of %s.%s at %s); the registry was written by another bridge, or the bucket was changed by hand",
 					ErrConflict, t.reg.bucket, x.Ref(), x.Since.CommitLSN, x.Since.Seq, c.Op, c.Schema, c.Table, c.CommitLSN)
 			}
@@ -72,29 +221,59 @@ func (t *Tracker) Observe(ctx context.Context, c *cdc.Change) (v, ev, prev *Vers
 			if err != nil {
 				return nil, nil, nil, err
 			}
-			st.rel, st.relVer = c.Rel, x
+			use(x)
+			t.announced[x] = true
 			return x, x, pv, nil
 		}
 		if x.before(c) {
 			cur = x
 		}
 	}
-	if cur != nil && cur.Fingerprint == shape.Fingerprint {
-		st.rel, st.relVer = c.Rel, cur
-		return cur, nil, nil, nil
+	if cur != nil {
+		keep := cur.Fingerprint == shape.Fingerprint || partial && !carriedDiffer(cur, c)
+		if !keep && !differs(cur, &shape, mask|cur.inferredMask()) {
+			// Only what the source inferred differs: a new version only
+			// past what an earlier run may have published, after the
+			// table's latest version.
+			keep = c.CommitLSN <= t.end || !st.vers[len(st.vers)-1].before(c)
+		}
+		if keep {
+			use(cur)
+			if cur.Since.Snapshot != "" && cur.Since.Producer == c.Producer && !t.announced[cur] {
+				t.announced[cur] = true
+				if l, _ := cur.Since.pos(); l > t.checkpoint {
+					pv, err := t.prevOf(ctx, st, cur)
+					if err != nil {
+						return nil, nil, nil, err
+					}
+					return cur, cur, pv, nil
+				}
+			}
+			return cur, nil, nil, nil
+		}
 	}
 	nv := shape
+	if partial && cur == nil {
+		// A table first seen by a change that does not carry every
+		// column: its version has what the change carries (a delete's
+		// key), the next full row adds the rest.
+		nv = carriedShape(c)
+	}
 	nv.Source, nv.Version = t.source, st.max+1
 	if cur != nil {
 		nv.Previous = cur.Version
 	}
-	nv.Since = Since{Producer: c.Producer, CommitLSN: c.CommitLSN.String(), Seq: c.Seq}
+	nv.Since = Since{Producer: c.Producer, CommitLSN: c.CommitLSN.String(), Seq: c.Seq, Snapshot: snapshotOf(c)}
 	if err := t.reg.Put(ctx, &nv); err != nil {
 		return nil, nil, nil, fmt.Errorf("registering the new shape of %s.%s at %s (%s, seq %d): %w", c.Schema, c.Table, c.CommitLSN, c.Op, c.Seq, err)
 	}
+	if t.Registered != nil {
+		t.Registered(&nv)
+	}
 	st.vers = append(st.vers, &nv)
 	st.max = nv.Version
-	st.rel, st.relVer = c.Rel, &nv
+	use(&nv)
+	t.announced[&nv] = true
 	return &nv, &nv, cur, nil
 }
 
@@ -140,4 +319,13 @@ func (t *Tracker) load(ctx context.Context, c *cdc.Change) (*tableState, error) 
 		}
 	}
 	return st, nil
+}
+
+// Previous returns the version before v (nil for a table's first).
+func (t *Tracker) Previous(ctx context.Context, v *Version) (*Version, error) {
+	st := t.tables[tableKey{v.Schema, v.Table}]
+	if st == nil {
+		st = &tableState{}
+	}
+	return t.prevOf(ctx, st, v)
 }

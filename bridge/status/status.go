@@ -85,6 +85,9 @@ type Running struct {
 	PausedAt    *time.Time `json:"paused_at,omitempty"`
 	// Others are the other instances running the source: "id: state".
 	Others []string `json:"others,omitempty"`
+	// Held are the tables a breaking schema change holds (schemas,
+	// on_schema_change).
+	Held []control.HeldTable `json:"held,omitempty"`
 }
 
 // Source is one source's state.
@@ -377,7 +380,8 @@ func (rep *Report) Merge(subject string, replies []control.StatusReply, err erro
 		}
 		b := all[best]
 		run := &Running{State: b.s.State, Since: b.s.Since, Instance: b.inst, Holder: b.s.Holder, LastError: b.s.LastError,
-			ConfigRev: b.s.ConfigRev, Paused: b.s.Paused, PauseReason: b.s.PauseReason, PausedBy: b.s.PausedBy, PausedAt: b.s.PausedAt}
+			ConfigRev: b.s.ConfigRev, Paused: b.s.Paused, PauseReason: b.s.PauseReason, PausedBy: b.s.PausedBy, PausedAt: b.s.PausedAt,
+			Held: b.s.Held}
 		for j, x := range all {
 			if j != best {
 				run.Others = append(run.Others, x.inst+": "+x.s.State)
@@ -470,6 +474,14 @@ func Print(w io.Writer, rep *Report) {
 			}
 			if r.LastError != "" {
 				fmt.Fprintf(w, "  last error  %s\n", r.LastError)
+			}
+			for _, h := range r.Held {
+				dl := ""
+				if h.Policy == "dead_letter" {
+					dl = fmt.Sprintf(", %d change(s) dead-lettered", h.DeadLettered)
+				}
+				fmt.Fprintf(w, "  held        %s version %d (%s) by on_schema_change: %s for %s%s: bridge schema diff %s --source %s, then bridge resume %s\n",
+					h.Table, h.Version, h.RegistryKey, h.Policy, time.Since(h.Since).Round(time.Second), dl, h.Table, s.Name, s.Name)
 			}
 		}
 		if sl := s.Slot; sl != nil {

@@ -107,6 +107,15 @@ type SinkDeadLetters interface {
 	SinkDeadLetters() map[string]uint64
 }
 
+// SchemaStats is implemented by a PipelineState that follows its
+// tables' schemas (docs/schemas.md): the tables a breaking schema change
+// holds, by policy (bridge_schema_held_tables), the changes of held tables
+// marked for dead-letter subjects (bridge_schema_dead_lettered_total) and
+// the schema versions it registered (bridge_schema_versions_total).
+type SchemaStats interface {
+	SchemaStats() (heldPause, heldDeadLetter int, deadLettered, versions uint64)
+}
+
 // NewPipe returns the observer of source's pipeline, whose changes go to
 // sinks (their names). tracer is nil when tracing is off; prefix is the
 // trace context message prefix ("" when tracing is off); slot is the slot
@@ -181,6 +190,12 @@ var (
 		"Commit LSN (bytes into the WAL) up to which the sink holds what the routes give it, by source and sink. Postgres is acknowledged only what every sink holds: the lowest is the sink holding the slot back.", []string{"source", "sink"}, nil)
 	descSinkDead = prometheus.NewDesc("bridge_sink_dead_letters_total",
 		"Changes a sink stored on its dead_letter_subject instead of their subject because the server would refuse them for good (too large, subject not bound to the stream), by source and sink.", []string{"source", "sink"}, nil)
+	descSchemaHeld = prometheus.NewDesc("bridge_schema_held_tables",
+		"Tables whose breaking schema change a route holds until the operator resumes the source, by source and policy (on_schema_change: pause holds the source, dead_letter the table's changes); 0 when none, or schemas are off.", []string{"source", "policy"}, nil)
+	descSchemaDead = prometheus.NewDesc("bridge_schema_dead_lettered_total",
+		"Changes of tables held by a breaking schema change put on the dead-letter subjects of routes with on_schema_change: dead_letter, by source. A run that restarts routes the undelivered ones again.", []string{"source"}, nil)
+	descSchemaVersions = prometheus.NewDesc("bridge_schema_versions_total",
+		"Schema versions (new shapes of tables) this process registered in the schema registry, by source.", []string{"source"}, nil)
 	descSlotExists = prometheus.NewDesc("bridge_slot_exists",
 		"1 when the replication slot exists (last slot poll).", []string{"source", "slot"}, nil)
 	descSlotActive = prometheus.NewDesc("bridge_slot_active",
@@ -203,7 +218,7 @@ var walStatuses = []string{"reserved", "extended", "unreserved", "lost"}
 
 func (c *pipeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descDelivered, descReady, descCkptLSN, descCkptAge, descLagBytes, descLagSeconds,
-		descLastCommit, descSinkLSN, descSinkDead, descSlotExists, descSlotActive, descSlotRetained, descSlotSafe, descSlotStatus,
+		descLastCommit, descSinkLSN, descSinkDead, descSchemaHeld, descSchemaDead, descSchemaVersions, descSlotExists, descSlotActive, descSlotRetained, descSlotSafe, descSlotStatus,
 		descSlotFailover, descSlotSyncedStandbys, descSlotFailoverReady} {
 		ch <- d
 	}
@@ -241,6 +256,17 @@ func (c *pipeCollector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(descSinkDead, prometheus.CounterValue, float64(n), src, sink)
 			}
 		}
+		// Exported for every source (0 with schemas off), so that the
+		// dashboard and BridgeSchemaChangeHeld find the series.
+		var pause, dead int
+		var deadLettered, versions uint64
+		if ss, ok := p.(SchemaStats); ok {
+			pause, dead, deadLettered, versions = ss.SchemaStats()
+		}
+		ch <- prometheus.MustNewConstMetric(descSchemaHeld, prometheus.GaugeValue, float64(pause), src, "pause")
+		ch <- prometheus.MustNewConstMetric(descSchemaHeld, prometheus.GaugeValue, float64(dead), src, "dead_letter")
+		ch <- prometheus.MustNewConstMetric(descSchemaDead, prometheus.CounterValue, float64(deadLettered), src)
+		ch <- prometheus.MustNewConstMetric(descSchemaVersions, prometheus.CounterValue, float64(versions), src)
 		if pt.slot == nil {
 			continue
 		}

@@ -112,6 +112,8 @@ type decoder struct {
 	rels     map[uint32]*cdc.Relation
 	types2   map[uint32][]*pgtypes.Type
 
+	attrsWarned bool // the catalog could not say which columns are NOT NULL (warned once)
+
 	in   bool
 	txn  *cdc.Txn
 	buf  *pgrepl.TxnBuffer
@@ -214,27 +216,51 @@ func (d *decoder) add(c cdc.Change) (*cdc.Txn, error) {
 	return d.buf.Add(c, size)
 }
 
+// relation records a table's description. Its columns, their types and
+// modifiers, key flags and replica identity are the Relation message's,
+// as of the change that follows it. The message does not say which
+// columns are NOT NULL, nor, with REPLICA IDENTITY FULL (every column
+// flagged), which form the primary key: those are read from the catalog
+// now, which may be newer than the change (cdc.Relation.Inferred;
+// docs/schemas.md).
 func (d *decoder) relation(ctx context.Context, m *pglogrepl.RelationMessage) error {
 	rel := &cdc.Relation{ID: m.RelationID, Schema: m.Namespace, Table: m.RelationName, ReplicaIdentity: m.ReplicaIdentity,
-		Columns: make([]cdc.Column, len(m.Columns))}
+		Columns: make([]cdc.Column, len(m.Columns)), Inferred: cdc.InferredNotNull}
 	types := make([]*pgtypes.Type, len(m.Columns))
 	for i, col := range m.Columns {
 		t, err := d.types.Lookup(ctx, col.DataType)
 		if err != nil {
 			return fmt.Errorf("resolving type %d of column %s.%s.%s: %w", col.DataType, m.Namespace, m.RelationName, col.Name, err)
 		}
+		decl, err := d.types.DeclaredMod(ctx, col.DataType, col.TypeModifier)
+		if err != nil {
+			return fmt.Errorf("formatting the type of column %s.%s.%s: %w", m.Namespace, m.RelationName, col.Name, err)
+		}
 		types[i] = t
-		rel.Columns[i] = cdc.Column{Name: col.Name, Type: t.Name, OID: col.DataType, Key: col.Flags&1 != 0}
+		rel.Columns[i] = cdc.Column{Name: col.Name, Type: t.Name, OID: col.DataType, Declared: decl, Key: col.Flags&1 != 0}
+	}
+	attrs, err := attributes(ctx, d.cat, m.RelationID)
+	if err != nil {
+		if m.ReplicaIdentity == 'f' || ctx.Err() != nil {
+			return fmt.Errorf("reading the columns of %s.%s: %w", m.Namespace, m.RelationName, err)
+		}
+		// NOT NULL is informative (the schema registry's shapes): without
+		// the catalog (its connection closed by idle_session_timeout, say)
+		// the columns count as nullable.
+		if !d.attrsWarned {
+			d.attrsWarned = true
+			d.log.Warn("cannot read which columns are NOT NULL from the catalog; they count as nullable", "table", m.Namespace+"."+m.RelationName, "error", err)
+		}
+	}
+	for i := range rel.Columns {
+		rel.Columns[i].NotNull = attrs[rel.Columns[i].Name].notNull
 	}
 	if m.ReplicaIdentity == 'f' {
 		// With REPLICA IDENTITY FULL pgoutput flags every column; the key
 		// consumers want is the primary key.
-		pk, err := primaryKey(ctx, d.cat, m.RelationID)
-		if err != nil {
-			return fmt.Errorf("reading the primary key of %s.%s: %w", m.Namespace, m.RelationName, err)
-		}
+		rel.Inferred |= cdc.InferredKey
 		for i := range rel.Columns {
-			rel.Columns[i].Key = pk[rel.Columns[i].Name]
+			rel.Columns[i].Key = attrs[rel.Columns[i].Name].pk
 		}
 	}
 	d.warnIdentity(rel)
@@ -253,25 +279,31 @@ func (d *decoder) rel(id uint32) (*cdc.Relation, []*pgtypes.Type, error) {
 	return rel, d.types2[id], nil
 }
 
-// primaryKey returns the primary key's column names of relation oid (none
-// when it has no primary key).
-func primaryKey(ctx context.Context, cat *pgx.Conn, oid uint32) (map[string]bool, error) {
-	rows, err := cat.Query(ctx, `SELECT a.attname FROM pg_index i
-		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
-		WHERE i.indrelid = $1 AND i.indisprimary`, oid)
+// attr is what the catalog says of a column that the Relation message
+// does not.
+type attr struct{ notNull, pk bool }
+
+// attributes reads, by column name, which columns of relation oid are NOT
+// NULL and which form its primary key, as the catalog has them now (none
+// when the table is gone).
+func attributes(ctx context.Context, cat *pgx.Conn, oid uint32) (map[string]attr, error) {
+	rows, err := cat.Query(ctx, `SELECT a.attname::text, a.attnotnull, EXISTS (SELECT 1 FROM pg_catalog.pg_index i
+		WHERE i.indrelid = a.attrelid AND i.indisprimary AND a.attnum = ANY (i.indkey))
+		FROM pg_catalog.pg_attribute a WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped`, oid)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	pk := map[string]bool{}
+	out := map[string]attr{}
 	for rows.Next() {
 		var n string
-		if err := rows.Scan(&n); err != nil {
+		var a attr
+		if err := rows.Scan(&n, &a.notNull, &a.pk); err != nil {
 			return nil, err
 		}
-		pk[n] = true
+		out[n] = a
 	}
-	return pk, rows.Err()
+	return out, rows.Err()
 }
 
 // warnIdentity reports, when a table's description arrives with a replica

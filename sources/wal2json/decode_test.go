@@ -26,10 +26,22 @@ type fakeTable struct {
 	names                          []string
 	typs                           []uint32
 	generated, varl, notNull, keys []bool
-	identCols                      []bool // default: keys, or every column with FULL
+	identCols                      []bool   // default: keys, or every column with FULL
+	pk                             []bool   // default: keys, unless ident is "i"
+	printed, bare                  []string // format_type with and without the modifier; default: not known
 }
 
+// bareTypes is format_type(oid, -1) of the built-in types the samples use.
+var bareTypes = map[uint32]string{16: "boolean", 17: "bytea", 20: "bigint", 23: "integer", 25: "text", 701: "double precision",
+	1043: "character varying", 1082: "date", 1184: "timestamp with time zone", 1231: "numeric[]", 1700: "numeric", 3802: "jsonb"}
+
 func (f *fakeCatalog) QueryRow(_ context.Context, sql string, args ...any) pgx.Row {
+	if sql == `SELECT pg_catalog.format_type($1, $2)` {
+		if n, ok := bareTypes[args[0].(uint32)]; ok && args[1].(int32) == -1 {
+			return fakeRow{format: n}
+		}
+		return fakeRow{err: fmt.Errorf("format_type(%v, %v) is not faked", args[0], args[1])}
+	}
 	if sql != describeSQL {
 		return fakeRow{err: fmt.Errorf("unexpected query %q", sql)}
 	}
@@ -42,13 +54,18 @@ func (f *fakeCatalog) QueryRow(_ context.Context, sql string, args ...any) pgx.R
 }
 
 type fakeRow struct {
-	t   fakeTable
-	err error
+	t      fakeTable
+	format string
+	err    error
 }
 
 func (r fakeRow) Scan(dest ...any) error {
 	if r.err != nil {
 		return r.err
+	}
+	if r.format != "" {
+		*dest[0].(*string) = r.format
+		return nil
 	}
 	*dest[0].(*uint32) = r.t.oid
 	*dest[1].(*string) = r.t.ident
@@ -58,7 +75,7 @@ func (r fakeRow) Scan(dest ...any) error {
 	*dest[5].(*[]bool) = r.t.varl
 	notNull := r.t.notNull
 	if notNull == nil {
-		notNull = make([]bool, len(r.t.names))
+		notNull = r.t.keys // a primary key's columns are NOT NULL
 	}
 	*dest[6].(*[]bool) = notNull
 	identCols := r.t.identCols
@@ -73,6 +90,16 @@ func (r fakeRow) Scan(dest ...any) error {
 	}
 	*dest[7].(*[]bool) = identCols
 	*dest[8].(*[]bool) = r.t.keys
+	pks := r.t.pk
+	if pks == nil && r.t.ident != "i" {
+		pks = r.t.keys
+	}
+	if pks == nil {
+		pks = make([]bool, len(r.t.names))
+	}
+	*dest[9].(*[]bool) = pks
+	*dest[10].(*[]string) = r.t.printed
+	*dest[11].(*[]string) = r.t.bare
 	return nil
 }
 
@@ -87,7 +114,8 @@ func catalog() *fakeCatalog {
 		"public.docs": {oid: 16402, ident: "d", names: []string{"id", "body", "n"}, typs: []uint32{23, 25, 23},
 			generated: []bool{false, false, false}, varl: []bool{false, true, false}, keys: []bool{true, false, false}},
 		"public.sp": {oid: 16403, ident: "d", names: []string{"id", "f", "n", "g", "o"}, typs: []uint32{23, 701, 1700, 23, 701},
-			generated: []bool{false, false, false, true, false}, varl: []bool{false, false, true, false, false}, keys: []bool{true, false, false, false, false}},
+			generated: []bool{false, false, false, true, false}, varl: []bool{false, false, true, false, false}, keys: []bool{true, false, false, false, false},
+			notNull: []bool{true, true, true, false, false}},
 		"public.vals": {oid: 16404, ident: "d", names: []string{"id", "i8", "f8", "num", "b", "t", "by", "j", "ts", "arr", "d"},
 			typs:      []uint32{23, 20, 701, 1700, 16, 25, 17, 3802, 1184, 1231, 1082},
 			generated: make([]bool, 11), varl: make([]bool, 11), keys: []bool{true, false, false, false, false, false, false, false, false, false, false}},
@@ -166,8 +194,8 @@ func TestDecodeTransaction(t *testing.T) {
 	require.Equal(t, "public", ins.Schema)
 	require.Equal(t, "items", ins.Table)
 	require.Equal(t, &cdc.Relation{ID: 16400, Schema: "public", Table: "items", ReplicaIdentity: 'd', Columns: []cdc.Column{
-		{Name: "id", Type: "int4", OID: 23, Key: true}, {Name: "name", Type: "text", OID: 25}, {Name: "qty", Type: "int4", OID: 23},
-	}}, ins.Rel)
+		{Name: "id", Type: "int4", OID: 23, NotNull: true, Key: true}, {Name: "name", Type: "text", OID: 25}, {Name: "qty", Type: "int4", OID: 23},
+	}, Inferred: cdc.InferredIdentity | cdc.InferredColumns}, ins.Rel)
 	require.Equal(t, []any{int64(1), "apple", int64(1)}, ins.After)
 	require.Nil(t, ins.Before)
 

@@ -36,13 +36,19 @@
 //     makes such UPDATEs and DELETEs fail on the server while the table is
 //     published; wal2json lets them commit and skips them with a server-log
 //     WARNING. The source warns about such tables when it starts.
-//   - Key flags (as the pgoutput source sets them), replica identity and
-//     the column list (generated columns are left out, as pgoutput does)
-//     come from the current catalog rather than the one the change was
-//     written under. A change whose columns the catalog does not match (DDL
-//     since) is described by its own columns, with a warning; a column
-//     dropped since and left out of an update as unchanged TOAST cannot be
-//     told apart then.
+//   - wal2json says, for every insert and update, each column's name,
+//     type with its modifier (include-typmod), OID and NOT NULL
+//     (include-not-null), and each change's primary key (include-pk), as
+//     of the change: the source checks the description it caches (from
+//     the catalog, or from an earlier change) against them, and describes
+//     the table by the change when they disagree (DDL since), with a
+//     warning. Key flags are the primary key's with REPLICA IDENTITY
+//     DEFAULT or FULL, exact; with USING INDEX the identity index's,
+//     checked against each update's and delete's identity. What wal2json
+//     does not say comes from the catalog (cdc.Relation.Inferred): the
+//     replica identity itself, and the columns a change does not carry
+//     (a delete's non-key columns; an update's unchanged TOAST values,
+//     described as the table's change before had them).
 //
 // Example (bridge.yaml):
 //

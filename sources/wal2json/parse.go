@@ -25,6 +25,7 @@ type message struct {
 	Columns       []column
 	Identity      []column
 	PK            []column
+	HasPK         bool // "pk" was sent (include-pk: insert, update, delete), maybe empty
 	Transactional bool
 	Prefix        []byte
 	Content       []byte // the JSON text of "content"
@@ -95,6 +96,7 @@ func (ps *jsonParser) parse(data []byte) (*message, error) {
 		case "identity":
 			ident, err = ps.columns(f, ident)
 		case "pk":
+			m.HasPK = true
 			pk, err = ps.columns(f, pk)
 		case "transactional":
 			m.Transactional = f.Type() == fastjson.TypeTrue

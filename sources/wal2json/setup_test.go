@@ -158,7 +158,7 @@ func TestArgs(t *testing.T) {
 	p := &plugin{cfg: pgConfig(nil, nil), numbersAsText: true}
 	args := strings.Join(p.Args(), ", ")
 	for _, want := range []string{`"format-version" '2'`, `"include-xids" '1'`, `"include-lsn" '1'`, `"include-type-oids" '1'`,
-		`"include-not-null" '1'`, `"actions" 'insert,update,delete,truncate'`, `"numeric-data-types-as-string" '1'`} {
+		`"include-not-null" '1'`, `"include-typmod" '1'`, `"include-pk" '1'`, `"actions" 'insert,update,delete,truncate'`, `"numeric-data-types-as-string" '1'`} {
 		require.Contains(t, args, want)
 	}
 	require.NotContains(t, args, "add-tables")

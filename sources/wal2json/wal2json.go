@@ -329,7 +329,8 @@ func (p *plugin) Args() []string {
 		`"include-lsn" '1'`,
 		`"include-types" '1'`,
 		`"include-type-oids" '1'`,
-		`"include-pk" '1'`,
+		`"include-typmod" '1'`, // the default, said: types with their modifiers (schema registry)
+		`"include-pk" '1'`,     // the primary key as of each change
 		`"include-not-null" '1'`,
 		`"actions" 'insert,update,delete,truncate'`,
 	}

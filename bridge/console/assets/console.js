@@ -215,6 +215,38 @@ function renderSnapshots(sources) {
   if (!any) box.append(el("p", { class: "muted" }, "No snapshot in progress."));
 }
 
+// renderHeld lists the tables a breaking schema change holds
+// (on_schema_change: pause or dead_letter); resuming the source accepts
+// the change.
+function renderHeld(sources) {
+  const box = document.getElementById("held");
+  box.replaceChildren();
+  const rows = [];
+  for (const s of sources) {
+    for (const h of s.held || []) {
+      const cells = [el("td", {}, s.name), el("td", {}, h.table), el("td", { "data-field": "version" }, h.version),
+        el("td", { "data-field": "policy" }, h.policy), el("td", {}, h.since ? new Date(h.since).toLocaleString() : "–"),
+        el("td", { "data-field": "dead_lettered" }, h.policy === "dead_letter" ? num(h.dead_lettered) : "–"),
+        el("td", { class: "reason" }, h.reason, el("div", { class: "muted" }, "registry key " + h.registry_key))];
+      if (state.actions) {
+        const btn = el("button", { type: "button", "data-action": "resume", "aria-label": "Accept " + h.table + " version " + h.version + ": resume source " + s.name }, "Accept (resume)");
+        btn.addEventListener("click", () => act_(s.name, "resume", btn));
+        cells.push(el("td", {}, btn));
+      }
+      rows.push(el("tr", { "data-source": s.name, "data-table": h.table }, ...cells));
+    }
+  }
+  if (!rows.length) {
+    box.append(el("p", { class: "muted" }, "No table is held by a schema change."));
+    return;
+  }
+  const head = ["Source", "Table", "Version", "Policy", "Held since", "Dead-lettered", "Why"];
+  if (state.actions) head.push("");
+  box.append(el("table", { id: "held-tables" },
+    el("thead", {}, el("tr", {}, ...head.map(h => el("th", { scope: "col" }, h)))),
+    el("tbody", {}, ...rows)));
+}
+
 function renderSinks(sinks) {
   const tb = document.querySelector("#sinks tbody");
   tb.replaceChildren();
@@ -248,6 +280,7 @@ async function refresh() {
   document.getElementById("identity").textContent = "instance " + o.instance + " · " + (o.version || "") + " · configuration " + o.config_rev + " (" + o.config_from + ")";
   const box = document.getElementById("sources");
   box.replaceChildren(...o.sources.map(s => renderSource(s, o.interval_seconds)));
+  renderHeld(o.sources);
   renderSnapshots(o.sources);
   renderSinks(o.sinks);
   document.getElementById("tail-start").disabled = !o.tail;

@@ -332,10 +332,18 @@ func (st *snapState) meta(ctx context.Context, t sources.SnapshotTable) (*snapMe
 		return m, nil
 	}
 	type col struct {
-		name, format string
-		oid          uint32
+		name, format, bare string
+		oid                uint32
+		notNull, key       bool
 	}
-	rows, err := st.conn.Query(ctx, `SELECT a.attname::text, a.atttypid, format_type(a.atttypid, a.atttypmod), c.oid, c.relreplident::text
+	// The rows' description as the catalog has it when the chunk is read,
+	// which is the rows' own: key flags as the sources set them (the
+	// replica identity's columns; the primary key's with DEFAULT or FULL),
+	// not the snapshot's ordering key.
+	rows, err := st.conn.Query(ctx, `SELECT a.attname::text, a.atttypid, format_type(a.atttypid, a.atttypmod), c.oid, c.relreplident::text,
+			format_type(a.atttypid, -1), a.attnotnull,
+			EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND a.attnum = ANY (i.indkey)
+				AND CASE c.relreplident WHEN 'd' THEN i.indisprimary WHEN 'f' THEN i.indisprimary WHEN 'i' THEN i.indisreplident ELSE false END)
 		FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped AND (a.attgenerated = '' OR a.attgenerated = 's' AND $3)
 		ORDER BY a.attnum`, t.Schema, t.Table, st.storedGenerated)
@@ -347,7 +355,7 @@ func (st *snapState) meta(ctx context.Context, t sources.SnapshotTable) (*snapMe
 	var ident string
 	for rows.Next() {
 		var c col
-		if err := rows.Scan(&c.name, &c.oid, &c.format, &relOID, &ident); err != nil {
+		if err := rows.Scan(&c.name, &c.oid, &c.format, &relOID, &ident, &c.bare, &c.notNull, &c.key); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("reading the columns of %s: %w", name, err)
 		}
@@ -367,8 +375,11 @@ func (st *snapState) meta(ctx context.Context, t sources.SnapshotTable) (*snapMe
 		if err != nil {
 			return nil, fmt.Errorf("resolving the type of %s.%s: %w", name, c.name, err)
 		}
-		isKey := slices.Contains(t.Key, c.name)
-		m.rel.Columns = append(m.rel.Columns, cdc.Column{Name: c.name, Type: typ.Name, OID: c.oid, Key: isKey})
+		decl := ""
+		if c.format != c.bare {
+			decl = c.format
+		}
+		m.rel.Columns = append(m.rel.Columns, cdc.Column{Name: c.name, Type: typ.Name, OID: c.oid, Declared: decl, NotNull: c.notNull, Key: c.key})
 		m.types = append(m.types, typ)
 		m.formats = append(m.formats, c.format)
 		sel = append(sel, pgx.Identifier{c.name}.Sanitize())

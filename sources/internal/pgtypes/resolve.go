@@ -28,6 +28,13 @@ type Resolver struct {
 	gen   uint64 // bumped by Invalidate; results of older queries are not cached
 	types map[uint32]entry
 	names map[string]uint32
+	fmts  map[typeMod]string // format_type results
+}
+
+// typeMod is a type with a modifier (atttypmod; -1 for none).
+type typeMod struct {
+	oid uint32
+	mod int32
 }
 
 type entry struct {
@@ -37,7 +44,7 @@ type entry struct {
 
 // NewResolver returns a Resolver that queries the catalog through q.
 func NewResolver(q Querier) *Resolver {
-	return &Resolver{q: q, sem: make(chan struct{}, 1), types: map[uint32]entry{}, names: map[string]uint32{}}
+	return &Resolver{q: q, sem: make(chan struct{}, 1), types: map[uint32]entry{}, names: map[string]uint32{}, fmts: map[typeMod]string{}}
 }
 
 // maxDepth bounds the chain of domains and array elements followed for one
@@ -105,6 +112,68 @@ func (r *Resolver) LookupName(ctx context.Context, name string) (*Type, error) {
 	return t, nil
 }
 
+// Format returns type oid with modifier typmod (a column's atttypmod; -1
+// for none) as Postgres' format_type prints it, and wal2json reports a
+// column's type: "character varying(20)", "numeric(10,2)", "integer".
+// Results are cached.
+func (r *Resolver) Format(ctx context.Context, oid uint32, typmod int32) (string, error) {
+	if typmod < -1 {
+		typmod = -1
+	}
+	if f, ok := formatBuiltin(oid, typmod); ok {
+		return f, nil
+	}
+	k := typeMod{oid, typmod}
+	r.mu.RLock()
+	f, ok := r.fmts[k]
+	r.mu.RUnlock()
+	if ok {
+		return f, nil
+	}
+	if err := r.acquire(ctx); err != nil {
+		return "", fmt.Errorf("formatting type OID %d: %w", oid, err)
+	}
+	defer r.release()
+	r.mu.RLock()
+	gen := r.gen
+	r.mu.RUnlock()
+	if err := r.q.QueryRow(ctx, `SELECT pg_catalog.format_type($1, $2)`, oid, typmod).Scan(&f); err != nil {
+		return "", fmt.Errorf("formatting type OID %d with modifier %d: %w", oid, typmod, err)
+	}
+	r.mu.Lock()
+	if r.gen == gen {
+		r.fmts[k] = f
+	}
+	r.mu.Unlock()
+	return f, nil
+}
+
+// Declared returns printed, type oid as format_type printed it with a
+// column's modifier (Format, or wal2json's "type"), when the modifier
+// shows in it ("character varying(20)"), and "" when it prints as the type
+// without one ("integer", "text"): the cdc.Column.Declared of the column.
+func (r *Resolver) Declared(ctx context.Context, oid uint32, printed string) (string, error) {
+	base, err := r.Format(ctx, oid, -1)
+	if err != nil || base == printed {
+		return "", err
+	}
+	return printed, nil
+}
+
+// DeclaredMod returns the cdc.Column.Declared of a column of type oid with
+// modifier typmod (pgoutput's Relation message, the catalog's atttypmod):
+// "" without one.
+func (r *Resolver) DeclaredMod(ctx context.Context, oid uint32, typmod int32) (string, error) {
+	if typmod < 0 {
+		return "", nil
+	}
+	printed, err := r.Format(ctx, oid, typmod)
+	if err != nil {
+		return "", err
+	}
+	return r.Declared(ctx, oid, printed)
+}
+
 // Invalidate forgets the type with the given OID and every cached type built
 // from it (arrays of it, domains over it), and the names that resolved to
 // them, so the next lookup reads the catalog again. Call it after ALTER TYPE
@@ -124,6 +193,11 @@ func (r *Resolver) Invalidate(oid uint32) {
 			delete(r.names, n)
 		}
 	}
+	for k := range r.fmts {
+		if k.oid == oid {
+			delete(r.fmts, k)
+		}
+	}
 }
 
 // Reset forgets every cached type and name except the built-in types, for
@@ -135,6 +209,7 @@ func (r *Resolver) Reset() {
 	r.gen++
 	clear(r.types)
 	clear(r.names)
+	clear(r.fmts)
 }
 
 func (r *Resolver) cached(oid uint32) *Type {

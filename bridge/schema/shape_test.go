@@ -1,0 +1,218 @@
+package schema_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/bridge/schema"
+)
+
+// TestCompareModifiersAndNullability: a column keeping its type but not
+// its modifier or NOT NULL is "changed", naming what changed; NOT NULL
+// dropped and a modifier that widens are breaking, the opposite not.
+func TestCompareModifiersAndNullability(t *testing.T) {
+	code := cdc.Column{Name: "code", Type: "varchar", OID: 1043, Declared: "character varying(20)"}
+	price := cdc.Column{Name: "price", Type: "numeric", OID: 1700, Declared: "numeric(10,2)", NotNull: true}
+	v1 := schema.FromRelation(rel(id, code, price))
+	with := func(c cdc.Column, f func(*cdc.Column)) cdc.Column { f(&c); return c }
+	for _, tc := range []struct {
+		name     string
+		cols     []cdc.Column
+		changed  []schema.Changed
+		breaking bool
+	}{
+		{"longer varchar", []cdc.Column{id, with(code, func(c *cdc.Column) { c.Declared = "character varying(40)" }), price},
+			[]schema.Changed{{Name: "code", What: "modifier", From: "character varying(20)", To: "character varying(40)", Breaking: true}}, true},
+		{"shorter varchar", []cdc.Column{id, with(code, func(c *cdc.Column) { c.Declared = "character varying(10)" }), price},
+			[]schema.Changed{{Name: "code", What: "modifier", From: "character varying(20)", To: "character varying(10)"}}, false},
+		{"unbounded varchar", []cdc.Column{id, with(code, func(c *cdc.Column) { c.Declared = "" }), price},
+			[]schema.Changed{{Name: "code", What: "modifier", From: "character varying(20)", To: "", Breaking: true}}, true},
+		{"larger scale", []cdc.Column{id, code, with(price, func(c *cdc.Column) { c.Declared = "numeric(10,4)" })},
+			[]schema.Changed{{Name: "price", What: "modifier", From: "numeric(10,2)", To: "numeric(10,4)", Breaking: true}}, true},
+		{"NOT NULL dropped", []cdc.Column{id, code, with(price, func(c *cdc.Column) { c.NotNull = false })},
+			[]schema.Changed{{Name: "price", What: "not_null", From: "not null", To: "null", Breaking: true}}, true},
+		{"NOT NULL set", []cdc.Column{id, with(code, func(c *cdc.Column) { c.NotNull = true }), price},
+			[]schema.Changed{{Name: "code", What: "not_null", From: "null", To: "not null"}}, false},
+		{"interval fields", []cdc.Column{id, with(code, func(c *cdc.Column) { c.Declared = "character varying(20) x" }), price},
+			[]schema.Changed{{Name: "code", What: "modifier", From: "character varying(20)", To: "character varying(20) x", Breaking: true}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v2 := schema.FromRelation(rel(tc.cols...))
+			require.NotEqual(t, v1.Fingerprint, v2.Fingerprint, "a new version")
+			d := schema.Compare(&v1, &v2)
+			require.Equal(t, tc.changed, d.Changed)
+			require.Empty(t, d.Retyped)
+			require.Equal(t, tc.breaking, d.Breaking)
+		})
+	}
+	// A new type is retyped, not changed.
+	d := schema.Compare(&v1, new(schema.FromRelation(rel(id, with(code, func(c *cdc.Column) { c.Type, c.OID, c.Declared = "text", 25, "" }), price))))
+	require.Equal(t, []schema.Retype{{Name: "code", From: "varchar", To: "text"}}, d.Retyped)
+	require.Empty(t, d.Changed)
+}
+
+// TestRowSchemaNullsAndLengths: NOT NULL as the WAL says it forbids null
+// (not for floats and numerics: a lost NaN); NOT NULL read from the
+// catalog (pgoutput) does not; a character varying(n) value has at most n
+// characters.
+func TestRowSchemaNullsAndLengths(t *testing.T) {
+	cols := []cdc.Column{id, {Name: "code", Type: "varchar", OID: 1043, Declared: "character varying(3)", NotNull: true},
+		{Name: "f", Type: "float8", OID: 701, NotNull: true}, {Name: "tags", Type: "_bpchar", OID: 1014, Declared: "character(2)[]"}}
+	compile := func(r *cdc.Relation) *jsonschema.Schema {
+		v := schema.FromRelation(r)
+		v.Source, v.Version = "shop", 1
+		var doc any
+		require.NoError(t, json.Unmarshal(schema.RowSchema(&v, "native"), &doc))
+		c := jsonschema.NewCompiler()
+		require.NoError(t, c.AddResource("row.json", doc))
+		s, err := c.Compile("row.json")
+		require.NoError(t, err)
+		return s
+	}
+	valid := func(s *jsonschema.Schema, row string) error {
+		inst, err := jsonschema.UnmarshalJSON(stringsReader(row))
+		require.NoError(t, err)
+		return s.Validate(inst)
+	}
+	wal := compile(rel(cols...))
+	require.NoError(t, valid(wal, `{"id":1,"code":"abc","f":null,"tags":["ab",null]}`))
+	require.Error(t, valid(wal, `{"id":1,"code":null}`), "NOT NULL")
+	require.Error(t, valid(wal, `{"id":1,"code":"abcd"}`), "character varying(3)")
+	require.Error(t, valid(wal, `{"id":1,"tags":["abc"]}`), "character(2)[]")
+	inferred := rel(cols...)
+	inferred.Inferred = cdc.InferredNotNull
+	require.NoError(t, valid(compile(inferred), `{"id":1,"code":null}`), "NOT NULL from the catalog may be newer than the row")
+}
+
+// TestTrackerInferred: what the source read from the catalog
+// (cdc.Relation.Inferred) registers a version only past what an earlier
+// run may have published and after the table's latest version; a replay
+// finds the version registered there whatever the catalog says now; a
+// change that does not carry every column (a wal2json delete) registers
+// none when the table has a version.
+func TestTrackerInferred(t *testing.T) {
+	js := jsT(t)
+	ctx := t.Context()
+	reg, err := schema.Open(ctx, js, "bridge_schemas", 1)
+	require.NoError(t, err)
+	const prod = "b.shop.e1"
+	pg := func(notNull bool) *cdc.Relation {
+		n := total
+		n.NotNull = notNull
+		r := rel(id, n)
+		r.Inferred = cdc.InferredNotNull
+		return r
+	}
+	observe := func(trk *schema.Tracker, c *cdc.Change) (int, int) {
+		t.Helper()
+		v, ev, _, err := trk.Observe(ctx, c)
+		require.NoError(t, err)
+		if ev == nil {
+			return v.Version, 0
+		}
+		return v.Version, ev.Version
+	}
+	trk := schema.NewTracker(reg, "shop")
+	require.Equal(t, [2]int{1, 1}, pair(observe(trk, change(prod, 0x100, 0, pg(false)))))
+	// NOT NULL set: a new version, past the run's start.
+	require.Equal(t, [2]int{2, 2}, pair(observe(trk, change(prod, 0x200, 0, pg(true)))))
+	v2, err := reg.Get(ctx, "shop", "public", "orders", 2)
+	require.NoError(t, err)
+	require.Equal(t, []string{"not_null"}, v2.Inferred)
+
+	// A replay from 0/100 whose catalog says nullable again (dropped
+	// since): up to what was published (0/200), the registry decides.
+	trk = schema.NewTracker(reg, "shop")
+	trk.Resume(0x80, 0x200)
+	require.Equal(t, [2]int{1, 1}, pair(observe(trk, change(prod, 0x100, 0, pg(true)))), "version 1 announced again at its change, whatever the catalog says")
+	require.Equal(t, [2]int{1, 0}, pair(observe(trk, change(prod, 0x100, 1, pg(true)))), "no version from the catalog at a replayed change")
+	require.Equal(t, [2]int{2, 2}, pair(observe(trk, change(prod, 0x200, 0, pg(false)))), "the version registered here, whatever the catalog says")
+	require.Equal(t, [2]int{2, 0}, pair(observe(trk, change(prod, 0x200, 1, pg(false)))))
+	// Past what was published, the catalog's word counts.
+	require.Equal(t, [2]int{3, 3}, pair(observe(trk, change(prod, 0x300, 0, pg(false)))))
+
+	// A replay that published nothing past 0/100, but registered up to
+	// version 3 at 0/300: no version from the catalog before it.
+	trk = schema.NewTracker(reg, "shop")
+	trk.Resume(0x80, 0x80)
+	require.Equal(t, [2]int{1, 0}, pair(observe(trk, change(prod, 0x180, 0, pg(true)))))
+
+	// A change that does not carry every column, described partly from
+	// the catalog, registers nothing when the table has a version.
+	partial := rel(id)
+	partial.Inferred = cdc.InferredColumns | cdc.InferredIdentity
+	del := change(prod, 0x400, 0, partial)
+	del.Op = cdc.OpDelete
+	trk = schema.NewTracker(reg, "shop")
+	require.Equal(t, [2]int{3, 0}, pair(observe(trk, del)))
+	ins := change(prod, 0x400, 1, partial)
+	require.Equal(t, [2]int{4, 4}, pair(observe(trk, ins)), "an insert carries every column: its shape counts")
+
+	// A hard difference at a registered position is a conflict; one the
+	// source inferred is not.
+	trk = schema.NewTracker(reg, "shop")
+	_, _, _, err = trk.Observe(ctx, change(prod, 0x200, 0, pg(false)))
+	require.NoError(t, err)
+	other := rel(id, note)
+	_, _, _, err = schema.NewTracker(reg, "shop").Observe(ctx, change(prod, 0x200, 0, other))
+	require.ErrorIs(t, err, schema.ErrConflict)
+}
+
+func pair(a, b int) [2]int { return [2]int{a, b} }
+
+// TestTrackerSnapshot: a snapshot read of a table the registry lacks
+// registers its version, first seen by that snapshot, with an event in
+// the snapshot's id space; a run starting before it announces it again
+// (the same id) before its first change, once; a run starting after it
+// does not.
+func TestTrackerSnapshot(t *testing.T) {
+	js := jsT(t)
+	ctx := t.Context()
+	reg, err := schema.Open(ctx, js, "bridge_schemas", 1)
+	require.NoError(t, err)
+	const prod = "b.shop.e1"
+	read := func(lsn cdc.LSN, seq uint32) *cdc.Change {
+		c := change(prod, lsn, seq, rel(id, total))
+		c.Op, c.MsgID = cdc.OpRead, prod+".snap-s1:00000000000000AA:7"
+		return c
+	}
+	v, ev, prev, err := schema.NewTracker(reg, "shop").Observe(ctx, read(0x500, 0))
+	require.NoError(t, err)
+	require.Same(t, v, ev)
+	require.Nil(t, prev)
+	require.Equal(t, schema.Since{Producer: prod, CommitLSN: "0/500", Seq: 0, Snapshot: "s1"}, v.Since)
+	eid := v.EventMsgID()
+	require.Regexp(t, `^b\.shop\.e1\.snap-s1:[0-9A-F]{16}:1$`, eid)
+	_, pos, err := cdc.ParseID(eid)
+	require.NoError(t, err)
+	require.NotZero(t, pos.LSN)
+
+	// The chunk read again after a crash, at another position: no new
+	// version, the event announced again before the first change of the
+	// run, once.
+	trk := schema.NewTracker(reg, "shop")
+	trk.Resume(0x400, 0x400)
+	wal := change(prod, 0x600, 0, rel(id, total))
+	v, ev, _, err = trk.Observe(ctx, wal)
+	require.NoError(t, err)
+	require.Equal(t, 1, v.Version)
+	require.NotNil(t, ev, "announced again")
+	require.Equal(t, eid, ev.EventMsgID())
+	v, ev, _, err = trk.Observe(ctx, read(0x700, 0))
+	require.NoError(t, err)
+	require.Equal(t, 1, v.Version)
+	require.Nil(t, ev, "once per run")
+	// A run whose checkpoint is past it: everything holds the event.
+	trk = schema.NewTracker(reg, "shop")
+	trk.Resume(0x500, 0x500)
+	_, ev, _, err = trk.Observe(ctx, read(0x700, 0))
+	require.NoError(t, err)
+	require.Nil(t, ev)
+	// Without a snapshot, a version's event has no id of its own.
+	w := schema.FromRelation(rel(id))
+	require.Empty(t, w.EventMsgID())
+}
