@@ -27,14 +27,14 @@ import (
 // (text logs) is kept.
 type binary struct {
 	cmd *exec.Cmd
-	out *lockedBuffer
+	out *syncBuffer
 }
 
 // startBinary runs the bridge binary with args and the extra environment
 // until the test ends (SIGTERM, then the exit is awaited).
 func startBinary(t *testing.T, env []string, args ...string) *binary {
 	t.Helper()
-	b := &binary{out: &lockedBuffer{}}
+	b := &binary{out: &syncBuffer{}}
 	b.cmd = exec.Command(bridgeBinary(t), args...)
 	b.cmd.Stdout, b.cmd.Stderr = b.out, b.out
 	b.cmd.Env = append(append(os.Environ(), "BRIDGE_LOG__FORMAT=text"), env...)

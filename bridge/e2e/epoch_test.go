@@ -58,7 +58,7 @@ func TestKVBucketDeletedRestartKeepsFence(t *testing.T) {
 	t.Logf("the bridge stopped with %d messages stored; slot confirmed at %s", len(before), confirmed)
 
 	// Restart, its log kept to read.
-	out := &syncBuf{}
+	out := &syncBuffer{}
 	tw := &testWriter{t: t}
 	t.Cleanup(func() { tw.mu.Lock(); tw.done = true; tw.mu.Unlock() })
 	log := slog.New(slog.NewTextHandler(io.MultiWriter(out, tw), &slog.HandlerOptions{Level: slog.LevelDebug}))

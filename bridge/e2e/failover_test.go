@@ -28,7 +28,7 @@ type failoverCluster struct {
 	standby *pgtest.Server
 	proxy   *faultproxy.Proxy // between the standby and the primary
 	dsn     string
-	logs    *syncBuf
+	logs    *syncBuffer
 }
 
 // newFailoverCluster starts PostgreSQL major with table fo, and a standby
@@ -49,7 +49,7 @@ func newFailoverCluster(t *testing.T, major int, sss bool) *failoverCluster {
 	if sss {
 		require.NoError(t, e.pg.SetConf(t.Context(), map[string]string{"synchronized_standby_slots": "'sb'"}))
 	}
-	return &failoverCluster{e: e, standby: standby, proxy: proxy, logs: &syncBuf{},
+	return &failoverCluster{e: e, standby: standby, proxy: proxy, logs: &syncBuffer{},
 		dsn: fmt.Sprintf("host=127.0.0.1,127.0.0.1 port=%d,%d user=postgres dbname=postgres sslmode=disable target_session_attrs=read-write connect_timeout=5",
 			e.pg.Port, standby.Port)}
 }

@@ -34,7 +34,7 @@ func edit(t *testing.T, path string, pairs ...string) {
 
 // loggedApp builds the App of the config at path with its log in logs (and
 // the test's log).
-func loggedApp(t *testing.T, path string, logs *syncBuf) *app.App {
+func loggedApp(t *testing.T, path string, logs *syncBuffer) *app.App {
 	t.Helper()
 	cfg, err := config.Load(path, app.ConfigOptions()...)
 	require.NoError(t, err)
@@ -44,7 +44,7 @@ func loggedApp(t *testing.T, path string, logs *syncBuf) *app.App {
 }
 
 // appLogger logs to logs and the test's log.
-func appLogger(t *testing.T, logs *syncBuf) *slog.Logger {
+func appLogger(t *testing.T, logs *syncBuffer) *slog.Logger {
 	tw := &testWriter{t: t}
 	t.Cleanup(func() { tw.mu.Lock(); tw.done = true; tw.mu.Unlock() })
 	return slog.New(slog.NewTextHandler(io.MultiWriter(logs, tw), nil))
@@ -84,7 +84,7 @@ func TestPermanentErrorsStopAtOnce(t *testing.T) {
 			name := strings.ReplaceAll(c.name, " ", "")
 			path := e.config(name, "")
 			edit(t, path, c.edits...)
-			var logs syncBuf
+			var logs syncBuffer
 			a := loggedApp(t, path, &logs)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -133,7 +133,7 @@ func TestTransientErrorsAreRetried(t *testing.T) {
 		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 		edit(t, path, `listen: "127.0.0.1:0"`, fmt.Sprintf("listen: %q", addr))
 		require.NoError(t, e.pg.Stop(context.Background(), "fast"))
-		var logs syncBuf
+		var logs syncBuffer
 		a := loggedApp(t, path, &logs)
 		ctx, cancel := context.WithCancel(context.Background())
 		require.NoError(t, a.Start(ctx))
@@ -159,7 +159,7 @@ func TestTransientErrorsAreRetried(t *testing.T) {
 		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 		edit(t, path, `listen: "127.0.0.1:0"`, fmt.Sprintf("listen: %q", addr))
 		e.stopNATS()
-		var logs syncBuf
+		var logs syncBuffer
 		a := loggedApp(t, path, &logs)
 		ctx, cancel := context.WithCancel(context.Background())
 		started := make(chan error, 1)

@@ -28,8 +28,8 @@ import (
 // fleetProc is a `bridge run --fleet` process.
 type fleetProc struct {
 	*proc
-	log  *lockedBuffer // its output
-	id   string        // its member id (instance), from its log
+	log  *syncBuffer // its output
+	id   string      // its member id (instance), from its log
 	name string
 }
 
@@ -39,7 +39,7 @@ var memberRe = regexp.MustCompile(`msg="fleet member".* member=(\S+)`)
 // extra environment variables env, and waits until it joined.
 func startFleetProc(t *testing.T, bin, cfg, fleetName, name string, env ...string) *fleetProc {
 	t.Helper()
-	out := &lockedBuffer{}
+	out := &syncBuffer{}
 	cmd := exec.Command(bin, "run", "-c", cfg, "--fleet", fleetName)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = append(append(os.Environ(), "BRIDGE_LOG__FORMAT=text"), env...)

@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -32,12 +31,12 @@ func startProc(t *testing.T, bin, cfg string) *proc {
 // own ("KEY=value"): a parallel test cannot t.Setenv.
 func startProcEnv(t *testing.T, bin, cfg string, env ...string) *proc {
 	t.Helper()
-	var out bytes.Buffer
+	out := &syncBuffer{}
 	cmd := exec.Command(bin, "run", "-c", cfg)
-	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = append(append(os.Environ(), "BRIDGE_LOG__FORMAT=text"), env...)
 	require.NoError(t, cmd.Start())
-	return &proc{cmd: cmd, out: &out}
+	return &proc{cmd: cmd, out: out}
 }
 
 func (p *proc) kill9(t *testing.T) {

@@ -205,7 +205,7 @@ func TestEmbeddedNATSAuth(t *testing.T) {
 	}
 
 	t.Run("loopback by default, and the log says so", func(t *testing.T) {
-		var logs syncBuf
+		var logs syncBuffer
 		a := loggedApp(t, embedded("emblocal", ""), &logs)
 		require.NoError(t, a.Start(t.Context()))
 		defer a.Close()
@@ -218,7 +218,7 @@ func TestEmbeddedNATSAuth(t *testing.T) {
 		edit(t, path, "      message_prefixes: [\"app\"]\n", "      message_prefixes: [\"app\"]\n      snapshot: { request_poll: 200ms }\n")
 		data := filepath.Join(e.dir, "data")
 		key := filepath.Join(data, natsembed.KeyFile)
-		var logs syncBuf
+		var logs syncBuffer
 		cfg, err := config.Load(path, app.ConfigOptions()...)
 		require.NoError(t, err)
 		a, err := app.New(cfg, app.WithLogger(appLogger(t, &logs)), app.WithConfigFile(path, app.ConfigOptions()...))
@@ -268,7 +268,7 @@ func TestEmbeddedNATSAuth(t *testing.T) {
 		require.Equal(t, 0, code)
 		require.Contains(t, out, "CDC_embkey (sink js): 4 messages", "two inserts and a snapshot of both rows")
 
-		var serveOut, serveErr syncBuf
+		var serveOut, serveErr syncBuffer
 		sctx, scancel := context.WithCancel(ctx)
 		served := make(chan error, 1)
 		go func() {
@@ -292,7 +292,7 @@ func TestEmbeddedNATSAuth(t *testing.T) {
 
 		path := embedded("embauth", ", host: 0.0.0.0")
 		edit(t, path, "nats:\n", "nats:\n  user: bridge\n  password: s3cret-embedded\n")
-		var logs syncBuf
+		var logs syncBuffer
 		a := loggedApp(t, path, &logs)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
@@ -307,7 +307,7 @@ func TestEmbeddedNATSAuth(t *testing.T) {
 		e.pg.ExecT(t, `INSERT INTO items VALUES (1), (2)`)
 		waitMsgs(t, url, "CDC_embauth", 2, []nats.Option{nats.UserInfo("bridge", "s3cret-embedded")}, "the bridge streams into its embedded server with the credentials")
 
-		var out, errOut syncBuf
+		var out, errOut syncBuffer
 		cmd := cli.NewCommand(&out, &errOut)
 		cmd.SetArgs([]string{"status", "-c", path})
 		require.NoError(t, cmd.Execute(), "bridge status reaches the embedded server with nats.user: %s", errOut.String())

@@ -72,7 +72,7 @@ func runFails(t *testing.T, path string, during func(), want ...string) (started
 	t.Helper()
 	cfg, err := config.Load(path, app.ConfigOptions()...)
 	require.NoError(t, err)
-	var logs syncBuf
+	var logs syncBuffer
 	a, err := app.New(cfg, app.WithLogger(appLogger(t, &logs)))
 	if err == nil {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -155,7 +155,7 @@ func TestNATSTLS(t *testing.T) {
 		r.stop(t)
 
 		// The helper commands use the same keys.
-		var out, errOut syncBuf
+		var out, errOut syncBuffer
 		cmd := cli.NewCommand(&out, &errOut)
 		cmd.SetArgs([]string{"status", "-c", filepath.Join(e.dir, "ntls.yaml")})
 		require.NoError(t, cmd.Execute(), "bridge status over mutual TLS: %s", errOut.String())
@@ -165,7 +165,7 @@ func TestNATSTLS(t *testing.T) {
 	t.Run("insecure_skip_verify connects, and warns at every start", func(t *testing.T) {
 		path := tlsConfig("ninsecure", "insecure_skip_verify", "true", "cert_file", p.ClientCert, "key_file", p.ClientKey)
 		for range 2 {
-			var logs syncBuf
+			var logs syncBuffer
 			a := loggedApp(t, path, &logs)
 			require.NoError(t, a.Start(t.Context()))
 			a.Close()

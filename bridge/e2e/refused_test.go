@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -48,14 +47,6 @@ func (p *pickySink) Write(_ context.Context, batch []cdc.Change) error {
 	return be.Err()
 }
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
-func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
 // TestRefusedChangeReportedWithCount: a change a sink refuses run after
 // run is reported with how many times in a row and the last reason; once
 // accepted, everything arrives in order and nothing is skipped.
@@ -82,7 +73,7 @@ routes:
 	require.NoError(t, os.WriteFile(p, []byte(y), 0o644))
 	cfg, err := config.Load(p)
 	require.NoError(t, err)
-	var logs syncBuf
+	var logs syncBuffer
 	a, err := app.New(cfg, app.WithSinks(reg), app.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

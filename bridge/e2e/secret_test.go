@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -10,7 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,24 +23,6 @@ import (
 	"github.com/bridgecdc/bridge/internal/pgtest"
 	"github.com/bridgecdc/bridge/internal/testpki"
 )
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestSecretsNeverLogged runs the bridge command in-process at debug level
 // with every kind of secret the config holds: a Postgres password in the
@@ -180,7 +160,7 @@ routes:
     retry: { initial: 10ms, max: 50ms }
     config: { url: %q, headers: { Authorization: "Bearer ${file:%s}" } }`, hook.URL, hookTokenFile)
 
-	var logs, out lockedBuffer
+	var logs, out syncBuffer
 	// run runs `bridge run` in the background until stop returns, then
 	// stops it and returns its error. With stop nil it waits for the run to
 	// end by itself (a permanent error).

@@ -277,7 +277,7 @@ func TestServeSecretsNeverLogged(t *testing.T) {
 	expired := mint(t, jwtSecret, jwt.MapClaims{"sub": "s", "exp": time.Now().Add(-time.Hour).Unix()})
 	secrets := []string{jwtSecret, shortSecret, metricsToken, good, bad, expired}
 
-	var logs, out lockedBuffer
+	var logs, out syncBuffer
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {

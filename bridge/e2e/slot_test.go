@@ -282,7 +282,7 @@ func TestSetupChangesWhileStreaming(t *testing.T) {
 	e.pg.ExecT(t, `CREATE TABLE r (id int PRIMARY KEY)`)
 	cfg, err := config.Load(e.config("pubdrop", "      tables: [public.r]"))
 	require.NoError(t, err)
-	var logs syncBuf
+	var logs syncBuffer
 	tw := &testWriter{t: t}
 	t.Cleanup(func() { tw.mu.Lock(); tw.done = true; tw.mu.Unlock() })
 	a, err := app.New(cfg, app.WithLogger(slog.New(slog.NewTextHandler(io.MultiWriter(&logs, tw), nil))))

@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -106,7 +105,7 @@ func TestSnapshotKill9Random(t *testing.T) {
 				cmd.Stdout, cmd.Stderr = out, out
 				cmd.Env = append(os.Environ(), "BRIDGE_LOG__FORMAT=text")
 				require.NoError(t, cmd.Start())
-				return &proc{cmd: cmd, out: &bytes.Buffer{}}
+				return &proc{cmd: cmd, out: out}
 			}
 			seed := uint64(time.Now().UnixNano())
 			rng := rand.New(rand.NewPCG(seed, 0))

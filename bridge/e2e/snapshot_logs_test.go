@@ -22,7 +22,7 @@ func TestSnapshotLogsNoKeys(t *testing.T) {
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE tokens (token_hash text PRIMARY KEY, owner text)`,
 		`INSERT INTO tokens SELECT 'h' || md5('token-' || g), 'o' || g FROM generate_series(1, 40) g`)
-	var logs syncBuf
+	var logs syncBuffer
 	debug := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	e.startWith(e.snapConfig("slogkeys", "initial", 7), app.WithLogger(debug))
 	st := e.waitSnapshotDone("slogkeys", 2*time.Minute, nil)

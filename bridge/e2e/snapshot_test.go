@@ -554,7 +554,7 @@ func TestSnapshotKill9Resumes(t *testing.T) {
 		cmd.Stdout, cmd.Stderr = out, out
 		cmd.Env = append(os.Environ(), "BRIDGE_LOG__FORMAT=text")
 		require.NoError(t, cmd.Start())
-		return &proc{cmd: cmd, out: &bytes.Buffer{}}
+		return &proc{cmd: cmd, out: out}
 	}
 	// A restarted process: the backends that read chunks before it (the
 	// killed processes'), and the key it must resume after.
@@ -765,22 +765,4 @@ func TestSnapshotWal2JSON(t *testing.T) {
 	ms := e.marker("CDC_swj")
 	require.Positive(t, countReads(ms)["wj"])
 	checkSnapshotStream(t, e, "swj", ms, []string{"public.wj"}, nil)
-}
-
-// syncBuffer is a bytes.Buffer safe to read while a process writes to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

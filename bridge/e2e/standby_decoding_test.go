@@ -31,7 +31,7 @@ func TestDecodeOnStandby(t *testing.T) {
 	require.NoError(t, err)
 	b = regexp.MustCompile(`(?m)^      dsn: .*$`).ReplaceAll(b, []byte("      dsn: "+standby.DSN("")))
 	require.NoError(t, os.WriteFile(cfg, b, 0o644))
-	logs := &syncBuf{}
+	logs := &syncBuffer{}
 	c := &failoverCluster{e: e, standby: standby, logs: logs}
 	r := c.start(t, cfg)
 

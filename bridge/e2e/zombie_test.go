@@ -42,13 +42,13 @@ func newEnvPG(t testing.TB, settings map[string]string) *env {
 // zproc is a bridge process whose output can be read while it runs.
 type zproc struct {
 	cmd  *exec.Cmd
-	out  *syncBuf
+	out  *syncBuffer
 	done chan struct{}
 }
 
 func startZProc(t *testing.T, bin, cfg string) *zproc {
 	t.Helper()
-	p := &zproc{out: &syncBuf{}, done: make(chan struct{})}
+	p := &zproc{out: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, "run", "-c", cfg)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.Env = append(os.Environ(), "BRIDGE_LOG__FORMAT=text")
