@@ -65,8 +65,9 @@ log:
 	return p, os.WriteFile(p, []byte(y), 0o644)
 }
 
-// Proc is a bridge process.
+// Proc is a process under test: the bridge or the pipe (bench/cmd/pipe).
 type Proc struct {
+	Name    string // what it is, in errors
 	Cmd     *exec.Cmd
 	Start   time.Time
 	LogPath string
@@ -78,11 +79,18 @@ type Proc struct {
 // added to the inherited environment (OTEL_* variables are removed so that
 // tracing stays off as in the default configuration).
 func StartBridge(bin, cfg, logPath string, extraEnv ...string) (*Proc, error) {
+	return StartProc("bridge", bin, []string{"run", "-c", cfg}, logPath, extraEnv...)
+}
+
+// StartProc runs bin with args in a process group of its own, with its
+// standard output and error in logPath and extraEnv added to the inherited
+// environment (without OTEL_* variables). name names it in errors.
+func StartProc(name, bin string, args []string, logPath string, extraEnv ...string) (*Proc, error) {
 	log, err := os.Create(logPath)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s log: %w", name, err)
 	}
-	cmd := exec.Command(bin, "run", "-c", cfg)
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	for _, kv := range os.Environ() {
@@ -91,11 +99,11 @@ func StartBridge(bin, cfg, logPath string, extraEnv ...string) (*Proc, error) {
 		}
 	}
 	cmd.Env = append(cmd.Env, extraEnv...)
-	p := &Proc{Cmd: cmd, LogPath: logPath, done: make(chan struct{})}
+	p := &Proc{Name: name, Cmd: cmd, LogPath: logPath, done: make(chan struct{})}
 	p.Start = time.Now()
 	if err := cmd.Start(); err != nil {
 		log.Close()
-		return nil, err
+		return nil, fmt.Errorf("starting %s %s: %w", name, bin, err)
 	}
 	go func() { p.waitErr = cmd.Wait(); log.Close(); close(p.done) }()
 	return p, nil
@@ -108,7 +116,7 @@ func (p *Proc) PID() int { return p.Cmd.Process.Pid }
 func (p *Proc) Exited() error {
 	select {
 	case <-p.done:
-		return fmt.Errorf("bridge exited (%v); log: %s\n%s", p.waitErr, p.LogPath, tail(p.LogPath, 20))
+		return fmt.Errorf("%s exited (%v); log: %s\n%s", p.Name, p.waitErr, p.LogPath, tail(p.LogPath, 20))
 	default:
 		return nil
 	}
@@ -131,7 +139,7 @@ func (p *Proc) Stop(timeout time.Duration) error {
 	case <-time.After(timeout):
 		_ = p.Cmd.Process.Kill()
 		<-p.done
-		return fmt.Errorf("bridge did not stop within %s after SIGTERM; killed", timeout)
+		return fmt.Errorf("%s did not stop within %s after SIGTERM; killed", p.Name, timeout)
 	}
 }
 

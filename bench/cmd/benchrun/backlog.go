@@ -1,6 +1,6 @@
 // The decode and backlog phases: a workload loaded behind slots made before
 // it, then read to its end by pg_recvlogical, by SQL decoding and by the
-// bridge.
+// bridge (and the pipe, bench/cmd/pipe).
 
 package main
 
@@ -18,13 +18,19 @@ import (
 func (r *runner) workload(ctx context.Context, w string, decode, backlog, w2j bool) error {
 	o := r.o
 	slots := map[string]string{"pgoutput": "bench_" + w + "_pgoutput", "wal2json": "bench_" + w + "_wal2json", "bridge": "bench_" + w + "_bridge",
-		"bridge_w2j": "bench_" + w + "_bridge_w2j", "sql": "bench_" + w + "_sql"}
+		"bridge_w2j": "bench_" + w + "_bridge_w2j", "sql": "bench_" + w + "_sql", "pipe": "bench_" + w + "_pipe"}
 	// Every consumer gets a slot of its own, made before the load, so each
 	// reads the same backlog. For the js phase alone the bridge still runs
 	// the single backlog to learn the message size.
 	runBridge := backlog || (w == "single" && r.sample == nil && o.jsSize == 0 && o.has("js"))
 	if runBridge {
 		if err := r.pg.CreateSlot(ctx, slots["bridge"], "pgoutput"); err != nil {
+			return err
+		}
+	}
+	runPipe := backlog && o.has("pipe") // the straightforward pipe, on a slot of its own
+	if runPipe {
+		if err := r.pg.CreateSlot(ctx, slots["pipe"], "pgoutput"); err != nil {
 			return err
 		}
 	}
@@ -96,6 +102,14 @@ func (r *runner) workload(ctx context.Context, w string, decode, backlog, w2j bo
 		r.res.Backlogs = append(r.res.Backlogs, b)
 		_ = r.pg.DropSlot(ctx, slots["bridge"])
 	}
+	if runPipe {
+		b, err := r.pipeBacklog(ctx, w, slots["pipe"], load.Changes)
+		if err != nil {
+			return err
+		}
+		r.res.PipeBacklogs = append(r.res.PipeBacklogs, b)
+		_ = r.pg.DropSlot(ctx, slots["pipe"])
+	}
 	if w2jBridge {
 		b, err := r.bridgeBacklog(ctx, w, "wal2json", slots["bridge_w2j"], load.Changes)
 		if err != nil {
@@ -131,25 +145,57 @@ func (r *runner) bridgeBacklog(ctx context.Context, w, plugin, slot string, n in
 		env = append(env, "BENCH_CPUPROFILE="+b.CPUProfile, "BENCH_MEMPROFILE="+b.AllocProfile,
 			"BENCH_HEAPPROFILE="+filepath.Join(r.o.profile, "heap-"+name+".pprof"))
 	}
+	logf("bridge (%s): backlog %s, %d changes", plugin, w, n)
+	start := func() (*bench.Proc, error) {
+		return bench.StartBridge(bin, path, filepath.Join(r.work, "bridge-"+w+".log"), env...)
+	}
+	var beforeStop func(*bench.Proc)
+	if r.o.profile != "" {
+		beforeStop = func(p *bench.Proc) {
+			_ = p.Signal(syscall.SIGUSR1)
+			waitFile(b.CPUProfile, 10*time.Second)
+		}
+	}
+	if err := r.measureBacklog(ctx, &b, "bridge", slot, stream, start, beforeStop); err != nil {
+		return b, err
+	}
+	if w == "single" && r.sample == nil {
+		s := b.Verified.Sample
+		r.sample = &s
+		r.size = int(b.Verified.PayloadBytes + 0.5)
+	}
+	bench.DeleteStream(ctx, r.js, stream)
+	return b, nil
+}
+
+// measureBacklog measures the consumer that start starts (who: "bridge" or
+// "pipe") over the backlog of b.Changes changes waiting in slot, into
+// stream, and fills b: the time from its start until stream holds every
+// change, the CPU of it, the slot's walsender and nats-server, its peak
+// RSS, and what reading stream back finds (each change once, in order).
+// beforeStop, when not nil, runs just before the consumer is stopped. A
+// consumer that stores too few or too many messages is a failure of the
+// run (r.fail), not an error; the caller deletes the stream.
+func (r *runner) measureBacklog(ctx context.Context, b *Backlog, who, slot, stream string, start func() (*bench.Proc, error), beforeStop func(*bench.Proc)) error {
+	w, n := b.Workload, b.Changes
 	r.quiet()
 	win := bench.StartWindow()
 	nsBefore, err := bench.ReadCPU(r.ns.PID())
 	if err != nil {
-		return b, err
+		return err
 	}
-	logf("bridge (%s): backlog %s, %d changes", plugin, w, n)
-	p, err := bench.StartBridge(bin, path, filepath.Join(r.work, "bridge-"+w+".log"), env...)
+	p, err := start()
 	if err != nil {
-		return b, err
+		return err
 	}
 	defer p.Stop(30 * time.Second)
 	alive := func() bool { return p.Exited() == nil }
 	ws, err := r.pg.WaitSlotPID(ctx, slot, time.Minute, alive)
 	if err != nil {
 		if e := p.Exited(); e != nil {
-			return b, e
+			return e
 		}
-		return b, err
+		return err
 	}
 	within := max(3*time.Minute, time.Duration(n/500)*time.Second)
 	at, err := bench.WaitStoredFirst(ctx, r.js, stream, n, within, r.o.poll, p.Exited, func(got uint64) {
@@ -158,7 +204,7 @@ func (r *runner) bridgeBacklog(ctx context.Context, w, plugin, slot string, n in
 		}
 	})
 	if err != nil {
-		return b, err
+		return err
 	}
 	b.Wall = at.Sub(p.Start)
 	b.Rate = float64(n) / b.Wall.Seconds()
@@ -184,19 +230,18 @@ func (r *runner) bridgeBacklog(ctx context.Context, w, plugin, slot string, n in
 	b.PeakRSS, _ = bench.PeakRSS(p.PID())
 	b.Other = win.Other(b.Bridge + b.Walsender + b.NATSServer)
 	b.Cores = float64(b.Bridge+b.Walsender+b.NATSServer) / float64(b.Wall)
-	if r.o.profile != "" {
-		_ = p.Signal(syscall.SIGUSR1)
-		waitFile(b.CPUProfile, 10*time.Second)
+	if beforeStop != nil {
+		beforeStop(p)
 	}
 	if err := p.Stop(30 * time.Second); err != nil {
-		r.fail("bridge %s: stopping: %v", w, err)
+		r.fail("%s %s: stopping: %v", who, w, err)
 	}
-	logf("bridge: %d changes stored %s after start = %.0f changes/s; reading the stream back", n, b.Wall.Round(time.Millisecond), b.Rate)
+	logf("%s: %d changes stored %s after start = %.0f changes/s; reading the stream back", who, n, b.Wall.Round(time.Millisecond), b.Rate)
 	time.Sleep(500 * time.Millisecond) // anything published late would show now
 	b.StoredAfter, _ = bench.StreamMsgs(ctx, r.js, stream)
 	v, err := bench.Verify(ctx, r.js, stream, false)
 	if err != nil {
-		return b, err
+		return err
 	}
 	b.Verified = v
 	if !v.First.IsZero() {
@@ -206,14 +251,8 @@ func (r *runner) bridgeBacklog(ctx context.Context, w, plugin, slot string, n in
 		}
 	}
 	if !v.OK(n) || b.StoredAfter != uint64(n) {
-		r.fail("bridge %s: stream holds %d messages (want %d): %d duplicates, %d out of order, %d bad ids",
-			w, b.StoredAfter, n, v.Duplicates, v.OutOfOrder, v.BadIDs)
+		r.fail("%s %s: stream holds %d messages (want %d): %d duplicates, %d out of order, %d bad ids",
+			who, w, b.StoredAfter, n, v.Duplicates, v.OutOfOrder, v.BadIDs)
 	}
-	if w == "single" && r.sample == nil {
-		s := v.Sample
-		r.sample = &s
-		r.size = int(v.PayloadBytes + 0.5)
-	}
-	bench.DeleteStream(ctx, r.js, stream)
-	return b, nil
+	return nil
 }

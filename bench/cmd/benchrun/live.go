@@ -1,5 +1,5 @@
-// The live phase: the bridge following writes at a fixed rate, and its
-// latency from commit to stored.
+// The live phase: the bridge (then, with phase pipe, the pipe) following
+// writes at a fixed rate, and its latency from commit to stored.
 
 package main
 
@@ -37,6 +37,31 @@ func (r *runner) live(ctx context.Context) error {
 		r.res.LiveDecode = &d
 		_ = r.pg.DropSlot(ctx, slot)
 	}
+	if err := r.bridgeLive(ctx); err != nil {
+		return err
+	}
+	if o.has("pipe") {
+		// The same load again, followed by the pipe on a slot and stream
+		// of its own.
+		slot, stream := "bench_live_pipe", "PIPE_LIVE"
+		if err := r.pg.CreateSlot(ctx, slot, "pgoutput"); err != nil {
+			return err
+		}
+		defer r.pg.DropSlot(ctx, slot)
+		logf("pipe: live, %d changes/s for %s", o.liveRate, o.liveFor)
+		l, err := r.measureLive(ctx, "pipe", slot, stream, r.startPipe("live", slot, stream, "pipe.live"), "", "")
+		if err != nil {
+			return err
+		}
+		r.res.PipeLive = l
+	}
+	return nil
+}
+
+// bridgeLive is the bridge's live run, on a slot and stream of its own,
+// into r.res.Live.
+func (r *runner) bridgeLive(ctx context.Context) error {
+	o := r.o
 	slot := "bench_live_bridge"
 	if err := r.pg.CreateSlot(ctx, slot, "pgoutput"); err != nil {
 		return err
@@ -60,25 +85,46 @@ func (r *runner) live(ctx context.Context) error {
 		_ = os.Remove(cpuProfile)
 		env = append(env, "BENCH_CPUPROFILE="+cpuProfile, "BENCH_MEMPROFILE="+filepath.Join(o.profile, "allocs-live.pprof"))
 	}
-	p, err := bench.StartBridge(bin, path, filepath.Join(r.work, "bridge-live.log"), env...)
+	start := func() (*bench.Proc, error) {
+		return bench.StartBridge(bin, path, filepath.Join(r.work, "bridge-live.log"), env...)
+	}
+	l, err := r.measureLive(ctx, "bridge", slot, stream, start, cpuProfile, o.latencyOut)
 	if err != nil {
 		return err
+	}
+	r.res.Live = l
+	return nil
+}
+
+// measureLive starts the consumer that start starts (who: "bridge" or
+// "pipe") on slot, writes the warm-up and then the measured run at
+// -live-rate while it follows into stream, and returns the CPU of it, the
+// walsender, nats-server and the writer's backend over the measured run and
+// every change's latency from commit to stored, read back from stream
+// (which it then deletes). With cpuProfile the consumer is sent SIGUSR1
+// before it stops, to write that profile; with dump every latency is
+// written there (-latency-dump).
+func (r *runner) measureLive(ctx context.Context, who, slot, stream string, start func() (*bench.Proc, error), cpuProfile, dump string) (*Live, error) {
+	o := r.o
+	p, err := start()
+	if err != nil {
+		return nil, err
 	}
 	defer p.Stop(30 * time.Second)
 	ws, err := r.pg.WaitSlotPID(ctx, slot, time.Minute, func() bool { return p.Exited() == nil })
 	if err != nil {
 		if e := p.Exited(); e != nil {
-			return e
+			return nil, e
 		}
-		return err
+		return nil, err
 	}
 	time.Sleep(time.Second) // past the start-up
 	r.quiet()
 	warm := 0
 	if o.liveWarmup > 0 {
-		logf("bridge: live warm-up, %d changes/s for %s into the new stream (reported apart)", o.liveRate, o.liveWarmup)
+		logf("%s: live warm-up, %d changes/s for %s into the new stream (reported apart)", who, o.liveRate, o.liveWarmup)
 		if warm, _, _, err = r.pg.WriteAtRate(ctx, o.liveRate, o.liveWarmup); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	win := bench.StartWindow()
@@ -88,10 +134,10 @@ func (r *runner) live(ctx context.Context) error {
 	n0, _ := bench.ReadCPU(r.ns.PID())
 	n, took, writer, err := r.pg.WriteAtRate(ctx, o.liveRate, o.liveFor)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := bench.WaitStored(ctx, r.js, stream, warm+n, time.Minute, r.o.poll, p.Exited); err != nil {
-		return err
+		return nil, err
 	}
 	l := &Live{Rate: o.liveRate, Changes: n, Achieved: float64(n) / took.Seconds(), WarmupChanges: warm}
 	b1, _ := bench.ReadCPU(p.PID())
@@ -108,18 +154,18 @@ func (r *runner) live(ctx context.Context) error {
 		l.CPUProfile = cpuProfile
 	}
 	if err := p.Stop(30 * time.Second); err != nil {
-		r.fail("bridge live: stopping: %v", err)
+		r.fail("%s live: stopping: %v", who, err)
 	}
 	v, err := bench.Verify(ctx, r.js, stream, true)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	l.Verified = v
 	all := v.Latencies
 	if err := l.summarize(all); err != nil {
-		return err
+		return nil, fmt.Errorf("%s %w", who, err)
 	}
-	if f := r.o.latencyOut; f != "" {
+	if f := dump; f != "" {
 		var sb strings.Builder
 		for _, x := range all { // warm-up first: the stream from its first message
 			fmt.Fprintln(&sb, x.Nanoseconds())
@@ -129,14 +175,13 @@ func (r *runner) live(ctx context.Context) error {
 		}
 	}
 	if !v.OK(warm + n) {
-		r.fail("bridge live: stream holds %d messages (want %d): %d duplicates, %d out of order, %d bad ids",
-			v.Msgs, n, v.Duplicates, v.OutOfOrder, v.BadIDs)
+		r.fail("%s live: stream holds %d messages (want %d): %d duplicates, %d out of order, %d bad ids",
+			who, v.Msgs, warm+n, v.Duplicates, v.OutOfOrder, v.BadIDs)
 	}
-	logf("live: %d changes, latency p50 %s p99 %s p99.9 %s (warm-up, %d changes: p99 %s, max %s)", n, l.Latency.P50, l.Latency.P99, l.Latency.P999,
+	logf("%s live: %d changes, latency p50 %s p99 %s p99.9 %s (warm-up, %d changes: p99 %s, max %s)", who, n, l.Latency.P50, l.Latency.P99, l.Latency.P999,
 		warm, l.Warmup.P99, l.Warmup.Max)
-	r.res.Live = l
 	bench.DeleteStream(ctx, r.js, stream)
-	return nil
+	return l, nil
 }
 
 // summarize sets l's latency figures from every change's latency in

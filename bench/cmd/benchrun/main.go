@@ -8,6 +8,9 @@
 //     with a Nats-Msg-Id per message, of the bridge's message size;
 //   - the bridge binary over the same backlogs (single-row transactions, big
 //     transactions), and live at a fixed rate (latency commit → stored);
+//   - the straightforward pipe (bench/cmd/pipe: pglogrepl + jetstream,
+//     message ids, KV checkpoint, no fence) over the same backlogs and live
+//     load, measured as the bridge is;
 //
 // with per-process CPU time (bridge, walsender, nats-server) from /proc and
 // the bridge's peak RSS; every stream is read back and checked: each change
@@ -45,6 +48,7 @@ type options struct {
 	liveWarmup               time.Duration
 	pad                      int
 	bridgeBin, profBin       string
+	pipeBin                  string
 	natsBin, natsServerBin   string
 	workParent               string
 	keep                     bool
@@ -93,12 +97,13 @@ func main() {
 	flag.IntVar(&o.oneBigRows, "onebig-rows", envInt("BENCH_ONEBIG_ROWS", 0), "onebig phase: rows of the one transaction committed while the bridge follows (default 1000000; quick 200000)")
 	flag.IntVar(&o.pad, "pad", envInt("BENCH_PAD", 16), "length of the text column: sets the message size")
 	flag.StringVar(&o.bridgeBin, "bridge", os.Getenv("BENCH_BRIDGE"), "bridge binary (default: go build ./cmd/bridge)")
+	flag.StringVar(&o.pipeBin, "pipe", os.Getenv("BENCH_PIPE"), "pipe binary for the pipe phase (default: go build ./bench/cmd/pipe)")
 	flag.StringVar(&o.profBin, "bridgeprof", os.Getenv("BENCH_BRIDGEPROF"), "profiling bridge binary for -profile (default: go build ./bench/cmd/bridgeprof)")
 	flag.StringVar(&o.natsBin, "nats", envStr("BENCH_NATS", "nats"), "nats CLI (natscli v0.5.0)")
 	flag.StringVar(&o.natsServerBin, "nats-server", envStr("BENCH_NATS_SERVER", "nats-server"), "nats-server binary")
 	flag.StringVar(&o.workParent, "workdir", os.Getenv("BENCH_WORKDIR"), "parent of the run's scratch directory (default: the temp dir)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the scratch directory (logs, configs)")
-	flag.StringVar(&o.only, "only", envStr("BENCH_ONLY", "decode,js,backlog,live,onebig"), "phases to run: decode, js, backlog, live, onebig")
+	flag.StringVar(&o.only, "only", envStr("BENCH_ONLY", "decode,js,backlog,live,pipe,onebig"), "phases to run: decode, js, backlog, live, pipe (the pipe beside the bridge in backlog and live), onebig")
 	flag.StringVar(&o.profile, "profile", os.Getenv("BENCH_PROFILE"), "directory: run the backlogs with the profiling binary and write CPU and allocation profiles there")
 	flag.StringVar(&o.jsonOut, "json", os.Getenv("BENCH_JSON"), "also write the results as JSON to this file")
 	flag.StringVar(&o.latencyOut, "latency-dump", "", "live mode: write each change's commit→stored latency in ns, one per line in stream order, to this file (to find when a tail happened)")
@@ -180,6 +185,9 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	if err := resolveBinaries(&o, work); err != nil {
 		return err
+	}
+	if o.has("pipe") && !o.has("backlog") && !o.has("live") {
+		logf("phase pipe runs the pipe in the backlog and live phases; neither is in -only %q", o.only)
 	}
 	r := &runner{o: o, work: work, res: res}
 
@@ -295,6 +303,11 @@ func resolveBinaries(o *options, work string) error {
 	}
 	if o.profile != "" {
 		if err := build(&o.profBin, "./bench/cmd/bridgeprof"); err != nil {
+			return err
+		}
+	}
+	if o.has("pipe") {
+		if err := build(&o.pipeBin, "./bench/cmd/pipe"); err != nil {
 			return err
 		}
 	}

@@ -20,8 +20,14 @@ type Results struct {
 	Decodes  map[string][]Decode `json:"decodes"` // by workload
 	JS       []bench.JSRun       `json:"jetstream"`
 	Backlogs []Backlog           `json:"backlogs"`
-	Live     *Live               `json:"live,omitempty"`
-	OneBig   *OneBig             `json:"onebig,omitempty"`
+	// PipeBacklogs is the pipe (bench/cmd/pipe) over the same backlogs
+	// (phase pipe), measured as the bridge is.
+	PipeBacklogs []Backlog `json:"pipe_backlogs,omitempty"`
+	Live         *Live     `json:"live,omitempty"`
+	// PipeLive is the pipe following the same live load after the bridge,
+	// on a slot and stream of its own (phase pipe).
+	PipeLive *Live   `json:"pipe_live,omitempty"`
+	OneBig   *OneBig `json:"onebig,omitempty"`
 	// LiveDecode is pg_recvlogical following the live workload.
 	LiveDecode *bench.LiveDecode `json:"live_decode,omitempty"`
 	Failures   []string          `json:"failures,omitempty"`
@@ -34,10 +40,12 @@ type Decode struct {
 	Other float64 `json:"other_cores"` // machine CPU beyond walsender and pg_recvlogical, in cores
 }
 
-// Backlog is the bridge over one backlog.
+// Backlog is the bridge, or the pipe, over one backlog. In a row of the
+// pipe (Consumer "pipe") the bridge_* figures are the pipe process's.
 type Backlog struct {
 	Workload    string        `json:"workload"`
-	Plugin      string        `json:"plugin"` // the bridge's source: pgoutput or wal2json
+	Plugin      string        `json:"plugin"`             // the bridge's source: pgoutput or wal2json
+	Consumer    string        `json:"consumer,omitempty"` // "pipe" for the pipe; "" for the bridge
 	Changes     int           `json:"changes"`
 	Wall        time.Duration `json:"wall_ns"`         // process start → the stream holds all
 	FirstStored time.Duration `json:"first_stored_ns"` // process start → first message stored
@@ -64,13 +72,15 @@ type Backlog struct {
 	VsJetStream      float64        `json:"ratio_to_jetstream_ingest"`       // the best nats bench mode
 	VsJSAsync        float64        `json:"ratio_to_jetstream_async_ingest"` // the best async mode (what the sink uses)
 	JSMsgs           int            `json:"jetstream_msgs"`                  // the size of the nats bench runs the two ratios use
+	VsPipe           float64        `json:"ratio_to_pipe,omitempty"`         // the bridge's rate over the pipe's on the same backlog (pgoutput rows)
 	Cores            float64        `json:"cores"`                           // bridge + walsender + nats-server CPU / wall
 	CPUProfile       string         `json:"cpu_profile,omitempty"`
 	AllocProfile     string         `json:"alloc_profile,omitempty"`
 	Other            float64        `json:"other_cores"` // machine CPU beyond bridge, walsender and nats-server, in cores
 }
 
-// Live is the bridge streaming at a fixed rate.
+// Live is the bridge (or, in Results.PipeLive, the pipe, whose figures
+// then fill the bridge_* fields) streaming at a fixed rate.
 type Live struct {
 	Rate     int               `json:"target_changes_per_s"`
 	Changes  int               `json:"changes"`
@@ -101,34 +111,47 @@ type Live struct {
 	Other            float64 `json:"other_cores"` // machine CPU beyond bridge, walsender, nats-server, writer and benchrun
 }
 
-// ratios relates each backlog to the decode rate of the same workload and
-// plugin and to the best JetStream ingest rate at the backlog's size (the
-// nats bench runs whose message count is nearest its change count).
+// ratios relates each backlog, the bridge's and the pipe's, to the decode
+// rate of the same workload and plugin and to the best JetStream ingest
+// rate at the backlog's size (the nats bench runs whose message count is
+// nearest its change count), and the bridge's pgoutput rate to the pipe's.
 func (r *runner) ratios() {
 	for i := range r.res.Backlogs {
 		b := &r.res.Backlogs[i]
-		for _, d := range r.res.Decodes[b.Workload] {
-			if d.Plugin == b.Plugin {
-				b.VsDecode = b.Rate / d.Rate
+		r.backlogRatios(b)
+		for _, p := range r.res.PipeBacklogs {
+			if p.Workload == b.Workload && p.Plugin == b.Plugin && p.Rate > 0 {
+				b.VsPipe = b.Rate / p.Rate
 			}
 		}
-		var bestJS, bestAsync float64
-		b.JSMsgs = nearestJS(r.res.JS, b.Changes)
-		for _, j := range r.res.JS {
-			if j.Msgs != b.JSMsgs {
-				continue
-			}
-			bestJS = max(bestJS, j.Rate)
-			if strings.HasPrefix(j.Mode, "async") {
-				bestAsync = max(bestAsync, j.Rate)
-			}
+	}
+	for i := range r.res.PipeBacklogs {
+		r.backlogRatios(&r.res.PipeBacklogs[i])
+	}
+}
+
+func (r *runner) backlogRatios(b *Backlog) {
+	for _, d := range r.res.Decodes[b.Workload] {
+		if d.Plugin == b.Plugin {
+			b.VsDecode = b.Rate / d.Rate
 		}
-		if bestJS > 0 {
-			b.VsJetStream = b.Rate / bestJS
+	}
+	var bestJS, bestAsync float64
+	b.JSMsgs = nearestJS(r.res.JS, b.Changes)
+	for _, j := range r.res.JS {
+		if j.Msgs != b.JSMsgs {
+			continue
 		}
-		if bestAsync > 0 {
-			b.VsJSAsync = b.Rate / bestAsync
+		bestJS = max(bestJS, j.Rate)
+		if strings.HasPrefix(j.Mode, "async") {
+			bestAsync = max(bestAsync, j.Rate)
 		}
+	}
+	if bestJS > 0 {
+		b.VsJetStream = b.Rate / bestJS
+	}
+	if bestAsync > 0 {
+		b.VsJSAsync = b.Rate / bestAsync
 	}
 }
 
