@@ -56,28 +56,46 @@ func report(w io.Writer, res *Results, o options) {
 				fmt.Fprintf(tw, "%s\tbridge %s\t%d\t%.2f\t%.0f\t%.2f\t%.2f\t%.2f\t%s\t%s\t%s\t\t%.2f\t%s\t%.2f\t\n", wl, b.Plugin, b.Changes, b.Wall.Seconds(), b.Rate, b.VsDecode, b.VsJSAsync, b.VsJetStream,
 					us(b.Bridge, b.Changes), us(b.Walsender, b.Changes), us(b.NATSServer, b.Changes), b.Cores, mib(b.PeakRSS), b.Other)
 			}
+			for _, b := range res.PipeBacklogs {
+				if b.Workload != wl {
+					continue
+				}
+				fmt.Fprintf(tw, "%s\tpipe %s\t%d\t%.2f\t%.0f\t%.2f\t%.2f\t%.2f\t%s\t%s\t%s\t\t%.2f\t%s\t%.2f\t\n", wl, b.Plugin, b.Changes, b.Wall.Seconds(), b.Rate, b.VsDecode, b.VsJSAsync, b.VsJetStream,
+					us(b.Bridge, b.Changes), us(b.Walsender, b.Changes), us(b.NATSServer, b.Changes), b.Cores, mib(b.PeakRSS), b.Other)
+			}
+			for _, b := range res.Backlogs {
+				if b.Workload == wl && b.VsPipe > 0 {
+					fmt.Fprintf(tw, "%s\tbridge ÷ pipe (%s)\t\t\t%.2f\t\t\t\t\t\t\t\t\t\t\t\n", wl, b.Plugin, b.VsPipe)
+				}
+			}
 		}
 		tw.Flush()
 	}
-	for _, b := range res.Backlogs {
+	readBack := func(who string, b Backlog) {
 		ok := "OK"
 		if !b.Verified.OK(b.Changes) || b.StoredAfter != uint64(b.Changes) {
 			ok = "FAILED"
 		}
-		fmt.Fprintf(w, "bridge %s %s: first message stored %.2fs after start, then %.0f changes/s; mean payload %.0f B + headers %.0f B; read back: %d msgs, %d dup, %d out of order: %s\n",
-			b.Plugin, b.Workload, b.FirstStored.Seconds(), b.SteadyRate, b.Verified.PayloadBytes, b.Verified.HeaderBytes, b.Verified.Msgs, b.Verified.Duplicates, b.Verified.OutOfOrder, ok)
+		fmt.Fprintf(w, "%s %s %s: first message stored %.2fs after start, then %.0f changes/s; mean payload %.0f B + headers %.0f B; read back: %d msgs, %d dup, %d out of order: %s\n",
+			who, b.Plugin, b.Workload, b.FirstStored.Seconds(), b.SteadyRate, b.Verified.PayloadBytes, b.Verified.HeaderBytes, b.Verified.Msgs, b.Verified.Duplicates, b.Verified.OutOfOrder, ok)
 		if b.FirstCount > 0 && b.FirstCount < uint64(b.Changes) {
-			fmt.Fprintf(w, "  bridge CPU: %.0f ms until %d stored (start-up), then %s µs/chg for the other %d\n",
-				float64(b.BridgeAtFirst)/1e6, b.FirstCount, us(b.Bridge-b.BridgeAtFirst, b.Changes-int(b.FirstCount)), b.Changes-int(b.FirstCount))
+			fmt.Fprintf(w, "  %s CPU: %.0f ms until %d stored (start-up), then %s µs/chg for the other %d\n",
+				who, float64(b.BridgeAtFirst)/1e6, b.FirstCount, us(b.Bridge-b.BridgeAtFirst, b.Changes-int(b.FirstCount)), b.Changes-int(b.FirstCount))
 		}
 		if ft := res.Machine.FirstTouchNs; ft > 0 && b.Changes > 0 {
 			perChg := func(faults int64) string { return fmt.Sprintf("%.2f", float64(faults)*ft/1e3/float64(b.Changes)) }
-			fmt.Fprintf(w, "  page faults: bridge %d (~%s µs/chg at %.1f µs each), nats-server %d (~%s µs/chg)\n",
-				b.BridgeFaults, perChg(b.BridgeFaults), ft/1e3, b.NATSServerFaults, perChg(b.NATSServerFaults))
+			fmt.Fprintf(w, "  page faults: %s %d (~%s µs/chg at %.1f µs each), nats-server %d (~%s µs/chg)\n",
+				who, b.BridgeFaults, perChg(b.BridgeFaults), ft/1e3, b.NATSServerFaults, perChg(b.NATSServerFaults))
 		}
 		if b.CPUProfile != "" {
 			fmt.Fprintf(w, "  profiles: %s %s\n", b.CPUProfile, b.AllocProfile)
 		}
+	}
+	for _, b := range res.Backlogs {
+		readBack("bridge", b)
+	}
+	for _, b := range res.PipeBacklogs {
+		readBack("pipe", b)
 	}
 	if len(res.JS) > 0 {
 		j0 := res.JS[0]
@@ -103,12 +121,28 @@ func report(w io.Writer, res *Results, o options) {
 			q := l.Warmup
 			fmt.Fprintf(tw, "warm-up before it (%d, new stream)\t%s\t%s\t%s\t%s\t\t\t\t\t\t\t\n", l.WarmupChanges, ms(q.P50), ms(q.P99), ms(q.P999), ms(q.Max))
 		}
+		if pl := res.PipeLive; pl != nil {
+			fmt.Fprintf(tw, "pipe: %d samples\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t\n", pl.Latency.N, ms(pl.Latency.P50), ms(pl.Latency.P99), ms(pl.Latency.P999), ms(pl.Latency.Max),
+				us(pl.Bridge, pl.Changes), us(pl.Walsender, pl.Changes), us(pl.NATSServer, pl.Changes), us(pl.Writer, pl.Changes), mib(pl.PeakRSS), pl.Other)
+			if pl.WarmupChanges > 0 {
+				q := pl.Warmup
+				fmt.Fprintf(tw, "pipe warm-up before it (%d, new stream)\t%s\t%s\t%s\t%s\t\t\t\t\t\t\t\n", pl.WarmupChanges, ms(q.P50), ms(q.P99), ms(q.P999), ms(q.Max))
+			}
+		}
 		tw.Flush()
 		ok := "OK"
 		if !l.Verified.OK(l.WarmupChanges + l.Changes) {
 			ok = "FAILED"
 		}
 		fmt.Fprintf(w, "read back: %d msgs, %d dup, %d out of order: %s\n", l.Verified.Msgs, l.Verified.Duplicates, l.Verified.OutOfOrder, ok)
+		if pl := res.PipeLive; pl != nil {
+			ok := "OK"
+			if !pl.Verified.OK(pl.WarmupChanges + pl.Changes) {
+				ok = "FAILED"
+			}
+			fmt.Fprintf(w, "pipe, the same load after the bridge (%.0f changes/s achieved): read back %d msgs, %d dup, %d out of order: %s\n",
+				pl.Achieved, pl.Verified.Msgs, pl.Verified.Duplicates, pl.Verified.OutOfOrder, ok)
+		}
 		ft := time.Duration(res.Machine.FirstTouchNs)
 		fmt.Fprintf(w, "page faults during the run (each ~%.1f µs here): bridge %d (%s ms), walsender %d (%s ms), nats-server %d (%s ms)\n", res.Machine.FirstTouchNs/1e3,
 			l.BridgeFaults, ms(time.Duration(l.BridgeFaults)*ft), l.WalsenderFaults, ms(time.Duration(l.WalsenderFaults)*ft), l.NATSServerFaults, ms(time.Duration(l.NATSServerFaults)*ft))
@@ -119,6 +153,9 @@ func report(w io.Writer, res *Results, o options) {
 	}
 	fmt.Fprint(w, reportOneBig(res))
 	fmt.Fprintf(w, "\nvs decode: the bridge's rate over pg_recvlogical's with the same plugin on the same backlog; vs JS: over nats bench js pub's best async\nmode (what the sink does) and best mode overall, publishing as many messages as the backlog has changes. cores: CPU of bridge + walsender + nats-server per second of wall\ntime; with 2 cores, 2 / (sum of the three µs/chg) is the rate this machine can reach at those costs.\nother cores: CPU the machine spent during a measurement beyond the processes it accounts for (and the\nbenchmark's own polling); above ~0.2 something else shared the cores and the row is suspect.\n")
+	if len(res.PipeBacklogs) > 0 || res.PipeLive != nil {
+		fmt.Fprintf(w, "pipe: bench/cmd/pipe, the straightforward pglogrepl → JetStream pipe (async publish, message ids, KV checkpoint every\n1s, no fence) on a slot of its own; in its rows the bridge columns (µs/chg, peak RSS) are the pipe process's.\nbridge ÷ pipe: the bridge's rate over the pipe's on the same backlog.\n")
+	}
 	for _, f := range res.Failures {
 		fmt.Fprintf(w, "FAILED: %s\n", f)
 	}

@@ -12,21 +12,24 @@ import (
 )
 
 // TestSmoke runs the whole benchmark at a small size: every phase (decode,
-// js, backlog, live) against its private Postgres, a nats-server process,
-// natscli and the bridge binary, as ./scripts/bench.sh does. It asserts
-// what the benchmark verifies (every change stored once, in order, in each
-// backlog and in the live run) and that every phase produced its rows. It
+// js, backlog, live, pipe) against its private Postgres, a nats-server
+// process, natscli, the bridge binary and the pipe (bench/cmd/pipe), as
+// ./scripts/bench.sh does. It asserts what the benchmark verifies (every
+// change stored once, in order, in each backlog and in the live run, the
+// bridge's and the pipe's) and that every phase produced its rows. It
 // asserts no speed: figures of so small a run mean nothing.
 func TestSmoke(t *testing.T) {
 	tools := benchTools(t)
 	dir := t.TempDir()
 	bridgeBin := filepath.Join(dir, "bridge")
 	goCmd(t, "", "build", "-o", bridgeBin, "github.com/bridgecdc/bridge/cmd/bridge")
+	pipeBin := filepath.Join(dir, "pipe")
+	goCmd(t, "", "build", "-o", pipeBin, "github.com/bridgecdc/bridge/bench/cmd/pipe")
 	out := filepath.Join(dir, "results.json")
 	o := options{
 		single: 300, bigTxns: 2, bigRows: 1500, liveRate: 500, liveFor: 2 * time.Second, liveWarmup: time.Second, pad: 16,
-		bridgeBin: bridgeBin, natsBin: tools.nats, natsServerBin: tools.natsServer, // scratch in the temp dir, which the postgres OS user can reach
-		only: "decode,js,backlog,live", jsonOut: out, poll: 10 * time.Millisecond,
+		bridgeBin: bridgeBin, pipeBin: pipeBin, natsBin: tools.nats, natsServerBin: tools.natsServer, // scratch in the temp dir, which the postgres OS user can reach
+		only: "decode,js,backlog,live,pipe", jsonOut: out, poll: 10 * time.Millisecond,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -86,16 +89,40 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("no backlog row %s (have %v)", k, got)
 		}
 	}
-	l := res.Live
-	if l == nil {
-		t.Fatal("no live result")
+	pipes := map[string]bool{}
+	for _, bl := range res.PipeBacklogs {
+		pipes[bl.Workload] = true
+		v := bl.Verified
+		if bl.Consumer != "pipe" || bl.Changes != want[bl.Workload] || v.Msgs != bl.Changes || v.Duplicates+v.OutOfOrder+v.BadIDs != 0 || bl.StoredAfter != uint64(bl.Changes) {
+			t.Errorf("pipe backlog %s (%q): %d changes, read back %+v, %d stored after the stop", bl.Workload, bl.Consumer, bl.Changes, v, bl.StoredAfter)
+		}
+		if bl.Rate <= 0 || bl.Bridge <= 0 || bl.NATSServer <= 0 || bl.PeakRSS <= 0 || v.PayloadBytes <= 0 || v.HeaderBytes <= 0 {
+			t.Errorf("pipe backlog %s: %.0f changes/s, CPU pipe %s nats-server %s, RSS %d, message %.0f + %.0f B",
+				bl.Workload, bl.Rate, bl.Bridge, bl.NATSServer, bl.PeakRSS, v.PayloadBytes, v.HeaderBytes)
+		}
 	}
-	if l.WarmupChanges != 500 || l.Changes != 1000 || l.Verified.Msgs != 1500 || l.Verified.Duplicates+l.Verified.OutOfOrder != 0 {
-		t.Errorf("live: %d warm-up + %d changes, read back %+v", l.WarmupChanges, l.Changes, l.Verified)
+	if !pipes["single"] || !pipes["big"] {
+		t.Errorf("pipe backlogs %v, want single and big", pipes)
 	}
-	if l.Latency.N != 1000 || l.Warmup.N != 500 || len(l.ByQuarter) != 4 || l.Latency.P50 <= 0 {
-		t.Errorf("live latencies: measured %+v, warm-up %+v, %d quarters", l.Latency, l.Warmup, len(l.ByQuarter))
+	for _, bl := range res.Backlogs {
+		if bl.Plugin == "pgoutput" && bl.VsPipe <= 0 {
+			t.Errorf("backlog %s: no bridge ÷ pipe ratio", bl.Workload)
+		}
 	}
+	checkLive := func(who string, l *Live) {
+		t.Helper()
+		if l == nil {
+			t.Fatalf("no %s live result", who)
+		}
+		if l.WarmupChanges != 500 || l.Changes != 1000 || l.Verified.Msgs != 1500 || l.Verified.Duplicates+l.Verified.OutOfOrder+l.Verified.BadIDs != 0 {
+			t.Errorf("%s live: %d warm-up + %d changes, read back %+v", who, l.WarmupChanges, l.Changes, l.Verified)
+		}
+		if l.Latency.N != 1000 || l.Warmup.N != 500 || len(l.ByQuarter) != 4 || l.Latency.P50 <= 0 {
+			t.Errorf("%s live latencies: measured %+v, warm-up %+v, %d quarters", who, l.Latency, l.Warmup, len(l.ByQuarter))
+		}
+	}
+	checkLive("bridge", res.Live)
+	checkLive("pipe", res.PipeLive)
 }
 
 type tools struct{ nats, natsServer string }
