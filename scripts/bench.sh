@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The performance benchmark: one run starts a private Postgres and a
 # nats-server process, measures pg_recvlogical (Postgres' own decode rate),
-# `nats bench js pub` (JetStream's own ingest rate) and the bridge binary on
-# the same backlogs and live, and prints the figures side by side.
+# `nats bench js pub` (JetStream's own ingest rate), the bridge binary and
+# the straightforward pipe (bench/cmd/pipe) on the same backlogs and live,
+# and prints the figures side by side.
 #
 #   ./scripts/bench.sh                 # ~5 minutes: 200k single-row txns, 10 x 100k-row txns, 20s live
 #   ./scripts/bench.sh --quick         # ~1 minute
@@ -23,6 +24,7 @@ bin="$(mktemp -d)"
 trap 'rm -rf "$bin"' EXIT
 go build -o "$bin/bridge" ./cmd/bridge
 go build -o "$bin/bridgeprof" ./bench/cmd/bridgeprof
+go build -o "$bin/pipe" ./bench/cmd/pipe
 go build -o "$bin/benchrun" ./bench/cmd/benchrun
 
 args=()
@@ -34,5 +36,5 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-"$bin/benchrun" -bridge "$bin/bridge" -bridgeprof "$bin/bridgeprof" \
+"$bin/benchrun" -bridge "$bin/bridge" -bridgeprof "$bin/bridgeprof" -pipe "$bin/pipe" \
   -nats "$tools/nats" -nats-server "$tools/nats-server-$ns_version" "${args[@]}"
