@@ -72,6 +72,7 @@ func TestSnapshotKill9Random(t *testing.T) {
 		}, checks: [][2]string{{"CDC_%s", ""}, {"CDC2_%s", ""}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each case has servers of its own
 			bin := bridgeBinary(t)
 			e := newEnv(t)
 			kills := snapKills(t)
