@@ -52,8 +52,20 @@ func routeVersion(t *testing.T, subject string) int {
 // returns how many changes each version carried.
 func checkRouteVersions(t *testing.T, ms []msg) map[int]int {
 	t.Helper()
+	return checkRouteVersionsSplit(t, ms, 0)
+}
+
+// checkRouteVersionsSplit is checkRouteVersions allowing up to restarts
+// transactions whose changes went by two route versions, the second
+// newer: what docs/control.md says of a transaction a crash interrupts
+// half published after the configuration changed (the restarted process
+// publishes the rest by the routes it starts with). A transaction split
+// more than once, or backwards, still fails.
+func checkRouteVersionsSplit(t *testing.T, ms []msg, restarts int) map[int]int {
+	t.Helper()
 	counts := map[int]int{}
 	byCommit := map[cdc.LSN]int{}
+	split := map[cdc.LSN]bool{}
 	last := 0
 	for _, m := range ms {
 		if m.Header.Get("Bridge-Op") == "control" {
@@ -62,7 +74,12 @@ func checkRouteVersions(t *testing.T, ms []msg) map[int]int {
 		v := routeVersion(t, m.Subject)
 		counts[v]++
 		if prev, ok := byCommit[m.Pos.LSN]; ok && prev != v {
-			t.Fatalf("transaction %s went by route versions %d and %d (stream seq %d)", m.Pos.LSN, prev, v, m.Seq)
+			if split[m.Pos.LSN] || v < prev || len(split) >= restarts {
+				t.Fatalf("transaction %s went by route versions %d and %d (stream seq %d; %d transaction(s) split before, %d restarts)",
+					m.Pos.LSN, prev, v, m.Seq, len(split), restarts)
+			}
+			split[m.Pos.LSN] = true
+			t.Logf("transaction %s went by route versions %d and then %d from stream seq %d: a restart resumed it", m.Pos.LSN, prev, v, m.Seq)
 		}
 		byCommit[m.Pos.LSN] = v
 		if v < last {
@@ -229,18 +246,15 @@ func TestReloadAddRemoveSources(t *testing.T) {
 // TestReloadSIGHUPKill9 runs the bridge process, changes its route on
 // SIGHUP (config.watch off) again and again while writers commit, and
 // kills it with SIGKILL at random moments, some right after a SIGHUP:
-// every change arrives exactly once, each transaction under one route
-// version, versions only forward.
-//
-// Serial: "one route version per transaction" holds only when no kill lands
-// after the file changed and before the process reloaded it while a
-// transaction is half published: the restarted process publishes the rest
-// of it under the new route (the resume skips what the stream holds, and
-// nothing records the route the first part went by). Run in parallel, the
-// reload is slow enough for that to happen (once in the first parallel run:
-// "transaction 0/1594388 went by route versions 6 and 7"); serial, it is
-// rare. The gap is the bridge's, not the test's.
+// every change arrives exactly once, in order, and versions only go
+// forward. Each transaction goes by one route version, except one that a
+// kill interrupts half published after the file changed: the restarted
+// process publishes its rest by the routes it starts with (the resume
+// skips what the stream holds, and nothing records the routes the first
+// part went by; docs/control.md says so). At most one such transaction
+// per kill, split once and forward.
 func TestReloadSIGHUPKill9(t *testing.T) {
+	t.Parallel()
 	bin := bridgeBinary(t)
 	e := newEnv(t)
 	w := newWorkload(t, e)
@@ -277,7 +291,7 @@ func TestReloadSIGHUPKill9(t *testing.T) {
 	wait()
 	t.Logf("%d changes, %d kills, %d reloads", w.total.Load(), kills, reloads)
 	w.verifyExactlyOnce(t, e, "CDC_hup")
-	counts := checkRouteVersions(t, e.messages("CDC_hup"))
+	counts := checkRouteVersionsSplit(t, e.messages("CDC_hup"), kills)
 	require.Greater(t, len(counts), 2, "several route versions carried changes: %v", counts)
 	p.term(t)
 }
