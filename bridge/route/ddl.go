@@ -63,45 +63,10 @@ func (r *Router) DDLDests(source, schema, table string) ([]SchemaDest, error) {
 	if !r.ddl {
 		return nil, nil // schemas.ddl off: the messages are dropped
 	}
-	probe := &cdc.Change{Source: source, Schema: schema, Table: table, Op: cdc.OpDDL}
-	var out []SchemaDest
-	for _, rt := range r.routes {
-		if table == "" && len(rt.tables) > 0 {
-			continue
-		}
-		if !rt.matches(probe) {
-			continue
-		}
-		d := SubjectData{Source: Token(source), Schema: Token(schema), Table: Token(table), Op: string(cdc.OpDDL),
-			Prefix: "_", Key: map[string]string{}, Col: map[string]string{}}
-		tmpl := rt.subject
-		if rt.schemaSubject != nil {
-			tmpl = rt.schemaSubject
-		} else {
-			for _, v := range rt.cols {
-				d.Col[v] = "_"
-			}
-			for _, v := range rt.keys {
-				d.Key[v] = "_"
-			}
-			if len(rt.outs) > 0 {
-				d.Out = map[string]string{}
-				for _, v := range rt.outs {
-					d.Out[v] = "_"
-				}
-			}
-		}
-		subj, err := render(tmpl, d)
-		if err != nil {
-			return nil, fmt.Errorf("routes[%d].schema_subject for the DDL event of %s.%s: %w", rt.idx, schema, table, err)
-		}
-		out = append(out, SchemaDest{Sinks: rt.sinks, Subject: subj, Dest: rt.name,
-			Route: fmt.Sprintf("routes[%d]", rt.idx), Debezium: rt.deb})
-		if !rt.cont && (rt.shape == nil || rt.shape.filter == "") && len(rt.ops) == 0 {
-			break // takes every change of the table: no route after it sees any
-		}
-	}
-	return out, nil
+	return r.eventDests(source, schema, table, cdc.OpDDL, func(rt *route, subj string) (SchemaDest, error) {
+		return SchemaDest{Sinks: rt.sinks, Subject: subj, Dest: rt.name,
+			Route: fmt.Sprintf("routes[%d]", rt.idx), Debezium: rt.deb}, nil
+	})
 }
 
 // ddlTemplate returns rc's schema_subject when rc carries DDL events on

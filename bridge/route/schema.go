@@ -84,13 +84,39 @@ func DeadLetterHeaders(h map[string]string, reason, subject string) map[string]s
 // schema_subject (default: its subject), rendered with Op "schema" and row
 // values "_". destSuffix is schema.Dest.
 func (r *Router) SchemaDests(source, schema, table, destSuffix string) ([]SchemaDest, error) {
-	probe := &cdc.Change{Source: source, Schema: schema, Table: table, Op: cdc.OpSchema}
+	return r.eventDests(source, schema, table, cdc.OpSchema, func(rt *route, subj string) (SchemaDest, error) {
+		sd := SchemaDest{Sinks: rt.sinks, Subject: subj, Dest: rt.name + destSuffix,
+			Hold: rt.onSchema == "pause", Route: fmt.Sprintf("routes[%d]", rt.idx), DeadLetter: rt.onSchema == "dead_letter",
+			Debezium: rt.deb}
+		if sd.DeadLetter {
+			var err error
+			if sd.DeadLetterSubject, err = rt.deadLetterSubject(source, schema, table, cdc.OpSchema, subj); err != nil {
+				return sd, err
+			}
+		}
+		return sd, nil
+	})
+}
+
+// eventDests walks the routes for an event of op (schema or ddl) on
+// source's schema.table (table "" for an event on no table, which only
+// routes without a tables list take): each route that matches it, in
+// config order, up to the first one without continue, ops or filter (it
+// takes every change of the table: the routes after it see none). For
+// each, the route's schema_subject (default: its subject) is rendered with
+// op and row values "_", and dest turns the route and subject into the
+// SchemaDest.
+func (r *Router) eventDests(source, schema, table string, op cdc.Op, dest func(rt *route, subj string) (SchemaDest, error)) ([]SchemaDest, error) {
+	probe := &cdc.Change{Source: source, Schema: schema, Table: table, Op: op}
 	var out []SchemaDest
 	for _, rt := range r.routes {
+		if table == "" && len(rt.tables) > 0 {
+			continue
+		}
 		if !rt.matches(probe) {
 			continue
 		}
-		d := SubjectData{Source: Token(source), Schema: Token(schema), Table: Token(table), Op: string(cdc.OpSchema),
+		d := SubjectData{Source: Token(source), Schema: Token(schema), Table: Token(table), Op: string(op),
 			Prefix: "_", Key: map[string]string{}, Col: map[string]string{}}
 		tmpl := rt.subject
 		if rt.schemaSubject != nil {
@@ -111,19 +137,15 @@ func (r *Router) SchemaDests(source, schema, table, destSuffix string) ([]Schema
 		}
 		subj, err := render(tmpl, d)
 		if err != nil {
-			return nil, fmt.Errorf("routes[%d].schema_subject for %s.%s: %w", rt.idx, schema, table, err)
+			return nil, fmt.Errorf("routes[%d].schema_subject for the %s event of %s.%s: %w", rt.idx, op, schema, table, err)
 		}
-		sd := SchemaDest{Sinks: rt.sinks, Subject: subj, Dest: rt.name + destSuffix,
-			Hold: rt.onSchema == "pause", Route: fmt.Sprintf("routes[%d]", rt.idx), DeadLetter: rt.onSchema == "dead_letter",
-			Debezium: rt.deb}
-		if sd.DeadLetter {
-			if sd.DeadLetterSubject, err = rt.deadLetterSubject(source, schema, table, cdc.OpSchema, subj); err != nil {
-				return nil, err
-			}
+		sd, err := dest(rt, subj)
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, sd)
 		if !rt.cont && (rt.shape == nil || rt.shape.filter == "") && len(rt.ops) == 0 {
-			break // takes every change of the table: no route after it sees any
+			break
 		}
 	}
 	return out, nil
