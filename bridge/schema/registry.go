@@ -112,22 +112,32 @@ func (r *Registry) Put(ctx context.Context, v *Version) error {
 		if gerr != nil {
 			return gerr
 		}
-		if old == nil || old.Fingerprint != v.Fingerprint || old.Since.Producer != v.Since.Producer ||
-			old.Since.CommitLSN != v.Since.CommitLSN || old.Since.Seq != v.Since.Seq {
+		samePos := old != nil && old.Since.Producer == v.Since.Producer && old.Since.CommitLSN == v.Since.CommitLSN && old.Since.Seq == v.Since.Seq
+		if samePos && old.Fingerprint != v.Fingerprint {
+			return fmt.Errorf("%w: schema registry %q key %q already holds %s, first seen at the same change (%s:%d of %s) with another shape (fingerprint %s, not %s); is another bridge writing source %q?",
+				ErrConflict, r.bucket, key, v.Ref(), v.Since.CommitLSN, v.Since.Seq, v.Since.Producer, old.Fingerprint, v.Fingerprint, v.Source)
+		}
+		if !samePos {
 			return fmt.Errorf("%w: schema registry %q key %q already holds another %s (first seen at %s:%d of %s, not at %s:%d of %s); is another bridge writing source %q?",
 				ErrConflict, r.bucket, key, v.Ref(), since(old).CommitLSN, since(old).Seq, since(old).Producer, v.Since.CommitLSN, v.Since.Seq, v.Since.Producer, v.Source)
 		}
 	}
-	lkey := LatestKey(v.Source, v.Schema, v.Table)
+	return r.moveLatest(ctx, v.Source, v.Schema, v.Table, v.Version)
+}
+
+// moveLatest points the table's latest key at version n unless it points
+// to n or a later version already (compare-and-set, retried on a race).
+func (r *Registry) moveLatest(ctx context.Context, source, schema, table string, n int) error {
+	lkey := LatestKey(source, schema, table)
 	for {
-		cur, rev, err := r.Latest(ctx, v.Source, v.Schema, v.Table)
+		cur, rev, err := r.Latest(ctx, source, schema, table)
 		if err != nil {
 			return err
 		}
-		if cur >= v.Version {
+		if cur >= n {
 			return nil
 		}
-		val := []byte(strconv.Itoa(v.Version))
+		val := []byte(strconv.Itoa(n))
 		if rev == 0 {
 			_, err = r.kv.Create(ctx, lkey, val)
 		} else {

@@ -216,3 +216,56 @@ func TestTrackerSnapshot(t *testing.T) {
 	w := schema.FromRelation(rel(id))
 	require.Empty(t, w.EventMsgID())
 }
+
+// TestTrackerCrashBeforeLatest: a run stopped between Put's two writes
+// (the version's key written, the latest pointer not yet moved) left
+// version 2 past the pointer. The replay of the change that registered it
+// comes with a catalog that changed since (NOT NULL, which pgoutput
+// infers from the catalog): it must find version 2 and announce it again,
+// not register its shape as a new version 2 and stop on the conflict (as
+// TestSchemaEventsKill9 saw), and the pointer moves to it.
+func TestTrackerCrashBeforeLatest(t *testing.T) {
+	js := jsT(t)
+	ctx := t.Context()
+	reg, err := schema.Open(ctx, js, "bridge_schemas", 1)
+	require.NoError(t, err)
+	const prod = "b.shop.e1"
+	withTotal := func(notNull bool) *cdc.Relation {
+		n := total
+		n.NotNull = notNull
+		r := rel(id, n)
+		r.Inferred = cdc.InferredNotNull
+		return r
+	}
+	plain := rel(id)
+	plain.Inferred = cdc.InferredNotNull
+	trk := schema.NewTracker(reg, "shop")
+	v, ev, _, err := trk.Observe(ctx, change(prod, 0x100, 0, plain))
+	require.NoError(t, err)
+	require.Equal(t, 1, v.Version)
+	require.NotNil(t, ev)
+	v, ev, _, err = trk.Observe(ctx, change(prod, 0x200, 0, withTotal(true)))
+	require.NoError(t, err)
+	require.Equal(t, 2, v.Version)
+	require.NotNil(t, ev)
+	// The crash: the pointer still at version 1.
+	kv, err := js.KeyValue(ctx, "bridge_schemas")
+	require.NoError(t, err)
+	_, err = kv.Put(ctx, schema.LatestKey("shop", "public", "orders"), []byte("1"))
+	require.NoError(t, err)
+
+	trk = schema.NewTracker(reg, "shop")
+	trk.Resume(0x180, 0x180)
+	v, ev, prev, err := trk.Observe(ctx, change(prod, 0x200, 0, withTotal(false)))
+	require.NoError(t, err, "the replayed change finds the version it registered")
+	require.Equal(t, 2, v.Version)
+	require.NotNil(t, ev, "announced again: nothing may have published its event")
+	require.Equal(t, 1, prev.Version)
+	n, _, err := reg.Latest(ctx, "shop", "public", "orders")
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "the latest pointer moved to the version past it")
+	v, ev, _, err = trk.Observe(ctx, change(prod, 0x300, 0, rel(id, total, note)))
+	require.NoError(t, err)
+	require.Equal(t, 3, v.Version, "the next shape is the next version")
+	require.NotNil(t, ev)
+}

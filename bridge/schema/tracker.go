@@ -298,10 +298,27 @@ func (t *Tracker) prevOf(ctx context.Context, st *tableState, x *Version) (*Vers
 }
 
 // load reads the table's latest version and the ones before it back to
-// the one in effect at c.
+// the one in effect at c. Versions stored past the latest pointer (a run
+// that stopped between writing a version and moving the pointer, Put's two
+// writes) count too, and the pointer is moved to them: the change that
+// registered such a version is replayed, and must find it (at) rather than
+// register its shape again from a catalog that may have changed since.
 func (t *Tracker) load(ctx context.Context, c *cdc.Change) (*tableState, error) {
 	n, _, err := t.reg.Latest(ctx, t.source, c.Schema, c.Table)
 	if err != nil {
+		return nil, err
+	}
+	for {
+		v, err := t.reg.Get(ctx, t.source, c.Schema, c.Table, n+1)
+		if err != nil {
+			return nil, err
+		}
+		if v == nil {
+			break
+		}
+		n++
+	}
+	if err := t.reg.moveLatest(ctx, t.source, c.Schema, c.Table, n); err != nil {
 		return nil, err
 	}
 	st := &tableState{max: n}
