@@ -100,13 +100,7 @@ func TestTrackerInferred(t *testing.T) {
 	reg, err := schema.Open(ctx, js, "bridge_schemas", 1)
 	require.NoError(t, err)
 	const prod = "b.shop.e1"
-	pg := func(notNull bool) *cdc.Relation {
-		n := total
-		n.NotNull = notNull
-		r := rel(id, n)
-		r.Inferred = cdc.InferredNotNull
-		return r
-	}
+	pg := withTotal
 	observe := func(trk *schema.Tracker, c *cdc.Change) (int, int) {
 		t.Helper()
 		v, ev, _, err := trk.Observe(ctx, c)
@@ -163,6 +157,16 @@ func TestTrackerInferred(t *testing.T) {
 }
 
 func pair(a, b int) [2]int { return [2]int{a, b} }
+
+// withTotal is orders(id, total) as pgoutput describes it: total's NOT
+// NULL read from the catalog (cdc.InferredNotNull).
+func withTotal(notNull bool) *cdc.Relation {
+	n := total
+	n.NotNull = notNull
+	r := rel(id, n)
+	r.Inferred = cdc.InferredNotNull
+	return r
+}
 
 // TestTrackerSnapshot: a snapshot read of a table the registry lacks
 // registers its version, first seen by that snapshot, with an event in
@@ -230,13 +234,6 @@ func TestTrackerCrashBeforeLatest(t *testing.T) {
 	reg, err := schema.Open(ctx, js, "bridge_schemas", 1)
 	require.NoError(t, err)
 	const prod = "b.shop.e1"
-	withTotal := func(notNull bool) *cdc.Relation {
-		n := total
-		n.NotNull = notNull
-		r := rel(id, n)
-		r.Inferred = cdc.InferredNotNull
-		return r
-	}
 	plain := rel(id)
 	plain.Inferred = cdc.InferredNotNull
 	trk := schema.NewTracker(reg, "shop")
