@@ -100,7 +100,6 @@ func TestTrackerInferred(t *testing.T) {
 	reg, err := schema.Open(ctx, js, "bridge_schemas", 1)
 	require.NoError(t, err)
 	const prod = "b.shop.e1"
-	pg := withTotal
 	observe := func(trk *schema.Tracker, c *cdc.Change) (int, int) {
 		t.Helper()
 		v, ev, _, err := trk.Observe(ctx, c)
@@ -111,9 +110,9 @@ func TestTrackerInferred(t *testing.T) {
 		return v.Version, ev.Version
 	}
 	trk := schema.NewTracker(reg, "shop")
-	require.Equal(t, [2]int{1, 1}, pair(observe(trk, change(prod, 0x100, 0, pg(false)))))
+	require.Equal(t, [2]int{1, 1}, pair(observe(trk, change(prod, 0x100, 0, withTotal(false)))))
 	// NOT NULL set: a new version, past the run's start.
-	require.Equal(t, [2]int{2, 2}, pair(observe(trk, change(prod, 0x200, 0, pg(true)))))
+	require.Equal(t, [2]int{2, 2}, pair(observe(trk, change(prod, 0x200, 0, withTotal(true)))))
 	v2, err := reg.Get(ctx, "shop", "public", "orders", 2)
 	require.NoError(t, err)
 	require.Equal(t, []string{"not_null"}, v2.Inferred)
@@ -122,18 +121,18 @@ func TestTrackerInferred(t *testing.T) {
 	// since): up to what was published (0/200), the registry decides.
 	trk = schema.NewTracker(reg, "shop")
 	trk.Resume(0x80, 0x200)
-	require.Equal(t, [2]int{1, 1}, pair(observe(trk, change(prod, 0x100, 0, pg(true)))), "version 1 announced again at its change, whatever the catalog says")
-	require.Equal(t, [2]int{1, 0}, pair(observe(trk, change(prod, 0x100, 1, pg(true)))), "no version from the catalog at a replayed change")
-	require.Equal(t, [2]int{2, 2}, pair(observe(trk, change(prod, 0x200, 0, pg(false)))), "the version registered here, whatever the catalog says")
-	require.Equal(t, [2]int{2, 0}, pair(observe(trk, change(prod, 0x200, 1, pg(false)))))
+	require.Equal(t, [2]int{1, 1}, pair(observe(trk, change(prod, 0x100, 0, withTotal(true)))), "version 1 announced again at its change, whatever the catalog says")
+	require.Equal(t, [2]int{1, 0}, pair(observe(trk, change(prod, 0x100, 1, withTotal(true)))), "no version from the catalog at a replayed change")
+	require.Equal(t, [2]int{2, 2}, pair(observe(trk, change(prod, 0x200, 0, withTotal(false)))), "the version registered here, whatever the catalog says")
+	require.Equal(t, [2]int{2, 0}, pair(observe(trk, change(prod, 0x200, 1, withTotal(false)))))
 	// Past what was published, the catalog's word counts.
-	require.Equal(t, [2]int{3, 3}, pair(observe(trk, change(prod, 0x300, 0, pg(false)))))
+	require.Equal(t, [2]int{3, 3}, pair(observe(trk, change(prod, 0x300, 0, withTotal(false)))))
 
 	// A replay that published nothing past 0/100, but registered up to
 	// version 3 at 0/300: no version from the catalog before it.
 	trk = schema.NewTracker(reg, "shop")
 	trk.Resume(0x80, 0x80)
-	require.Equal(t, [2]int{1, 0}, pair(observe(trk, change(prod, 0x180, 0, pg(true)))))
+	require.Equal(t, [2]int{1, 0}, pair(observe(trk, change(prod, 0x180, 0, withTotal(true)))))
 
 	// A change that does not carry every column, described partly from
 	// the catalog, registers nothing when the table has a version.
@@ -149,7 +148,7 @@ func TestTrackerInferred(t *testing.T) {
 	// A hard difference at a registered position is a conflict; one the
 	// source inferred is not.
 	trk = schema.NewTracker(reg, "shop")
-	_, _, _, err = trk.Observe(ctx, change(prod, 0x200, 0, pg(false)))
+	_, _, _, err = trk.Observe(ctx, change(prod, 0x200, 0, withTotal(false)))
 	require.NoError(t, err)
 	other := rel(id, note)
 	_, _, _, err = schema.NewTracker(reg, "shop").Observe(ctx, change(prod, 0x200, 0, other))
