@@ -304,7 +304,8 @@ func checkOrdered(t testing.TB, ms []msg) {
 	last := map[string]cdc.Pos{}
 	for _, m := range ms {
 		if prev, dup := seen[m.ID]; dup {
-			t.Fatalf("message id %s stored twice (stream seq %d and %d)", m.ID, prev, m.Seq)
+			t.Fatalf("message id %s stored twice (stream seq %d and %d); around them:\n%s\n%s", m.ID, prev, m.Seq,
+				around(ms, prev), around(ms, m.Seq))
 		}
 		seen[m.ID] = m.Seq
 		prod, pos, err := cdc.ParseID(m.ID)
@@ -314,6 +315,21 @@ func checkOrdered(t testing.TB, ms []msg) {
 		}
 		last[prod] = pos
 	}
+}
+
+// around lists the messages of ms within 6 stream sequences of seq (id,
+// operation, table, schema version, fence), for a failure to explain
+// itself.
+func around(ms []msg, seq uint64) string {
+	var b strings.Builder
+	for _, m := range ms {
+		if m.Seq+6 >= seq && m.Seq <= seq+6 {
+			fmt.Fprintf(&b, "  seq %d %s op=%v table=%s version=%s expected_last_seq=%q expected_last_id=%q\n", m.Seq, m.ID, m.Body["op"],
+				m.Header.Get("Bridge-Table"), m.Header.Get("Bridge-Schema-Version"),
+				m.Header.Get("Nats-Expected-Last-Sequence"), m.Header.Get("Nats-Expected-Last-Msg-Id"))
+		}
+	}
+	return b.String()
 }
 
 // testLogger logs through t.Log until the test ends.

@@ -2,10 +2,12 @@ package e2e_test
 
 import (
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -35,6 +37,17 @@ func startProcEnv(t *testing.T, bin, cfg string, env ...string) *proc {
 	cmd := exec.Command(bin, "run", "-c", cfg)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = append(append(os.Environ(), "BRIDGE_LOG__FORMAT=text"), env...)
+	if dir := os.Getenv("E2E_PROC_LOGS"); dir != "" {
+		// Every process's whole output in a file of its own, at debug
+		// level: what a rare failure of a kill test needs, the runs
+		// before the last.
+		f, err := os.CreateTemp(dir, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())+"-*.log")
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = f.Close() })
+		w := io.MultiWriter(out, f)
+		cmd.Stdout, cmd.Stderr = w, w
+		cmd.Env = append(cmd.Env, "BRIDGE_LOG__LEVEL=debug")
+	}
 	require.NoError(t, cmd.Start())
 	return &proc{cmd: cmd, out: out}
 }

@@ -378,8 +378,9 @@ func TestSchemaChangeEvents(t *testing.T) {
 // TestSchemaEventsKill9 kills the bridge with SIGKILL at random moments
 // while four writers commit changes to a table whose shape a fifth
 // connection keeps changing (a column added, renamed, made NOT NULL,
-// retyped, made nullable again; a varchar added and lengthened; both
-// dropped; again and again), restarting it each time, with a 1 s duplicate window,
+// made part of the primary key, retyped, taken out of the key, made
+// nullable again; a varchar added and lengthened; both dropped; again and
+// again), restarting it each time, with a 1 s duplicate window,
 // with pgoutput and with wal2json (where the plugin exists): every
 // committed change is in the stream once, in order, and every schema
 // change event once, before the first change under its shape, its version
@@ -428,7 +429,11 @@ func schemaEventsKill9(t *testing.T, plugin string) {
 				fmt.Sprintf(`ALTER TABLE kt ADD COLUMN x%d int DEFAULT 0`, i),
 				fmt.Sprintf(`ALTER TABLE kt RENAME COLUMN x%d TO y%d`, i, i),
 				fmt.Sprintf(`ALTER TABLE kt ALTER COLUMN y%d SET NOT NULL`, i),
+				// The key gains the column, is retyped with it, and
+				// loses it again (a key column cannot drop NOT NULL).
+				fmt.Sprintf(`ALTER TABLE kt DROP CONSTRAINT kt_pkey, ADD CONSTRAINT kt_pkey PRIMARY KEY (id, y%d)`, i),
 				fmt.Sprintf(`ALTER TABLE kt ALTER COLUMN y%d TYPE bigint`, i),
+				`ALTER TABLE kt DROP CONSTRAINT kt_pkey, ADD CONSTRAINT kt_pkey PRIMARY KEY (id)`,
 				fmt.Sprintf(`ALTER TABLE kt ALTER COLUMN y%d DROP NOT NULL`, i),
 				fmt.Sprintf(`ALTER TABLE kt ADD COLUMN s%d varchar(10)`, i),
 				fmt.Sprintf(`ALTER TABLE kt ALTER COLUMN s%d TYPE varchar(20)`, i),
@@ -476,6 +481,7 @@ func schemaEventsKill9(t *testing.T, plugin string) {
 	events, _ := checkSchemaStream(t, e.registry(t), "app", ms)
 	ids := map[string]bool{}
 	kinds := map[string]int{}
+	keyChanges := 0
 	for _, m := range events {
 		require.False(t, ids[m.ID], "event %s stored twice", m.ID)
 		ids[m.ID] = true
@@ -484,7 +490,11 @@ func schemaEventsKill9(t *testing.T, plugin string) {
 		for _, c := range ev.Diff.Changed {
 			kinds[c.What]++
 		}
+		if ev.Diff.KeyChanged {
+			keyChanges++
+		}
 	}
+	require.Positive(t, keyChanges, "a primary key change is a version")
 	require.GreaterOrEqual(t, len(events), 8, "the shape changed %d times", ddl)
 	// A modifier change is in the WAL for both plugins; NOT NULL for
 	// wal2json (pgoutput reads it from the catalog: its changes may come
@@ -494,7 +504,7 @@ func schemaEventsKill9(t *testing.T, plugin string) {
 		require.Positive(t, kinds["not_null"], "SET NOT NULL is a version")
 	}
 	p.term(t)
-	t.Logf("%d kills, %d DDL statements, %d schema change events, %d row changes", kills, ddl, len(events), len(rows))
+	t.Logf("%d kills, %d DDL statements, %d schema change events (%d key changes), %d row changes", kills, ddl, len(events), keyChanges, len(rows))
 }
 
 // TestSchemaChangePause: a route with on_schema_change: pause publishes

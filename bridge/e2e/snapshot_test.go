@@ -238,19 +238,6 @@ func checkSnapshotStream(t *testing.T, e *env, name string, ms []msg, tables []s
 	}
 }
 
-// around lists the messages of ms near stream sequence seq with their ids
-// and fence headers, for a failure to show who stored what.
-func around(ms []msg, seq uint64) string {
-	var b strings.Builder
-	for _, m := range ms {
-		if m.Seq+6 >= seq && m.Seq <= seq+6 {
-			fmt.Fprintf(&b, "  seq %d %s op=%v expected_last_seq=%q expected_last_id=%q\n", m.Seq, m.ID, m.Body["op"],
-				m.Header.Get("Nats-Expected-Last-Sequence"), m.Header.Get("Nats-Expected-Last-Msg-Id"))
-		}
-	}
-	return b.String()
-}
-
 // countReads returns the number of read changes per table.
 func countReads(ms []msg) map[string]int {
 	out := map[string]int{}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -399,13 +400,18 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 	// source that knows its server's history refuses to stream on from a
 	// point a failover left out of it (sources.Lineaged).
 	end := st.LSN
+	endPos := cdc.Pos{LSN: st.LSN, Seq: math.MaxUint32} // the last change published: the checkpoint covers whole transactions
 	for _, d := range skip {
 		for pos := range d {
 			end = max(end, pos.LSN)
+			if endPos.Less(pos) {
+				endPos = cdc.Pos{LSN: pos.LSN, Seq: pos.Seq}
+			}
 		}
 	}
+	p.log.Debug("run resumes", "checkpoint", st.LSN.String(), "cursors", st.Cursors, "end", end.String(), "producer", producer)
 	if p.trk != nil {
-		p.trk.Resume(st.LSN, end) // up to end, the registry has what was published
+		p.trk.ResumeAt(st.LSN, endPos) // up to end, the registry has what was published
 	}
 	lineage := sources.Lineage{SystemID: st.SystemID, Timeline: st.Timeline, Standby: st.Standby}
 	src, evicted, err := p.open(ctx, st.LSN, lineage, end) // takeover.go: a stale reader of the slot may be ended

@@ -63,7 +63,12 @@ type holdKey struct{ schema, table string }
 // newTracker returns a run's schema tracker.
 func (p *Pipeline) newTracker() *schema.Tracker {
 	trk := schema.NewTracker(p.schemas, p.source)
-	trk.Registered = func(*schema.Version) { p.holds.versions.Add(1) }
+	trk.Log = p.log
+	trk.Registered = func(v *schema.Version) {
+		p.holds.versions.Add(1)
+		p.log.Debug("schema version registered", "version", v.Ref(), "previous", v.Previous,
+			"since", v.Since.CommitLSN, "seq", v.Since.Seq, "fingerprint", v.Fingerprint)
+	}
 	return trk
 }
 

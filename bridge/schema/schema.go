@@ -238,21 +238,34 @@ func fingerprint(cols []Column, ident string) string {
 // (what either side inferred from the catalog) leaves to the WAL: the
 // columns (names, order, types, modifiers) unless m has InferredColumns,
 // NOT NULL, the key and the replica identity unless m has their bit.
-func differs(a, b *Version, m cdc.Inferred) bool {
+func differs(a, b *Version, m cdc.Inferred) bool { return difference(a, b, m) != "" }
+
+// difference names the first part in which a and b differ (differs), ""
+// when they do not.
+func difference(a, b *Version, m cdc.Inferred) string {
 	if m&cdc.InferredColumns != 0 {
-		return false
+		return ""
 	}
 	if len(a.Columns) != len(b.Columns) {
-		return true
+		return fmt.Sprintf("%d columns, not %d", len(b.Columns), len(a.Columns))
 	}
 	for i := range a.Columns {
 		x, y := a.Columns[i], b.Columns[i]
-		if x.Name != y.Name || x.Type != y.Type || x.Declared != y.Declared ||
-			m&cdc.InferredNotNull == 0 && x.NotNull != y.NotNull || m&cdc.InferredKey == 0 && x.Key != y.Key {
-			return true
+		switch {
+		case x.Name != y.Name:
+			return fmt.Sprintf("column %d is %s, not %s", i+1, y.Name, x.Name)
+		case x.Type != y.Type || x.Declared != y.Declared:
+			return fmt.Sprintf("column %s is %s, not %s", x.Name, y.TypeName(), x.TypeName())
+		case m&cdc.InferredNotNull == 0 && x.NotNull != y.NotNull:
+			return fmt.Sprintf("column %s has not_null %t, not %t", x.Name, y.NotNull, x.NotNull)
+		case m&cdc.InferredKey == 0 && x.Key != y.Key:
+			return fmt.Sprintf("column %s has key %t, not %t", x.Name, y.Key, x.Key)
 		}
 	}
-	return m&cdc.InferredIdentity == 0 && a.ReplicaIdentity != b.ReplicaIdentity
+	if m&cdc.InferredIdentity == 0 && a.ReplicaIdentity != b.ReplicaIdentity {
+		return fmt.Sprintf("replica identity %s, not %s", b.ReplicaIdentity, a.ReplicaIdentity)
+	}
+	return ""
 }
 
 // Retype is a column whose type changed.

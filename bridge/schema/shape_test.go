@@ -1,7 +1,9 @@
 package schema_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"log/slog"
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -145,14 +147,19 @@ func TestTrackerInferred(t *testing.T) {
 	ins := change(prod, 0x400, 1, partial)
 	require.Equal(t, [2]int{4, 4}, pair(observe(trk, ins)), "an insert carries every column: its shape counts")
 
-	// A hard difference at a registered position is a conflict; one the
-	// source inferred is not.
+	// At a registered position the registry's version stands, whatever
+	// the source says of the change now (what it inferred, or even the
+	// columns), with a warning naming the difference: the run that
+	// registered it published the change under it.
 	trk = schema.NewTracker(reg, "shop")
 	_, _, _, err = trk.Observe(ctx, change(prod, 0x200, 0, withTotal(false)))
 	require.NoError(t, err)
-	other := rel(id, note)
-	_, _, _, err = schema.NewTracker(reg, "shop").Observe(ctx, change(prod, 0x200, 0, other))
-	require.ErrorIs(t, err, schema.ErrConflict)
+	var logged bytes.Buffer
+	trk = schema.NewTracker(reg, "shop")
+	trk.Log = slog.New(slog.NewTextHandler(&logged, nil))
+	require.Equal(t, [2]int{2, 2}, pair(observe(trk, change(prod, 0x200, 0, rel(id, note)))))
+	require.Contains(t, logged.String(), "column 2 is note, not total")
+	require.Contains(t, logged.String(), "public.orders version 2")
 }
 
 func pair(a, b int) [2]int { return [2]int{a, b} }
@@ -264,4 +271,58 @@ func TestTrackerCrashBeforeLatest(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 3, v.Version, "the next shape is the next version")
 	require.NotNil(t, ev)
+}
+
+// TestTrackerReplayKeepsDecisions: wal2json described a replayed change
+// (an update, the first change of its transaction) with the shape of the
+// change after it, which had registered the next version; the replay
+// registered that shape again as a version behind it, and its event went
+// out of order (TestSchemaEventsKill9). A change an earlier run went past
+// keeps the version the registry has in effect at it; a change past what
+// was published, even in a transaction published in part, registers its
+// shape.
+func TestTrackerReplayKeepsDecisions(t *testing.T) {
+	js := jsT(t)
+	ctx := t.Context()
+	reg, err := schema.Open(ctx, js, "bridge_schemas", 1)
+	require.NoError(t, err)
+	const prod = "b.shop.e1"
+	strict := total
+	strict.NotNull = true // as wal2json says it ("optional": false), not inferred
+	observe := func(trk *schema.Tracker, lsn cdc.LSN, seq uint32, r *cdc.Relation) [2]int {
+		t.Helper()
+		v, ev, _, err := trk.Observe(ctx, change(prod, lsn, seq, r))
+		require.NoError(t, err)
+		if ev == nil {
+			return [2]int{v.Version, 0}
+		}
+		return [2]int{v.Version, ev.Version}
+	}
+	trk := schema.NewTracker(reg, "shop")
+	require.Equal(t, [2]int{1, 1}, observe(trk, 0x100, 0, rel(id, strict)))
+	require.Equal(t, [2]int{1, 0}, observe(trk, 0x200, 0, rel(id, strict)))
+	require.Equal(t, [2]int{2, 2}, observe(trk, 0x200, 1, rel(id, total)), "DROP NOT NULL")
+	require.Equal(t, [2]int{2, 0}, observe(trk, 0x300, 0, rel(id, total)))
+
+	// Killed before anything past 0/150 was published, after version 2
+	// was registered: 0/200:0 comes back described as 0/200:1 is.
+	trk = schema.NewTracker(reg, "shop")
+	trk.Resume(0x150, 0x150)
+	require.Equal(t, [2]int{1, 0}, observe(trk, 0x200, 0, rel(id, total)), "the registry's version 1, not a version 3 behind version 2")
+	require.Equal(t, [2]int{2, 2}, observe(trk, 0x200, 1, rel(id, total)), "version 2 announced again at its change")
+	n, _, err := reg.Latest(ctx, "shop", "public", "orders")
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+
+	// Published up to 0/400:0, a transaction that changes the table's
+	// shape in its middle: 0/400:1 was never seen, its shape counts.
+	trk = schema.NewTracker(reg, "shop")
+	trk.ResumeAt(0x300, cdc.Pos{LSN: 0x400, Seq: 0})
+	require.Equal(t, [2]int{2, 0}, observe(trk, 0x400, 0, rel(id, total)))
+	require.Equal(t, [2]int{3, 3}, observe(trk, 0x400, 1, rel(id, total, note)), "past the last change published, in the same transaction")
+	// And a replay of the whole: 0/400:0 described with note keeps 2.
+	trk = schema.NewTracker(reg, "shop")
+	trk.Resume(0x300, 0x400)
+	require.Equal(t, [2]int{2, 0}, observe(trk, 0x400, 0, rel(id, total, note)))
+	require.Equal(t, [2]int{3, 3}, observe(trk, 0x400, 1, rel(id, total, note)))
 }

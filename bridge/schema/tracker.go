@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,13 +23,18 @@ type Tracker struct {
 
 	// checkpoint is the run's checkpoint LSN and end the end of what an
 	// earlier run may have published (the checkpoint, or past it what a
-	// sink holds): changes up to end are replayed (Resume).
+	// sink holds): changes up to end are replayed (Resume). endPos is
+	// end with the ordinal of the last change published there.
 	checkpoint, end cdc.LSN
+	endPos          cdc.Pos
 	announced       map[*Version]bool // announced in this run
 
 	// Registered, when set, is told of every version the tracker writes
 	// to the registry (not of the ones it finds there).
 	Registered func(*Version)
+	// Log, when set, is told of a replayed change that the source
+	// describes otherwise than the run that registered its version did.
+	Log *slog.Logger
 }
 
 type tableKey struct{ schema, table string }
@@ -50,7 +57,28 @@ func NewTracker(reg *Registry, source string) *Tracker {
 // registers no version: it may differ from what the earlier run read, and
 // the registry has what that run published.
 func (t *Tracker) Resume(checkpoint, end cdc.LSN) {
-	t.checkpoint, t.end = checkpoint, max(checkpoint, end)
+	t.ResumeAt(checkpoint, cdc.Pos{LSN: end, Seq: math.MaxUint32})
+}
+
+// ResumeAt is Resume with the position of the last change an earlier run
+// may have published (a transaction may have been published in part):
+// every change up to it went through an earlier run's tracker, whose
+// decisions are in the registry.
+func (t *Tracker) ResumeAt(checkpoint cdc.LSN, end cdc.Pos) {
+	if end.LSN <= checkpoint {
+		end = cdc.Pos{LSN: checkpoint, Seq: math.MaxUint32} // the checkpoint covers whole transactions
+	}
+	t.checkpoint, t.end, t.endPos = checkpoint, end.LSN, cdc.Pos{LSN: end.LSN, Seq: end.Seq}
+}
+
+// decided reports whether an earlier run went past c: it may have
+// published c (Resume's end), or it registered a version of c's table
+// after c. That run chose c's version, and the registry holds its choice.
+func (t *Tracker) decided(st *tableState, c *cdc.Change) bool {
+	if !t.endPos.Less(c.Pos()) {
+		return true
+	}
+	return len(st.vers) > 0 && !st.vers[len(st.vers)-1].before(c)
 }
 
 // Replays reports whether an earlier run may have published c (Resume's
@@ -172,10 +200,15 @@ func (v *Version) EventMsgID() string {
 //
 // What the source read from the catalog rather than the WAL
 // (cdc.Relation.Inferred) never contradicts the registry: a difference in
-// it alone registers no version at a change an earlier run may have
-// published (Resume's end), nor before the table's latest version; a
-// change that does not carry every column (a wal2json delete) registers
-// none when the table has one.
+// it alone registers no version in a transaction an earlier run may have
+// published (Resume's end); a change that does not carry every column (a
+// wal2json delete) registers none when the table has one. Nor does any
+// change an earlier run went past (up to the last change it may have
+// published, or before the table's latest version): it keeps the version
+// the registry has in effect at it, as that run published it; at the very
+// change where an earlier run registered a version, that version stands
+// even when the source now describes the change otherwise (with a
+// warning): wal2json has been seen to describe the same change two ways.
 //
 // A version first seen by a snapshot read is announced again before its
 // first change in a run that starts before it: a chunk read again after a
@@ -213,9 +246,10 @@ func (t *Tracker) Observe(ctx context.Context, c *cdc.Change) (v, ev, prev *Vers
 	var cur *Version
 	for _, x := range st.vers {
 		if x.at(c) { // registered at this very change by an earlier run: announce it again
-			if differs(x, &shape, mask|x.inferredMask()) {
-				return nil, nil, nil, fmt.Errorf("%w: schema registry %q holds %s first seen at %s:%d, with another shape than the change there (%s of %s.%s at %s); the registry was written by another bridge, or the bucket was changed by hand",
-					ErrConflict, t.reg.bucket, x.Ref(), x.Since.CommitLSN, x.Since.Seq, c.Op, c.Schema, c.Table, c.CommitLSN)
+			if d := difference(x, &shape, mask|x.inferredMask()); d != "" && t.Log != nil {
+				// The run that registered x published c under it: x stands.
+				t.Log.Warn("a replayed change is described otherwise than when its version was registered; it keeps the registry's version, under which it was published",
+					"version", x.Ref(), "commit_lsn", c.CommitLSN.String(), "seq", c.Seq, "op", string(c.Op), "difference", d)
 			}
 			pv, err := t.prevOf(ctx, st, x)
 			if err != nil {
@@ -233,9 +267,16 @@ func (t *Tracker) Observe(ctx context.Context, c *cdc.Change) (v, ev, prev *Vers
 		keep := cur.Fingerprint == shape.Fingerprint || partial && !carriedDiffer(cur, c)
 		if !keep && !differs(cur, &shape, mask|cur.inferredMask()) {
 			// Only what the source inferred differs: a new version only
-			// past what an earlier run may have published, after the
-			// table's latest version.
-			keep = c.CommitLSN <= t.end || !st.vers[len(st.vers)-1].before(c)
+			// past what an earlier run may have published.
+			keep = c.CommitLSN <= t.end
+		}
+		if !keep && t.decided(st, c) {
+			// An earlier run chose cur for c, and consumers may have c
+			// under it: a replay describes c as that run did, whatever
+			// this run's decoding says (wal2json has been seen to describe
+			// a replayed change with the shape of the change after it),
+			// and never registers a version behind a later one.
+			keep = true
 		}
 		if keep {
 			use(cur)
