@@ -55,4 +55,14 @@
 // done once under a sync.Once, is the one shared thing). Subtests that each
 // start their own environment may call t.Parallel() too; subtests sharing
 // their parent's servers stay sequential unless they only read.
+//
+// # When a kill test fails once in many runs
+//
+// KILL_FACTOR=10 runs the kill tests with ten times their kills and
+// writes. E2E_PROC_LOGS=<dir> keeps the whole output of every bridge
+// process a test starts (startProc), at debug level, in a file of its own
+// under dir: each run's checkpoint, cursors and resume end ("run resumes"),
+// the schema versions it registers, what it skipped as held. A duplicate
+// in the stream fails with the messages around both copies and their
+// fences, and SCHEMA_DEBUG=1 lists a schema test's stream and registry.
 package e2e
