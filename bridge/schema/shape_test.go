@@ -102,19 +102,10 @@ func TestTrackerInferred(t *testing.T) {
 	reg, err := schema.Open(ctx, js, "bridge_schemas", 1)
 	require.NoError(t, err)
 	const prod = "b.shop.e1"
-	observe := func(trk *schema.Tracker, c *cdc.Change) (int, int) {
-		t.Helper()
-		v, ev, _, err := trk.Observe(ctx, c)
-		require.NoError(t, err)
-		if ev == nil {
-			return v.Version, 0
-		}
-		return v.Version, ev.Version
-	}
 	trk := schema.NewTracker(reg, "shop")
-	require.Equal(t, [2]int{1, 1}, pair(observe(trk, change(prod, 0x100, 0, withTotal(false)))))
+	require.Equal(t, [2]int{1, 1}, observe(t, trk, change(prod, 0x100, 0, withTotal(false))))
 	// NOT NULL set: a new version, past the run's start.
-	require.Equal(t, [2]int{2, 2}, pair(observe(trk, change(prod, 0x200, 0, withTotal(true)))))
+	require.Equal(t, [2]int{2, 2}, observe(t, trk, change(prod, 0x200, 0, withTotal(true))))
 	v2, err := reg.Get(ctx, "shop", "public", "orders", 2)
 	require.NoError(t, err)
 	require.Equal(t, []string{"not_null"}, v2.Inferred)
@@ -123,18 +114,18 @@ func TestTrackerInferred(t *testing.T) {
 	// since): up to what was published (0/200), the registry decides.
 	trk = schema.NewTracker(reg, "shop")
 	trk.Resume(0x80, 0x200)
-	require.Equal(t, [2]int{1, 1}, pair(observe(trk, change(prod, 0x100, 0, withTotal(true)))), "version 1 announced again at its change, whatever the catalog says")
-	require.Equal(t, [2]int{1, 0}, pair(observe(trk, change(prod, 0x100, 1, withTotal(true)))), "no version from the catalog at a replayed change")
-	require.Equal(t, [2]int{2, 2}, pair(observe(trk, change(prod, 0x200, 0, withTotal(false)))), "the version registered here, whatever the catalog says")
-	require.Equal(t, [2]int{2, 0}, pair(observe(trk, change(prod, 0x200, 1, withTotal(false)))))
+	require.Equal(t, [2]int{1, 1}, observe(t, trk, change(prod, 0x100, 0, withTotal(true))), "version 1 announced again at its change, whatever the catalog says")
+	require.Equal(t, [2]int{1, 0}, observe(t, trk, change(prod, 0x100, 1, withTotal(true))), "no version from the catalog at a replayed change")
+	require.Equal(t, [2]int{2, 2}, observe(t, trk, change(prod, 0x200, 0, withTotal(false))), "the version registered here, whatever the catalog says")
+	require.Equal(t, [2]int{2, 0}, observe(t, trk, change(prod, 0x200, 1, withTotal(false))))
 	// Past what was published, the catalog's word counts.
-	require.Equal(t, [2]int{3, 3}, pair(observe(trk, change(prod, 0x300, 0, withTotal(false)))))
+	require.Equal(t, [2]int{3, 3}, observe(t, trk, change(prod, 0x300, 0, withTotal(false))))
 
 	// A replay that published nothing past 0/100, but registered up to
 	// version 3 at 0/300: no version from the catalog before it.
 	trk = schema.NewTracker(reg, "shop")
 	trk.Resume(0x80, 0x80)
-	require.Equal(t, [2]int{1, 0}, pair(observe(trk, change(prod, 0x180, 0, withTotal(true)))))
+	require.Equal(t, [2]int{1, 0}, observe(t, trk, change(prod, 0x180, 0, withTotal(true))))
 
 	// A change that does not carry every column, described partly from
 	// the catalog, registers nothing when the table has a version.
@@ -143,9 +134,9 @@ func TestTrackerInferred(t *testing.T) {
 	del := change(prod, 0x400, 0, partial)
 	del.Op = cdc.OpDelete
 	trk = schema.NewTracker(reg, "shop")
-	require.Equal(t, [2]int{3, 0}, pair(observe(trk, del)))
+	require.Equal(t, [2]int{3, 0}, observe(t, trk, del))
 	ins := change(prod, 0x400, 1, partial)
-	require.Equal(t, [2]int{4, 4}, pair(observe(trk, ins)), "an insert carries every column: its shape counts")
+	require.Equal(t, [2]int{4, 4}, observe(t, trk, ins), "an insert carries every column: its shape counts")
 
 	// At a registered position the registry's version stands, whatever
 	// the source says of the change now (what it inferred, or even the
@@ -157,12 +148,22 @@ func TestTrackerInferred(t *testing.T) {
 	var logged bytes.Buffer
 	trk = schema.NewTracker(reg, "shop")
 	trk.Log = slog.New(slog.NewTextHandler(&logged, nil))
-	require.Equal(t, [2]int{2, 2}, pair(observe(trk, change(prod, 0x200, 0, rel(id, note)))))
+	require.Equal(t, [2]int{2, 2}, observe(t, trk, change(prod, 0x200, 0, rel(id, note))))
 	require.Contains(t, logged.String(), "column 2 is note, not total")
 	require.Contains(t, logged.String(), "public.orders version 2")
 }
 
-func pair(a, b int) [2]int { return [2]int{a, b} }
+// observe runs c past trk and returns the version it was written under and
+// the version announced before it (0: none).
+func observe(t *testing.T, trk *schema.Tracker, c *cdc.Change) [2]int {
+	t.Helper()
+	v, ev, _, err := trk.Observe(t.Context(), c)
+	require.NoError(t, err)
+	if ev == nil {
+		return [2]int{v.Version, 0}
+	}
+	return [2]int{v.Version, ev.Version}
+}
 
 // withTotal is orders(id, total) as pgoutput describes it: total's NOT
 // NULL read from the catalog (cdc.InferredNotNull).
@@ -289,27 +290,18 @@ func TestTrackerReplayKeepsDecisions(t *testing.T) {
 	const prod = "b.shop.e1"
 	strict := total
 	strict.NotNull = true // as wal2json says it ("optional": false), not inferred
-	observe := func(trk *schema.Tracker, lsn cdc.LSN, seq uint32, r *cdc.Relation) [2]int {
-		t.Helper()
-		v, ev, _, err := trk.Observe(ctx, change(prod, lsn, seq, r))
-		require.NoError(t, err)
-		if ev == nil {
-			return [2]int{v.Version, 0}
-		}
-		return [2]int{v.Version, ev.Version}
-	}
 	trk := schema.NewTracker(reg, "shop")
-	require.Equal(t, [2]int{1, 1}, observe(trk, 0x100, 0, rel(id, strict)))
-	require.Equal(t, [2]int{1, 0}, observe(trk, 0x200, 0, rel(id, strict)))
-	require.Equal(t, [2]int{2, 2}, observe(trk, 0x200, 1, rel(id, total)), "DROP NOT NULL")
-	require.Equal(t, [2]int{2, 0}, observe(trk, 0x300, 0, rel(id, total)))
+	require.Equal(t, [2]int{1, 1}, observe(t, trk, change(prod, 0x100, 0, rel(id, strict))))
+	require.Equal(t, [2]int{1, 0}, observe(t, trk, change(prod, 0x200, 0, rel(id, strict))))
+	require.Equal(t, [2]int{2, 2}, observe(t, trk, change(prod, 0x200, 1, rel(id, total))), "DROP NOT NULL")
+	require.Equal(t, [2]int{2, 0}, observe(t, trk, change(prod, 0x300, 0, rel(id, total))))
 
 	// Killed before anything past 0/150 was published, after version 2
 	// was registered: 0/200:0 comes back described as 0/200:1 is.
 	trk = schema.NewTracker(reg, "shop")
 	trk.Resume(0x150, 0x150)
-	require.Equal(t, [2]int{1, 0}, observe(trk, 0x200, 0, rel(id, total)), "the registry's version 1, not a version 3 behind version 2")
-	require.Equal(t, [2]int{2, 2}, observe(trk, 0x200, 1, rel(id, total)), "version 2 announced again at its change")
+	require.Equal(t, [2]int{1, 0}, observe(t, trk, change(prod, 0x200, 0, rel(id, total))), "the registry's version 1, not a version 3 behind version 2")
+	require.Equal(t, [2]int{2, 2}, observe(t, trk, change(prod, 0x200, 1, rel(id, total))), "version 2 announced again at its change")
 	n, _, err := reg.Latest(ctx, "shop", "public", "orders")
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
@@ -318,11 +310,11 @@ func TestTrackerReplayKeepsDecisions(t *testing.T) {
 	// shape in its middle: 0/400:1 was never seen, its shape counts.
 	trk = schema.NewTracker(reg, "shop")
 	trk.ResumeAt(0x300, cdc.Pos{LSN: 0x400, Seq: 0})
-	require.Equal(t, [2]int{2, 0}, observe(trk, 0x400, 0, rel(id, total)))
-	require.Equal(t, [2]int{3, 3}, observe(trk, 0x400, 1, rel(id, total, note)), "past the last change published, in the same transaction")
+	require.Equal(t, [2]int{2, 0}, observe(t, trk, change(prod, 0x400, 0, rel(id, total))))
+	require.Equal(t, [2]int{3, 3}, observe(t, trk, change(prod, 0x400, 1, rel(id, total, note))), "past the last change published, in the same transaction")
 	// And a replay of the whole: 0/400:0 described with note keeps 2.
 	trk = schema.NewTracker(reg, "shop")
 	trk.Resume(0x300, 0x400)
-	require.Equal(t, [2]int{2, 0}, observe(trk, 0x400, 0, rel(id, total, note)))
-	require.Equal(t, [2]int{3, 3}, observe(trk, 0x400, 1, rel(id, total, note)))
+	require.Equal(t, [2]int{2, 0}, observe(t, trk, change(prod, 0x400, 0, rel(id, total, note))))
+	require.Equal(t, [2]int{3, 3}, observe(t, trk, change(prod, 0x400, 1, rel(id, total, note))))
 }
