@@ -28,6 +28,16 @@ func jsT(t *testing.T) jetstream.JetStream {
 	return js
 }
 
+// regT returns a schema registry in a fresh in-process JetStream, and
+// that JetStream.
+func regT(t *testing.T) (*schema.Registry, jetstream.JetStream) {
+	t.Helper()
+	js := jsT(t)
+	reg, err := schema.Open(t.Context(), js, "bridge_schemas", 1)
+	require.NoError(t, err)
+	return reg, js
+}
+
 func rel(cols ...cdc.Column) *cdc.Relation {
 	return &cdc.Relation{Schema: "public", Table: "orders", Columns: cols, ReplicaIdentity: 'd'}
 }
@@ -98,10 +108,8 @@ func TestKeys(t *testing.T) {
 // versions and events at the same changes; a new epoch continues the
 // numbering.
 func TestTrackerVersions(t *testing.T) {
-	js := jsT(t)
 	ctx := t.Context()
-	reg, err := schema.Open(ctx, js, "bridge_schemas", 1)
-	require.NoError(t, err)
+	reg, _ := regT(t)
 	const prod = "b.shop.e1"
 	r1, r1again, r2 := rel(id, total), rel(id, total), rel(id, total, note)
 
@@ -174,10 +182,8 @@ func TestTrackerVersions(t *testing.T) {
 }
 
 func TestRegistryPutIdempotent(t *testing.T) {
-	js := jsT(t)
 	ctx := t.Context()
-	reg, err := schema.Open(ctx, js, "bridge_schemas", 1)
-	require.NoError(t, err)
+	reg, _ := regT(t)
 	v := schema.FromRelation(rel(id))
 	v.Source, v.Version, v.Since = "shop", 1, schema.Since{Producer: "p", CommitLSN: "0/10"}
 	require.NoError(t, reg.Put(ctx, &v))
@@ -186,7 +192,7 @@ func TestRegistryPutIdempotent(t *testing.T) {
 	require.NoError(t, reg.Put(ctx, &again), "a replay writes the same version again")
 	other := schema.FromRelation(rel(id, note))
 	other.Source, other.Version, other.Since = "shop", 1, schema.Since{Producer: "p", CommitLSN: "0/20"}
-	err = reg.Put(ctx, &other)
+	err := reg.Put(ctx, &other)
 	require.ErrorContains(t, err, `already holds another public.orders version 1 (first seen at 0/10:0 of p, not at 0/20:0 of p)`)
 	require.ErrorIs(t, err, schema.ErrConflict)
 	tables, err := reg.Tables(ctx)

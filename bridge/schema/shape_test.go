@@ -97,10 +97,8 @@ func TestRowSchemaNullsAndLengths(t *testing.T) {
 // change that does not carry every column (a wal2json delete) registers
 // none when the table has a version.
 func TestTrackerInferred(t *testing.T) {
-	js := jsT(t)
 	ctx := t.Context()
-	reg, err := schema.Open(ctx, js, "bridge_schemas", 1)
-	require.NoError(t, err)
+	reg, _ := regT(t)
 	const prod = "b.shop.e1"
 	trk := schema.NewTracker(reg, "shop")
 	require.Equal(t, [2]int{1, 1}, observe(t, trk, change(prod, 0x100, 0, withTotal(false))))
@@ -181,10 +179,8 @@ func withTotal(notNull bool) *cdc.Relation {
 // (the same id) before its first change, once; a run starting after it
 // does not.
 func TestTrackerSnapshot(t *testing.T) {
-	js := jsT(t)
 	ctx := t.Context()
-	reg, err := schema.Open(ctx, js, "bridge_schemas", 1)
-	require.NoError(t, err)
+	reg, _ := regT(t)
 	const prod = "b.shop.e1"
 	read := func(lsn cdc.LSN, seq uint32) *cdc.Change {
 		c := change(prod, lsn, seq, rel(id, total))
@@ -236,10 +232,8 @@ func TestTrackerSnapshot(t *testing.T) {
 // not register its shape as a new version 2 and stop on the conflict (as
 // TestSchemaEventsKill9 saw), and the pointer moves to it.
 func TestTrackerCrashBeforeLatest(t *testing.T) {
-	js := jsT(t)
 	ctx := t.Context()
-	reg, err := schema.Open(ctx, js, "bridge_schemas", 1)
-	require.NoError(t, err)
+	reg, js := regT(t)
 	const prod = "b.shop.e1"
 	plain := rel(id)
 	plain.Inferred = cdc.InferredNotNull
@@ -283,10 +277,8 @@ func TestTrackerCrashBeforeLatest(t *testing.T) {
 // was published, even in a transaction published in part, registers its
 // shape.
 func TestTrackerReplayKeepsDecisions(t *testing.T) {
-	js := jsT(t)
 	ctx := t.Context()
-	reg, err := schema.Open(ctx, js, "bridge_schemas", 1)
-	require.NoError(t, err)
+	reg, _ := regT(t)
 	const prod = "b.shop.e1"
 	strict := total
 	strict.NotNull = true // as wal2json says it ("optional": false), not inferred
