@@ -1,5 +1,6 @@
 // Package pgtest starts private PostgreSQL clusters for tests and the demo:
-// initdb into a fresh directory (as the postgres OS user when running as
+// initdb into a fresh directory (in tests, a copy of one initdb: see
+// template.go; as the postgres OS user when running as
 // root, since initdb refuses root), wal_level=logical, its own port and socket
 // directory, trust authentication on loopback; optionally TLS with
 // test-generated certificates (WriteCerts).
@@ -58,6 +59,12 @@ type Options struct {
 	// one role authenticate with its password, or "hostssl all,replication
 	// alice 127.0.0.1/32 cert" to make it present a client certificate.
 	HBA []string
+	// OwnSystem runs initdb for this cluster alone, so that it has a
+	// system identifier of its own. In tests, clusters are otherwise
+	// copies of one initdb per set of binaries (template.go) and share
+	// theirs: a test of what the bridge does when a DSN points at another
+	// cluster needs OwnSystem on one of them.
+	OwnSystem bool
 	// TLS, when set, turns ssl on with these files. The default pg_hba.conf
 	// lines (host ...) accept connections with TLS and without.
 	TLS *TLS
@@ -120,8 +127,8 @@ func Start(ctx context.Context, o Options) (_ *Server, err error) {
 		// Parent dirs must be traversable by postgres.
 		_ = os.Chmod(root, 0o755)
 	}
-	if out, err := s.run(ctx, "initdb", "-D", s.DataDir, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"); err != nil {
-		return nil, fmt.Errorf("initdb: %w\n%s", err, out)
+	if err := s.initDataDir(ctx, o); err != nil {
+		return nil, err
 	}
 	port, release, err := testport.Claim() // stays free across Stop and Start
 	if err != nil {
