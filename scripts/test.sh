@@ -9,8 +9,8 @@ unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go')
 if [ -n "$unformatted" ]; then echo "gofmt needed:"; echo "$unformatted"; exit 1; fi
 echo "vetting and running the tests (a cold module and build cache adds a few minutes before the first test runs)..." >&2
 go vet ./...
-# -parallel 4: the e2e tests marked t.Parallel mostly wait on their servers
+# -parallel 4: the parallel e2e tests mostly wait on their servers
 # (Postgres, nats-server, bridge processes), so four at once keep the two
 # cores busy where GOMAXPROCS (2) leaves them idle; the serial ones still run
-# alone (bridge/e2e/doc.go).
+# alone, and the long ones start first (bridge/e2e/doc.go).
 go test -race -count=1 -timeout 60m -parallel 4 ./... "$@"

@@ -210,14 +210,14 @@ func dumpOnDup(t *testing.T, ms []msg) {
 // after every kill; in both modes it holds every committed change exactly
 // once in the end. The last case restarts the NATS server instead.
 func TestKillMidTransaction(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	for _, tc := range []struct {
 		name   string
 		atomic bool
 		nats   bool // restart the NATS server instead of killing the bridge
 	}{{"per_message", false, false}, {"atomic", true, false}, {"atomic_nats_restart", true, true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel() // each case has servers of its own
+			defer parallelLong(t)() // each case has servers of its own
 			changes, kills := 60000, 12
 			if testing.Short() {
 				changes, kills = 15000, 6

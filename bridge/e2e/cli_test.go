@@ -26,7 +26,7 @@ func execCLI(t *testing.T, args ...string) (int, string, string) {
 // TestExampleConfigIsValid loads and fully validates the annotated
 // bridge.yaml at the repository root, plugin blocks and routes included.
 func TestExampleConfigIsValid(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	code, out, errs := execCLI(t, "validate", "-c", "../../bridge.yaml")
 	require.Equal(t, 0, code, "stderr: %s", errs)
 	require.Contains(t, out, "ok (1 sources, 1 sinks, 2 routes)")
@@ -38,7 +38,7 @@ func TestExampleConfigIsValid(t *testing.T) {
 }
 
 func TestValidateListsEveryError(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	p := filepath.Join(t.TempDir(), "bad.yaml")
 	require.NoError(t, os.WriteFile(p, []byte(`name: bad
 sources:
@@ -84,7 +84,7 @@ routes:
 }
 
 func TestPluginsListsKeys(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	code, out, _ := execCLI(t, "plugins")
 	require.Equal(t, 0, code)
 	for _, want := range []string{"pgoutput", "nats_jetstream", "dsn (string)", "slot (string", "duplicate_window (duration, default 2m0s)", "formats: cloudevents, debezium, native", "wal2json", "nats_core", "webhook", "(framework) batch.max_changes (int, default 4096)"} {
@@ -97,7 +97,7 @@ func TestPluginsListsKeys(t *testing.T) {
 // framework's 1000) unless the config sets them, also for the types of a
 // custom registry.
 func TestSinkTypesBatchDefaults(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	p := filepath.Join(t.TempDir(), "bridge.yaml")
 	require.NoError(t, os.WriteFile(p, []byte(`
 name: shop
@@ -127,7 +127,7 @@ routes:
 }
 
 func TestVersionAndUsage(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	code, out, _ := execCLI(t, "version")
 	require.Equal(t, 0, code)
 	require.True(t, strings.HasPrefix(out, "bridge "))

@@ -18,7 +18,7 @@ import (
 // Some paths need a real Postgres and NATS, or a bridge running; none may
 // start a server of its own.
 func TestCLIFailuresSayWhy(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE orders (id int PRIMARY KEY)`, `CREATE TABLE nokey (v int)`)
 	cfg := e.config("clifail", "")

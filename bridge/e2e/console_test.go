@@ -162,7 +162,7 @@ const a11yJS = `(() => {
 // basics. The screenshot is saved (BRIDGE_CONSOLE_SCREENSHOT names the
 // file, as for docs/console.png; else a temporary one, logged).
 func TestConsoleInBrowser(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE items (id int PRIMARY KEY, v text, secret text)`)
 	p := e.configRoutes("console", "", `  - sinks: [js]
@@ -340,7 +340,7 @@ func consoleCall(t *testing.T, method, u, token string, ctx context.Context) (in
 // bridge:control scope, and a token in the URL is refused on this
 // listener, which serves no TLS.
 func TestConsoleBeyondLoopback(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE items (id int PRIMARY KEY, v text)`)
 	ctx := context.Background()
@@ -397,7 +397,7 @@ func TestConsoleBeyondLoopback(t *testing.T) {
 // only headers are accepted; the buttons a bridge:control token offers
 // work from the page (its Origin passes the listener's checks).
 func TestConsoleTailWithToken(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE items (id int PRIMARY KEY, v text)`)
 	p := e.config("contok", "")

@@ -79,7 +79,7 @@ func statusOf(t *testing.T, cfg string) status.Report {
 // pause and resume through the endpoints again. Every committed change
 // arrives exactly once, in commit order.
 func TestControlPauseResume(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	w := newWorkload(t, e)
 	t.Cleanup(func() { w.stopped.Store(true) })
@@ -162,7 +162,7 @@ func TestControlPauseResume(t *testing.T) {
 // the drain, while paused, right after resume), restarting it each time:
 // every committed change arrives exactly once, in commit order.
 func TestControlKill9AroundPause(t *testing.T) {
-	t.Parallel()
+	defer parallelLong(t)()
 	bin := bridgeBinary(t)
 	e := newEnv(t)
 	w := newWorkload(t, e)
@@ -226,7 +226,7 @@ func mustControl(t *testing.T, e *env, bridge string) checkpoint.Control {
 // between the old producer's changes and the new one's. Paused, the
 // bridge resyncs without a run and stays paused.
 func TestControlResync(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE r (id int PRIMARY KEY)`)
 	cfg := e.config("oresync", "      tables: [public.r]")
@@ -290,7 +290,7 @@ func natsServerWithUsers(t *testing.T, users []*server.User) string {
 // a user granted nothing of the bridge's gets the same for status, which
 // then shows what it read directly.
 func TestControlPermissions(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	all := &server.SubjectPermission{Allow: []string{">"}}
 	url := natsServerWithUsers(t, []*server.User{
@@ -341,7 +341,7 @@ func TestControlPermissions(t *testing.T) {
 // TestControlNATSCLIPath: the requests the nats CLI sends (`nats micro ls`
 // and `info` on $SRV, `nats req` on an endpoint) reach the running bridge.
 func TestControlNATSCLIPath(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	cfg := e.config("natscli", "")
 	r := e.start(cfg)

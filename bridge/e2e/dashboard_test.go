@@ -181,7 +181,7 @@ func promqlSelectors(expr string) ([]selector, error) {
 }
 
 func TestPromQLSelectors(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	for expr, want := range map[string][]selector{
 		`sum by (source, op) (rate(bridge_changes_total{job=~"$job", source=~"$source"}[$__rate_interval]))`: {
 			{"bridge_changes_total", []string{"job", "source"}}},
@@ -278,7 +278,7 @@ var scrapeLabels = map[string]bool{"job": true, "instance": true}
 // evaluates it); and every bridge_* metric they export must be on the
 // dashboard: a renamed or a new metric fails here.
 func TestMonitoringMetricsExist(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	exprs, labelValues := monitoringQueries(t)
 
 	e := newEnvWith(t, pgtest.Options{Settings: map[string]string{"max_slot_wal_keep_size": "64MB"}})

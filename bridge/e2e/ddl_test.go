@@ -18,7 +18,7 @@ import (
 // PostgreSQL 15 has it (postgresql-15-wal2json; the npm builds of 16 to
 // 18 have none), so the wal2json half runs on 15 only.
 func TestDDLMidStream(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	eachMajor(t, func(t *testing.T, major int) {
 		e := newEnvMajor(t, major)
 		e.pg.ExecT(t, `CREATE TABLE d (id int PRIMARY KEY, a text, n int)`)

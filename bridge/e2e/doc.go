@@ -11,17 +11,24 @@
 // # Parallel and serial tests
 //
 // A test of this package runs in parallel with the others: its first line
-// is t.Parallel(), and go test runs at most -parallel of them at once
-// (GOMAXPROCS by default; scripts/test.sh asks for 4, since most of them
-// wait on their servers, and passes its arguments on, so
+// is `defer parallel(t)()` (sched_test.go), and at most -parallel of them
+// run at once (GOMAXPROCS by default; scripts/test.sh asks for 4, since
+// most of them wait on their servers, and passes its arguments on, so
 // `./scripts/test.sh -parallel 8` raises it again; the last flag wins).
+// The package bounds that itself, through a gate that TestMain hands
+// -parallel to: go test would start the subtests (the kill loops' cases,
+// the longest tests here) only after every top-level test, so the run
+// ended with them alone for minutes. A test that takes a minute or more
+// on a loaded machine starts with `defer parallelLong(t)()` instead and
+// is admitted before the others waiting. No test calls t.Parallel()
+// itself (TestEveryTestParallelOrSerial checks both).
 // Each one has its own servers (newEnv: a Postgres cluster
 // and a nats-server on ports of its own), its own files (t.TempDir) and
 // its own names inside them, so the tests cannot meet. A kill -9 loop is
 // parallel too: where its kills land is random anyway, and what it proves
 // (every change once, in order) does not depend on when they land.
 //
-// A test stays serial (no t.Parallel, and its doc comment says "Serial:"
+// A test stays serial (no `defer parallel(t)()`, and its doc comment says "Serial:"
 // and why) when any of these holds:
 //
 //   - it measures or bounds how long something takes, or how often it
@@ -53,7 +60,7 @@
 // natsembed.Ports, testport.Claim or port 0), a fixed path outside its
 // t.TempDir, or a package-level variable it writes (bridgeBinary's build,
 // done once under a sync.Once, is the one shared thing). Subtests that each
-// start their own environment may call t.Parallel() too; subtests sharing
+// start their own environment may start with `defer parallel(t)()` too; subtests sharing
 // their parent's servers stay sequential unless they only read.
 //
 // # When a kill test fails once in many runs

@@ -152,7 +152,7 @@ func sourceState(t *testing.T, base, host string, header map[string]string) (sta
 // Sec-Fetch-Site: cross-site) cannot press a button either, and a POST
 // without Origin or Sec-Fetch-Site is refused with what to send.
 func TestConsoleDNSRebinding(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE items (id int PRIMARY KEY)`)
 	port := freePort(t)
@@ -220,7 +220,7 @@ func TestConsoleDNSRebinding(t *testing.T) {
 // and `bridge validate` refusing serve.client_header trusted on a listener
 // every client reaches.
 func TestServeDoors(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	natsURL, _ := cdcStream(t)
 
 	t.Run("DNS rebinding and serve.tables", func(t *testing.T) {
@@ -296,7 +296,7 @@ func TestServeDoors(t *testing.T) {
 // header decides what its user may do, and the pause is recorded under
 // the proxy's user.
 func TestConsoleProxyHeader(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE items (id int PRIMARY KEY)`)
 	const serveSection = "serve:\n  client_header: X-Auth-Request-User\n  auth: {scope_header: X-Auth-Request-Scopes}\n"
@@ -353,7 +353,7 @@ func TestConsoleProxyHeader(t *testing.T) {
 // without TLS: a token in the URL (query_token) is refused there, with the
 // reason, although serve.listen (loopback) accepts it.
 func TestConsoleScopes(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE orders (id int PRIMARY KEY, tenant_id int)`)
 	port := freePort(t)

@@ -30,7 +30,7 @@ import (
 // that position and the deletion are in both, under different ids, as
 // docs/operations.md says).
 func TestKVBucketDeletedRestartKeepsFence(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	w := newSeqWorkload(t, e)
 	cfg := faultConfig(e, "kvfence", e.pg.DSN(""), e.natsURL(), "")

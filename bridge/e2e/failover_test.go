@@ -192,8 +192,8 @@ func (c *failoverCluster) failOver(t *testing.T, stream string, lag bool) {
 	time.Sleep(2 * time.Second)
 	if lag {
 		c.proxy.Stall() // the standby gets no more WAL; the bridge does
-		before := len(c.e.messages(stream))
-		require.Eventually(t, func() bool { return len(c.e.messages(stream)) > before+200 }, 60*time.Second, 100*time.Millisecond,
+		before := storedCount(t, c.e, stream)
+		require.Eventually(t, func() bool { return storedCount(t, c.e, stream) > before+200 }, 60*time.Second, 100*time.Millisecond,
 			"the bridge published nothing while the standby lagged")
 	} else {
 		time.Sleep(2 * time.Second)
@@ -217,7 +217,7 @@ func (c *failoverCluster) failOver(t *testing.T, stream string, lag bool) {
 // its multi-host DSN and carries on from the synced slot: every row the
 // new primary has arrives exactly once, and nothing it lacks.
 func TestFailoverSlotSynced(t *testing.T) {
-	t.Parallel()
+	defer parallelLong(t)()
 	c := newFailoverCluster(t, 17, true)
 	cfg := c.config(t, "fos", "      failover: true")
 	r := c.start(t, cfg)
@@ -270,7 +270,7 @@ func TestFailoverSlotSynced(t *testing.T) {
 // publishes a resync message and streams the new primary's rows from the
 // slot's position under a new epoch, none missing.
 func TestFailoverLaggingStandbyIsLoud(t *testing.T) {
-	t.Parallel()
+	defer parallelLong(t)()
 	c := newFailoverCluster(t, 17, false)
 	cfg := c.config(t, "fol", "      failover: true")
 	r := c.start(t, cfg)
@@ -356,10 +356,10 @@ func TestFailoverLaggingStandbyIsLoud(t *testing.T) {
 // the slot was dropped, and streams the new primary's rows under a new
 // epoch.
 func TestFailoverBefore17Resyncs(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	for _, m := range []int{15, 16} {
 		t.Run(fmt.Sprint("pg", m), func(t *testing.T) {
-			t.Parallel()
+			defer parallel(t)()
 			failoverBefore17Resyncs(t, m)
 		})
 	}

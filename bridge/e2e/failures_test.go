@@ -57,7 +57,7 @@ func appLogger(t *testing.T, logs *syncBuffer) *slog.Logger {
 // stream and for the checkpoint bucket). The proof that nothing was
 // retried is that no run restarted.
 func TestPermanentErrorsStopAtOnce(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnvWith(t, pgtest.Options{HBA: []string{
 		"host all alice 127.0.0.1/32 scram-sha-256", "host replication alice 127.0.0.1/32 scram-sha-256",
 	}})
@@ -117,7 +117,7 @@ func TestPermanentErrorsStopAtOnce(t *testing.T) {
 // /readyz answering 503 meanwhile; once it is up, every change arrives
 // once.
 func TestTransientErrorsAreRetried(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	readyz := func(addr string) int {
 		resp, err := http.Get("http://" + addr + "/readyz")
 		if err != nil {

@@ -243,7 +243,7 @@ routes:
 // TestFaultKill9 kills the bridge process with SIGKILL at random points
 // (seeded) while writers commit, restarting it after a random pause.
 func TestFaultKill9(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	rng := seeded(t)
 	kills := 5
 	if long() {
@@ -272,7 +272,7 @@ func TestFaultKill9(t *testing.T) {
 // immediate) under load and starts it again; confirmed_flush_lsn falls back
 // and the checkpoint and message ids absorb the replay.
 func TestFaultPostgresImmediateShutdown(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	rng := seeded(t)
 	e := newEnv(t)
 	w := newSeqWorkload(t, e)
@@ -294,7 +294,7 @@ func TestFaultPostgresImmediateShutdown(t *testing.T) {
 
 // TestFaultNATSRestart stops and starts nats-server under load.
 func TestFaultNATSRestart(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	rng := seeded(t)
 	e := newEnv(t)
 	w := newSeqWorkload(t, e)
@@ -454,7 +454,7 @@ func (d *dropSink) Write(ctx context.Context, batch []cdc.Change) error {
 // catch a broken build end to end (internal/checker's tests cover
 // duplicates, reordering and partial transactions on crafted streams).
 func TestFaultCheckerCatchesDroppedChange(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	w := newSeqWorkload(t, e)
 	real, err := sinks.Default.Lookup("nats_jetstream")
@@ -531,7 +531,7 @@ func maxID(t *testing.T, e *env) int64 {
 // changes between the last checkpoint and the deletion, also once); what
 // the deleted stream held is gone with it.
 func TestFaultStreamDeleted(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	w := newSeqWorkload(t, e)
 	r := e.start(faultConfig(e, "sdel", e.pg.DSN(""), e.natsURL(), ""))
@@ -564,7 +564,7 @@ func TestFaultStreamDeleted(t *testing.T) {
 // (it cannot know what it had checkpointed, and going on would publish under
 // a new epoch without a resync); nothing is lost from the stream meanwhile.
 func TestFaultKVBucketDeleted(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	w := newSeqWorkload(t, e)
 	r := e.start(faultConfig(e, "kvdel", e.pg.DSN(""), e.natsURL(), ""))
@@ -595,7 +595,7 @@ func TestFaultKVBucketDeleted(t *testing.T) {
 // and retry without skipping anything, and deliver everything exactly once
 // when room is made.
 func TestFaultNATSStoreFull(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	w := newSeqWorkload(t, e)
 	js := natsJS(t, e)
@@ -639,7 +639,7 @@ func TestFaultNATSStoreFull(t *testing.T) {
 // nothing it could not store, and, once the server restarts with room (the
 // disk grown), deliver every change exactly once.
 func TestFaultNATSServerStoreFull(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.stopNATS()
 	e.nsOpts.MaxFileStore = 1 << 20
@@ -681,7 +681,7 @@ func TestFaultNATSServerStoreFull(t *testing.T) {
 
 // TestFaultSoak runs every fault in turn for several minutes; TEST_LONG=1.
 func TestFaultSoak(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	if !long() {
 		t.Skip("TEST_LONG=1 runs the soak")
 	}

@@ -23,7 +23,7 @@ import (
 // another process, meets the same must-refetch; a feed registered again
 // receives the new epoch's changes with no further refetch.
 func TestFeedsSlotRecreated(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE r (id int PRIMARY KEY, g int NOT NULL)`)
 	r := e.start(e.config("feedsync", "      tables: [public.r]\n      on_slot_lost: recreate"))

@@ -20,7 +20,7 @@ import (
 // is compared with to_jsonb of the same row, less what is not published.
 // It runs on 15 and 18, as far as the version matrix (PG_MAJORS) has them.
 func TestGeneratedColumns(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	// 15 (nothing generated published) and 18 (stored ones published),
 	// where the matrix runs them.
 	for _, m := range pgtest.Majors() {
@@ -28,7 +28,7 @@ func TestGeneratedColumns(t *testing.T) {
 			continue
 		}
 		t.Run(fmt.Sprint("pg", m), func(t *testing.T) {
-			t.Parallel()
+			defer parallel(t)()
 			generatedColumns(t, m)
 		})
 	}

@@ -59,7 +59,7 @@ func eachMajor(t *testing.T, fn func(t *testing.T, major int)) {
 	t.Helper()
 	for _, m := range pgtest.Majors() {
 		t.Run(fmt.Sprint("pg", m), func(t *testing.T) {
-			t.Parallel()
+			defer parallel(t)()
 			fn(t, m)
 		})
 	}

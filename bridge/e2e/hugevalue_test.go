@@ -19,7 +19,7 @@ import (
 // order with the rows around it. 20 MB by default, 100 MB with TEST_LONG=1.
 // The bridge process's peak RSS is logged.
 func TestHugeValueThroughBothSources(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	mb := 20
 	if os.Getenv("TEST_LONG") != "" {
 		mb = 100

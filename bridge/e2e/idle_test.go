@@ -16,7 +16,7 @@ import (
 // other tables churn, the checkpoint and the slot follow the server's WAL end,
 // so the slot does not hold WAL back.
 func TestIdleSourceConfirmsWALEnd(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE watched (id int PRIMARY KEY)`, `CREATE TABLE churn (id serial PRIMARY KEY, pad text)`)
 	r := e.start(e.config("idle", "      tables: [public.watched]\n      status_interval: 300ms"))

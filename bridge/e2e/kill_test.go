@@ -79,7 +79,7 @@ func (p *proc) term(t *testing.T) {
 // batches, and as fast-ingest batches (fast_batch, whose acks cover runs of
 // messages), unfenced and fenced.
 func TestKill9MidStream(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	for _, tc := range []struct {
 		name    string
 		options []string
@@ -99,7 +99,7 @@ func TestKill9MidStream(t *testing.T) {
 		{"large_txns", nil, 60000, 4000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel() // each case has servers of its own
+			defer parallelLong(t)() // each case has servers of its own
 			kill9MidStream(t, 0, tc.options, tc.changes, tc.bulk, 12)
 		})
 	}
@@ -113,7 +113,7 @@ func TestKill9MidStream(t *testing.T) {
 			continue // the cases above
 		}
 		t.Run(fmt.Sprintf("pg%d_per_message", m), func(t *testing.T) {
-			t.Parallel()
+			defer parallel(t)()
 			kill9MidStream(t, m, nil, 5000, 0, 4)
 		})
 	}

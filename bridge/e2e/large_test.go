@@ -21,7 +21,7 @@ import (
 // commit arrived. TEST_LONG=1 makes it 1 million rows. The time from
 // COMMIT to the first message stored and the bridge's peak RSS are logged.
 func TestLargeTransactionStreams(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	rows := 30000
 	if os.Getenv("TEST_LONG") != "" {
 		rows = 1000000

@@ -26,7 +26,7 @@ func dbWorkload(t *testing.T, e *env, db string) *workload {
 // graceful restart in the middle. Each stream holds its database's changes
 // exactly once, and nothing of the other's.
 func TestTwoSourcesOneProcess(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE DATABASE db_a`, `CREATE DATABASE db_b`)
 	wa, wb := dbWorkload(t, e, "db_a"), dbWorkload(t, e, "db_b")
@@ -84,7 +84,7 @@ routes:
 // them with SIGKILL while writers commit: the other is unaffected, and each
 // stream holds every change exactly once.
 func TestTwoProcesses(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	bin := bridgeBinary(t)
 	e := newEnv(t)
 	w := newWorkload(t, e)

@@ -73,7 +73,7 @@ func writeFile(t *testing.T, name string, b []byte) string {
 //     subscription to _INBOX.>, it stops at once with "permission denied on
 //     <subject>" and the permission to add, instead of retrying a timeout.
 func TestNATSOperatorPermissions(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	op, err := natsembed.NewOperator("test")
 	require.NoError(t, err)
@@ -162,7 +162,7 @@ func TestNATSOperatorPermissions(t *testing.T) {
 // whose permissions are docs/security.md's list, on a server without
 // operator mode.
 func TestNATSNKeyUser(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	bridgePub, bridgeSeed := natsembed.UserT(t)
 	adminPub, adminSeed := natsembed.UserT(t)
@@ -195,7 +195,7 @@ func TestNATSNKeyUser(t *testing.T) {
 // and a client without them is refused; without them the bridge refuses to
 // start.
 func TestEmbeddedNATSAuth(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE items (id int PRIMARY KEY)`)
 	embedded := func(name, extra string) string {

@@ -161,7 +161,7 @@ func rowImage(t testing.TB, format string, body map[string]any) map[string]any {
 // truncated rows gone entirely, and no value ever replaced by an older
 // one. Consumers Get one row and Watch a table.
 func TestKVMirror(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE kv_items (order_id int, note text, sku text, qty int, PRIMARY KEY (order_id, sku))`)
 	e.pg.ExecT(t, `CREATE TABLE kv_plain (id bigint PRIMARY KEY, v text)`)
@@ -362,7 +362,7 @@ func (e *env) waitKT(t *testing.T, bucket string, within time.Duration) []kvMsg 
 // value may ever have been replaced by an older change (every revision in
 // the bucket's history is later in commit order than the one before).
 func TestKVKill9MidStream(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	changes := 20000
 	if testing.Short() {
 		changes = 6000
@@ -385,7 +385,7 @@ func TestKVKill9MidStream(t *testing.T) {
 // then sends every change again: the bucket must not change at all, and
 // what comes after is written.
 func TestKVReplayFromOlderCheckpoint(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	newWorkload(t, e) // its table, kt; the test writes the rows itself
 	cfg := e.kvConfig("kvreplay", "native", "", "  confirm_delay: 1h")

@@ -120,7 +120,7 @@ func runFails(t *testing.T, path string, during func(), want ...string) (started
 //     stop the bridge at start, not retried, with one line naming the key,
 //     the file and the fix.
 func TestNATSTLS(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	p := testpki.WriteCerts(t, t.TempDir(), "bridge")
 	server := serverCert(t, p, time.Time{})
 	e := newEnv(t)

@@ -1,4 +1,4 @@
-package e2e
+package e2e_test
 
 import (
 	"go/ast"
@@ -10,12 +10,14 @@ import (
 )
 
 // TestEveryTestParallelOrSerial holds this package to doc.go's rule: each
-// top-level test either starts with t.Parallel() or has a doc comment
-// line that starts with Serial: and says why, never both and never
-// neither, so that no new test slips into the serial group (and CI's
-// time) or into the parallel one (and other tests' timing) undecided.
+// top-level test either starts with `defer parallel(t)()` (or
+// parallelLong) or has a doc comment line that starts with Serial: and
+// says why, never both and never neither, so that no new test slips into
+// the serial group (and CI's time) or into the parallel one (and other
+// tests' timing) undecided. And no test calls t.Parallel() itself: only
+// the gate in sched_test.go does, which bounds how many run at once.
 func TestEveryTestParallelOrSerial(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	files, err := filepath.Glob("*_test.go")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("listing the package's test files: %v (%d files)", err, len(files))
@@ -26,6 +28,15 @@ func TestEveryTestParallelOrSerial(t *testing.T) {
 		af, err := parser.ParseFile(fset, f, nil, parser.ParseComments)
 		if err != nil {
 			t.Fatalf("parsing %s: %v", f, err)
+		}
+		if f != "sched_test.go" {
+			ast.Inspect(af, func(n ast.Node) bool {
+				if se, ok := n.(*ast.SelectorExpr); ok && se.Sel.Name == "Parallel" {
+					t.Errorf("%s: t.Parallel() called directly: start the test with `defer parallel(t)()` (sched_test.go), "+
+						"or go test's own -parallel, which the gate raises, no longer bounds it", fset.Position(se.Pos()))
+				}
+				return true
+			})
 		}
 		for _, d := range af.Decls {
 			fd, ok := d.(*ast.FuncDecl)
@@ -38,9 +49,9 @@ func TestEveryTestParallelOrSerial(t *testing.T) {
 			serial := fd.Doc != nil && saysSerial(fd.Doc.Text())
 			switch {
 			case parallel && serial:
-				t.Errorf("%s: %s calls t.Parallel() but its doc comment says Serial: keep one", fset.Position(fd.Pos()), fd.Name.Name)
+				t.Errorf("%s: %s starts with defer parallel(t)() but its doc comment says Serial: keep one", fset.Position(fd.Pos()), fd.Name.Name)
 			case !parallel && !serial:
-				t.Errorf("%s: %s neither starts with t.Parallel() nor says \"Serial:\" and why in its doc comment (doc.go: Parallel and serial tests)", fset.Position(fd.Pos()), fd.Name.Name)
+				t.Errorf("%s: %s neither starts with `defer parallel(t)()` nor says \"Serial:\" and why in its doc comment (doc.go: Parallel and serial tests)", fset.Position(fd.Pos()), fd.Name.Name)
 			}
 		}
 	}
@@ -49,20 +60,22 @@ func TestEveryTestParallelOrSerial(t *testing.T) {
 	}
 }
 
+// startsWithParallel reports whether body's first statement is
+// `defer parallel(t)()` or `defer parallelLong(t)()`.
 func startsWithParallel(body *ast.BlockStmt) bool {
 	if len(body.List) == 0 {
 		return false
 	}
-	es, ok := body.List[0].(*ast.ExprStmt)
+	ds, ok := body.List[0].(*ast.DeferStmt)
 	if !ok {
 		return false
 	}
-	ce, ok := es.X.(*ast.CallExpr)
+	inner, ok := ds.Call.Fun.(*ast.CallExpr)
 	if !ok {
 		return false
 	}
-	se, ok := ce.Fun.(*ast.SelectorExpr)
-	return ok && se.Sel.Name == "Parallel"
+	id, ok := inner.Fun.(*ast.Ident)
+	return ok && (id.Name == "parallel" || id.Name == "parallelLong")
 }
 
 // saysSerial reports whether a doc comment has a line that starts with

@@ -76,7 +76,7 @@ CREATE TABLE seqd (id serial PRIMARY KEY, v text)`
 // 15 only: wal2json exists only there (Debian's postgresql-15-wal2json; the
 // npm builds of 16 to 18 that the version matrix uses have none).
 func TestParityPgoutputWal2json(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, zooDDL, parityDDL)
 	r := e.start(e.parityConfig("par"))

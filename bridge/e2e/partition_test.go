@@ -42,7 +42,7 @@ var partitionWorkload = []string{
 // partition's with wal2json, which never reports the partitioned table.
 // The initial snapshot reads the rows under the names the stream uses.
 func TestPartitionedTableNames(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	for _, tc := range []struct {
 		name, plugin string
 		setup        []string // as postgres, before the bridge starts
@@ -63,7 +63,7 @@ func TestPartitionedTableNames(t *testing.T) {
 			want: []string{"insert m_2024 1", "insert m_2025 2", "insert m_2026 3", "update m_2025 2", "insert m_2024 4", "insert m_2025 5"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
+			defer parallel(t)()
 			e := newEnv(t)
 			name := "pt" + strings.NewReplacer(" ", "", ",", "").Replace(tc.name)
 			e.pg.ExecT(t, partitionDDL...)

@@ -47,7 +47,7 @@ type sweepSink struct {
 // such row, and again after every restart. 32 KiB by default; 1 MiB (the
 // nats-server default) with TEST_LONG=1.
 func TestPayloadBoundarySweep(t *testing.T) {
-	t.Parallel()
+	defer parallelLong(t)()
 	limit := 32 << 10
 	if long() {
 		limit = 1 << 20

@@ -33,7 +33,7 @@ import (
 //   - an sslrootcert file that does not exist: a configuration error at the
 //     dsn's path, naming the file.
 func TestPostgresTLS(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	certs := testpki.WriteCerts(t, t.TempDir(), "bridgecert")
 	e := newEnvWith(t, pgtest.Options{TLS: &pgtest.TLS{CertFile: certs.ServerCert, KeyFile: certs.ServerKey, CAFile: certs.CA}, HBA: []string{
 		"hostssl all bridgecert 127.0.0.1/32 cert",

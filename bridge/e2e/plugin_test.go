@@ -41,7 +41,7 @@ func examplePlugin(t *testing.T, lang string) (string, string) {
 // `bridge plugins` lists a configured plugin with its guarantee, and names
 // the fix for a wrong sha256.
 func TestPluginCLI(t *testing.T) {
-	t.Parallel()
+	defer parallelLong(t)()
 	bin := bridgeBinary(t)
 	plugin, sum := examplePlugin(t, "go")
 	dir := t.TempDir()
@@ -115,13 +115,13 @@ routes:
 // question after a crash (what do you hold past this cursor?) that keeps
 // each change once.
 func TestPluginKillMidStream(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	for _, tc := range []struct {
 		lang   string
 		dedupe bool
 	}{{"go", true}, {"go", false}, {"python", false}, {"typescript", false}} {
 		t.Run(fmt.Sprintf("%s/dedupe=%t", tc.lang, tc.dedupe), func(t *testing.T) {
-			t.Parallel()
+			defer parallel(t)()
 			pluginKillMidStream(t, tc.lang, tc.dedupe)
 		})
 	}

@@ -19,7 +19,7 @@ import (
 // max_payload stops the pipeline with an error naming the change, and
 // nothing at or after it is checkpointed.
 func TestPoisonChangeStopsWithClearError(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE big (id int PRIMARY KEY, body text)`)
 	cfg, err := config.Load(e.config("poison", ""))
@@ -70,7 +70,7 @@ func TestPoisonChangeStopsWithClearError(t *testing.T) {
 // TestPoisonChangeGoesToDeadLetter: with dead_letter_subject set, the
 // refused change is diverted with its reason and the stream goes on.
 func TestPoisonChangeGoesToDeadLetter(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE big (id int PRIMARY KEY, body text)`)
 	p := e.config("dlq", "")

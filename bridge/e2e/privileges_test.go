@@ -78,10 +78,10 @@ routes:
 // --connect` passes, the initial snapshot reads every row, changes stream,
 // and the heartbeat advances the slot while the tables are idle.
 func TestLeastPrivilegeRole(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	for _, plugin := range []string{"pgoutput", "wal2json"} {
 		t.Run(plugin, func(t *testing.T) {
-			t.Parallel()
+			defer parallel(t)()
 			e := newEnv(t)
 			e.pg.ExecT(t, leastPrivilegeSetup...)
 			name := "lp" + plugin[:3]
@@ -130,7 +130,7 @@ func TestLeastPrivilegeRole(t *testing.T) {
 // of `bridge run` name it, with the GRANT (or setting) that fixes it, and
 // that the fix works: run as a superuser, then validate passes.
 func TestLeastPrivilegePreflight(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, leastPrivilegeSetup...)
 	fixOf := func(t *testing.T, out, what string) string {

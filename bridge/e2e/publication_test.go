@@ -13,7 +13,7 @@ import (
 // still streams after a restart with the same `tables` (the bridge does
 // not take it out again).
 func TestPublicationTablesLive(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE a (id int PRIMARY KEY)`, `CREATE TABLE b (id int PRIMARY KEY)`)
 	p := e.config("livepub", "      tables: [public.a]")

@@ -51,7 +51,7 @@ func (p *pickySink) Write(_ context.Context, batch []cdc.Change) error {
 // run is reported with how many times in a row and the last reason; once
 // accepted, everything arrives in order and nothing is skipped.
 func TestRefusedChangeReportedWithCount(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE p (id bigint PRIMARY KEY)`)
 	picky := &pickySink{refuse: 3}

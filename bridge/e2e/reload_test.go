@@ -124,7 +124,7 @@ func writeAtomically(t *testing.T, path, s string) {
 // revision. A configuration with problems, and one changing a key only a
 // restart applies, are refused whole: nothing changes.
 func TestReloadRoutesUnderLoad(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	w := newWorkload(t, e)
 	t.Cleanup(func() { w.stopped.Store(true) })
@@ -183,7 +183,7 @@ func TestReloadRoutesUnderLoad(t *testing.T) {
 // was committed meanwhile; each stream holds its database's changes
 // exactly once.
 func TestReloadAddRemoveSources(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE DATABASE db_a`, `CREATE DATABASE db_b`)
 	wa, wb := dbWorkload(t, e, "db_a"), dbWorkload(t, e, "db_b")
@@ -254,7 +254,7 @@ func TestReloadAddRemoveSources(t *testing.T) {
 // part went by; docs/control.md says so). At most one such transaction
 // per kill, split once and forward.
 func TestReloadSIGHUPKill9(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	bin := bridgeBinary(t)
 	e := newEnv(t)
 	w := newWorkload(t, e)
@@ -301,7 +301,7 @@ func TestReloadSIGHUPKill9(t *testing.T) {
 // refuses one with problems, and reports where its configuration comes
 // from.
 func TestReloadConfigKV(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE k (id int PRIMARY KEY)`)
 	js := natsJS(t, e)

@@ -25,7 +25,7 @@ import (
 // table's next change goes to the route's subject again, after the
 // version announced there ("accepted"); a restart keeps it so.
 func TestSchemaChangeDeadLetter(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE h (id int PRIMARY KEY, a text, n int)`, `CREATE TABLE other (id int PRIMARY KEY)`)
 	cfg := e.configRoutes("sdl", "", `  - sinks: [js]

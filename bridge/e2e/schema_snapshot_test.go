@@ -25,7 +25,7 @@ import (
 // with the rows). The first change after the snapshot names the latest
 // version and announces nothing.
 func TestSchemaSnapshotKill9(t *testing.T) {
-	t.Parallel()
+	defer parallelLong(t)()
 	bin := bridgeBinary(t)
 	e := newEnv(t)
 	n := 20000

@@ -188,7 +188,7 @@ func checkSchemaStream(t *testing.T, reg *registry, source string, ms []msg) (ev
 // difference; each row change naming its version, which the registry
 // holds and the row validates against. A restart announces nothing again.
 func TestSchemaChangeEvents(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE d (id int PRIMARY KEY, a text, n int)`)
 	streams := map[string]string{"CDC_sch": "app"}
@@ -386,10 +386,10 @@ func TestSchemaChangeEvents(t *testing.T) {
 // change event once, before the first change under its shape, its version
 // the next of its table, registered before any message names it.
 func TestSchemaEventsKill9(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	for _, plugin := range []string{"pgoutput", "wal2json"} {
 		t.Run(plugin, func(t *testing.T) {
-			t.Parallel() // each case has servers of its own
+			defer parallelLong(t)() // each case has servers of its own
 			if plugin == "wal2json" && !pgtest.HasWal2json(0) {
 				t.Skip("no wal2json for this PostgreSQL")
 			}
@@ -514,7 +514,7 @@ func schemaEventsKill9(t *testing.T, plugin string) {
 // resumes the source; then the event and the changes follow, once, and a
 // restart does not hold the same version again.
 func TestSchemaChangePause(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE h (id int PRIMARY KEY, a text, n int)`)
 	cfg := e.config("shold", "")

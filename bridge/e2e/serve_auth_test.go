@@ -116,7 +116,7 @@ func getStatus(t *testing.T, c *http.Client, u, token string) (int, string) {
 // expires, and RS256 keys fetched from a JWKS URL, a new key picked up
 // when a token names it.
 func TestServeAuth(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE orders (id int PRIMARY KEY, tenant_id int NOT NULL, status text)`,
 		`CREATE TABLE secrets (id int PRIMARY KEY, tenant_id int NOT NULL)`,
@@ -258,7 +258,7 @@ func authCounter(t *testing.T, base, token, name string, kv ...string) float64 {
 // in headers and in the query, and refuses a short secret in `bridge
 // validate`: no secret and no token reaches the log or the output.
 func TestServeSecretsNeverLogged(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	const (
 		jwtSecret    = "jwtSecr3t-never-logged-0123456789abcdef"
 		shortSecret  = "shortSecr3tQ"

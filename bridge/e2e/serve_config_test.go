@@ -34,7 +34,7 @@ serve:
 // TestServeConfigWhere checks serve.where: a condition in YAML is accepted,
 // and each bad one is reported by `bridge validate` at its YAML path.
 func TestServeConfigWhere(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	for _, tc := range []struct {
 		name, where, want string
 	}{
@@ -61,7 +61,7 @@ func TestServeConfigWhere(t *testing.T) {
 // TestServeFlagErrors checks that a bad flag value is reported at its key
 // with the flag named, before anything is started.
 func TestServeFlagErrors(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	p := serveYAML(t, "nats://127.0.0.1:1", "  max_conns: 50\n")
 	for _, tc := range []struct {
 		args []string

@@ -253,7 +253,7 @@ func lines(t *testing.T, tenant int64, got []isoGot) []string {
 // caller, whatever filter, resume token or table it asks for; and each
 // caller gets exactly its own rows (so an empty answer cannot pass).
 func TestServeTenantIsolation(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	seed := uint64(time.Now().UnixNano())
 	if v := os.Getenv("BRIDGE_TEST_SEED"); v != "" {
 		var err error

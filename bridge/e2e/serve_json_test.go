@@ -44,7 +44,7 @@ func serveBinary(t *testing.T, e *env, name, serveExtra string) string {
 // The long-poll answer, and the web console's live tail (the same feed on
 // bridge run's listener), carry the same values.
 func TestServeJSONLineBreaks(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE docs (id int PRIMARY KEY, doc json)`)
 	run := e.start(e.config("jsn", ""))

@@ -152,7 +152,7 @@ func counter(t *testing.T, base, name string, kv ...string) float64 {
 // request, 429 and 503 from the admission limits, clients leaving; then
 // checks that every counter on /metrics moved by exactly what happened.
 func TestServeMetrics(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newFeedsEnv(t, "CDC")
 	fs := e.feeds(feeds.Config{WindowTxns: 2})
 	hs := httptest.NewServer(serve.New(fs, serve.Config{
@@ -328,7 +328,7 @@ func TestServeMetrics(t *testing.T) {
 // section, then with flags that override some of its keys: the file's
 // keys apply unless a flag is given, and a given flag wins.
 func TestServeConfigFile(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newFeedsEnv(t, "CDC_file")
 	fileAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	p := serveYAML(t, e.url, fmt.Sprintf(`  listen: %q

@@ -21,7 +21,7 @@ import (
 // serve.projection_idle. Before, each distinct set was kept for the
 // process's life, with its own encoding of every change.
 func TestServeProjectionsBounded(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	natsURL, _ := cdcStream(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	cfg := serveYAML(t, natsURL, fmt.Sprintf("  listen: %q\n  max_projections: 3\n  max_columns: 4\n  projection_idle: 300ms\n", addr))

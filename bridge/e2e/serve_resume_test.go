@@ -29,7 +29,7 @@ import (
 // out returns the same kind of position. Server drains end streams with
 // the position reached.
 func TestServeKeepAliveAdvancesPosition(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE orders (id int PRIMARY KEY, tenant int)`)
 	cfgPath := e.config("ka", "")

@@ -122,7 +122,7 @@ func openSSE(t testing.TB, ctx context.Context, base string, q url.Values, lastI
 // Last-Event-ID resume, a slow SSE client disconnected and resumed without
 // loss, admission limits, bad filters, must-refetch as 409.
 func TestServeEndToEnd(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE orders (id int PRIMARY KEY, tenant int, status text, tags text[])`)
 	e.pg.ExecT(t, `ALTER TABLE orders REPLICA IDENTITY FULL`)

@@ -67,7 +67,7 @@ func (p *pki) rotate(t *testing.T, cn string) {
 // CA, is refused; a rotated certificate is served to new connections
 // without a restart.
 func TestServeTLSCommand(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	natsURL, _ := cdcStream(t)
 
 	p := newPKI(t)
@@ -129,7 +129,7 @@ func TestServeTLSCommand(t *testing.T) {
 // refuse listeners beyond loopback without authentication, and TLS files
 // that do not load, each with one line naming the key and the fix.
 func TestListenersRefused(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	p := newPKI(t)
 	missing := filepath.Join(p.dir, "missing.pem")
 	junk := filepath.Join(p.dir, "junk.pem")
@@ -171,7 +171,7 @@ func TestListenersRefused(t *testing.T) {
 // plain HTTP and clients without a certificate are refused, and a rotated
 // certificate is served to new connections.
 func TestMetricsListenerSecured(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	p := newPKI(t)
 	const metricsToken = "m3trics-t0ken-for-the-test"

@@ -18,7 +18,7 @@ import (
 // and the reason, on long-poll and SSE alike; and `bridge validate`
 // refuses a secret shorter than 32 bytes.
 func TestServeSignedTokens(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	natsURL, _ := cdcStream(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	const secret = "resume-token-secret-0123456789abcdef"

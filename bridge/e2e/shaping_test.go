@@ -79,7 +79,7 @@ func shapingRoutes(name, f string) string {
 // route's subject, the row as shaped, the masked columns listed where the
 // format puts them, and no byte of a left-out or masked value.
 func TestShapingEveryFormat(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE users (id int PRIMARY KEY, email text, password_hash text, name text, notes text,
 			status text, total numeric, tenant int, bio text)`,
@@ -195,7 +195,7 @@ func TestShapingEveryFormat(t *testing.T) {
 // published or acknowledged past it, so once the filter is fixed the
 // change arrives, once.
 func TestShapingErrorStopsAndResumes(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE orders (id int PRIMARY KEY, status text, total numeric)`)
 	bad := e.configRoutes("shbad", "", `  - sinks: [js]
@@ -232,7 +232,7 @@ func TestShapingErrorStopsAndResumes(t *testing.T) {
 // glob rule naming a column no table has each fail with the YAML path and
 // the table's columns; a correct route passes, naming the tables.
 func TestValidateConnectShaping(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE orders (id int PRIMARY KEY, status text, total numeric, email text)`,
 		`CREATE TABLE users (id int PRIMARY KEY, email text, password_hash text)`)
@@ -311,7 +311,7 @@ var shapeTypes = []shapeType{
 // no value of a left-out or masked column is in any byte of any stored
 // message, subject and headers included.
 func TestShapingPropertyEndToEnd(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	rng := rand.New(rand.NewPCG(testseed.Seed(t, "BRIDGE_PROPERTY_SEED"), 11))
 	e := newEnv(t)
 	const bridges, rows = 3, 25
@@ -434,7 +434,7 @@ func colTypes(ts []shapeType) []string {
 // every row the filter takes arrives exactly once, none it rejects does,
 // and no masked value is ever published.
 func TestShapingFilterKill9(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	bin := bridgeBinary(t)
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE events (id bigint PRIMARY KEY, kind text, secret text, pad text)`)

@@ -89,7 +89,7 @@ func requireResync(t *testing.T, ms []msg, reason string) cdc.Control {
 // publishes one resync message under a new epoch, and streams the changes
 // committed after that under the new epoch.
 func TestSlotInvalidatedResync(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnvWith(t, pgtest.Options{Settings: map[string]string{"max_slot_wal_keep_size": "1MB"}})
 	e.pg.ExecT(t, `CREATE TABLE r (id int PRIMARY KEY)`)
 	cfg := e.config("inval", "      tables: [public.r]\n      on_slot_lost: recreate")
@@ -125,7 +125,7 @@ func TestSlotInvalidatedResync(t *testing.T) {
 // with one error naming slot and database, with SQL to paste, and leaves
 // the slot alone.
 func TestSlotInvalidatedFailStops(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnvWith(t, pgtest.Options{Settings: map[string]string{"max_slot_wal_keep_size": "1MB"}})
 	e.pg.ExecT(t, `CREATE TABLE r (id int PRIMARY KEY)`)
 	cfg := e.config("failpol", "      tables: [public.r]")
@@ -159,7 +159,7 @@ func TestSlotInvalidatedFailStops(t *testing.T) {
 // bridge (terminating its walsender until the drop succeeds). Under
 // recreate it resyncs and keeps streaming under a new epoch.
 func TestSlotDroppedWhileRunningResync(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE r (id int PRIMARY KEY)`)
 	r := e.start(e.config("dropped", "      tables: [public.r]\n      on_slot_lost: recreate"))
@@ -189,7 +189,7 @@ func TestSlotDroppedWhileRunningResync(t *testing.T) {
 // with it stopped it publishes a resync message under a new epoch, and the
 // next run streams on under that epoch from the same position.
 func TestOperatorResync(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE r (id int PRIMARY KEY)`)
 	cfg := e.config("opres", "      tables: [public.r]")
@@ -224,7 +224,7 @@ func TestOperatorResync(t *testing.T) {
 // it starts the embedded server for its own time only, so the next `bridge
 // run` finds the port free and streams under the new epoch.
 func TestOperatorResyncEmbeddedNATS(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE re (id int PRIMARY KEY)`)
 	port, httpPort := freePort(t), freePort(t)
@@ -277,7 +277,7 @@ func TestOperatorResyncEmbeddedNATS(t *testing.T) {
 // cannot decode past the drop) with one error naming publication, database
 // and slot, and the SQL to recover.
 func TestSetupChangesWhileStreaming(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE r (id int PRIMARY KEY)`)
 	cfg, err := config.Load(e.config("pubdrop", "      tables: [public.r]"))

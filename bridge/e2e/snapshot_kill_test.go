@@ -27,7 +27,7 @@ func snapKills(t *testing.T) int { return 4 * killFactor(t) }
 // rows. Each process runs with debug logs, which name the chunks each run
 // sent and counted and what the sinks held; they are printed on failure.
 func TestSnapshotKill9Random(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	for _, tc := range []struct {
 		name string
 		// rows per kill, rows per chunk, and how long a process lives at least
@@ -72,7 +72,7 @@ func TestSnapshotKill9Random(t *testing.T) {
 		}, checks: [][2]string{{"CDC_%s", ""}, {"CDC2_%s", ""}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel() // each case has servers of its own
+			defer parallelLong(t)() // each case has servers of its own
 			bin := bridgeBinary(t)
 			e := newEnv(t)
 			kills := snapKills(t)
@@ -172,7 +172,7 @@ func TestSnapshotKill9Random(t *testing.T) {
 // chunk counted at the confirmation while the resume scan started at a
 // newer checkpoint's cursors left copies that no later run found).
 func TestSnapshotProgressFollowsCheckpoint(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE cd (id int PRIMARY KEY, v int)`, `INSERT INTO cd SELECT g, g FROM generate_series(1, 500) g`)
 	p := e.snapConfig("scd", "initial", 100)

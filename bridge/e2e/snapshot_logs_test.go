@@ -18,7 +18,7 @@ import (
 // hashes of tokens), so even at debug level its log names each chunk by
 // its id, never by the keys it starts after or ends at.
 func TestSnapshotLogsNoKeys(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE tokens (token_hash text PRIMARY KEY, owner text)`,
 		`INSERT INTO tokens SELECT 'h' || md5('token-' || g), 'o' || g FROM generate_series(1, 40) g`)

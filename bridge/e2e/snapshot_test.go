@@ -276,7 +276,7 @@ func (e *env) marker(stream string) []msg {
 // and checks with an oracle that the stream leaves each table's exact rows
 // and carries every committed change exactly once.
 func TestSnapshotInitialWithConcurrentWrites(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	eachMajor(t, snapshotInitialWithConcurrentWrites)
 }
 
@@ -326,7 +326,7 @@ func snapshotInitialWithConcurrentWrites(t *testing.T, major int) {
 // rows; the stream must leave the table's exact rows. A second request for
 // the same table is a new snapshot: its rows are published again.
 func TestSnapshotOnDemandWhileStreaming(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	const n = 2000
 	e.pg.ExecT(t, `CREATE TABLE od (id bigint PRIMARY KEY, v bigint NOT NULL, pad text)`,
@@ -381,7 +381,7 @@ func TestSnapshotOnDemandWhileStreaming(t *testing.T) {
 // neither primary key nor replica identity index, naming it and the fix; a
 // replica identity index is enough.
 func TestSnapshotTableWithoutKey(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE nokey (a int, b text)`, `INSERT INTO nokey VALUES (1, 'x')`,
 		`CREATE TABLE ri (a int NOT NULL, b text)`, `CREATE UNIQUE INDEX ri_a ON ri (a)`, `ALTER TABLE ri REPLICA IDENTITY USING INDEX ri_a`,
@@ -412,7 +412,7 @@ func TestSnapshotTableWithoutKey(t *testing.T) {
 // TestSnapshotModes: initial_only stops the pipeline once the snapshot is
 // checkpointed (without error), and a restart does not snapshot again.
 func TestSnapshotModes(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE m (id int PRIMARY KEY, v int)`, `INSERT INTO m SELECT g, g FROM generate_series(1, 100) g`)
 	cfg := e.snapConfig("smodes", "initial_only", 30)
@@ -517,7 +517,7 @@ func (l *chunkLog) queries(t *testing.T) []chunkQuery {
 // Postgres (the server's statement log: the chunk queries and their keys),
 // not what it logs, since the bridge logs no keys.
 func TestSnapshotKill9Resumes(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	bin := bridgeBinary(t)
 	e := newEnvPG(t, map[string]string{"log_statement": "all", "log_line_prefix": "'[%p] '"})
 	pgLog := &chunkLog{path: filepath.Join(e.pg.Dir, "log")}
@@ -673,7 +673,7 @@ func TestSnapshotLarge(t *testing.T) {
 // the bucket, as after a crash before the progress write): the rows carry
 // the same ids, so JetStream stores none of them twice.
 func TestSnapshotRepeatedChunkDeduplicated(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE rc (id int PRIMARY KEY, v int)`, `INSERT INTO rc SELECT g, g FROM generate_series(1, 500) g`)
 	cfg := e.snapConfig("srep", "initial", 100)
@@ -720,7 +720,7 @@ func TestSnapshotRepeatedChunkDeduplicated(t *testing.T) {
 // TestSnapshotWideRows: chunks end at snapshot.chunk_bytes, so rows of
 // hundreds of kilobytes stay bounded in memory, and arrive whole.
 func TestSnapshotWideRows(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE wide (id int PRIMARY KEY, body text, n int)`,
 		`INSERT INTO wide SELECT g, (SELECT string_agg(md5(random()::text || g || i), '') FROM generate_series(1, 6000) i), g FROM generate_series(1, 7) g`)
@@ -736,7 +736,7 @@ func TestSnapshotWideRows(t *testing.T) {
 // TestSnapshotWal2JSON: a wal2json source snapshots the same way. On
 // PostgreSQL 15 only, where wal2json exists (TestParityPgoutputWal2json).
 func TestSnapshotWal2JSON(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE wj (id int PRIMARY KEY, v numeric, pad text)`,
 		`INSERT INTO wj SELECT g, g / 4.0, 'p' || g FROM generate_series(1, 120) g`)

@@ -23,7 +23,7 @@ import (
 // checkpoint bucket, which the bridge refuses when it takes it. The
 // initial snapshot reads the tables only.
 func TestSnapshotWal2JSONOutsideTables(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE wa (id int PRIMARY KEY)`, `CREATE TABLE wsecret (id int PRIMARY KEY, token text)`,
 		`INSERT INTO wa SELECT g FROM generate_series(1, 10) g`, `INSERT INTO wsecret VALUES (1, 'hunter2')`)

@@ -25,7 +25,7 @@ func readIDs(ms []msg, table string) map[int64]int {
 // before anything is queued, and a literal of the wrong type is refused
 // by Postgres' own conversion, naming the table.
 func TestSnapshotWhere(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE tw (id bigint PRIMARY KEY, tenant int NOT NULL, region text)`,
 		`INSERT INTO tw SELECT g, g % 3, CASE WHEN g % 2 = 0 THEN 'eu' ELSE 'us' END FROM generate_series(1, 600) g`)

@@ -22,7 +22,7 @@ import (
 // standby is promoted (the primary stopped first) and the bridge carries
 // on from the same slot, through a restart too: every row exactly once.
 func TestDecodeOnStandby(t *testing.T) {
-	t.Parallel()
+	defer parallelLong(t)()
 	e := newEnvMajor(t, 16)
 	e.pg.ExecT(t, `CREATE TABLE sbt (id int PRIMARY KEY, v text)`, `CREATE PUBLICATION pub_sbd FOR TABLE sbt`)
 	standby := pgtest.NewStandbyT(t, e.pg, pgtest.StandbyOptions{Slot: "sb"})

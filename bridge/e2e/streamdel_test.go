@@ -20,7 +20,7 @@ import (
 // first checkpoint is saved: "republish since the last checkpoint" would
 // send every row again.
 func TestStreamDeletedNotRepublished(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE sd (id int PRIMARY KEY)`)
 	p := e.config("sdel2", "")

@@ -24,7 +24,7 @@ import (
 // nothing of a rolled-back subtransaction or transaction; transactions of
 // more than 1000 changes carry the identity start of commit record + 1.
 func TestStreamedInProgressKill9(t *testing.T) {
-	t.Parallel()
+	defer parallelLong(t)()
 	changes, kills := 40000, 8
 	if testing.Short() {
 		changes, kills = 12000, 4

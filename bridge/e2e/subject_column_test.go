@@ -28,7 +28,7 @@ func (e *env) configRoutes(name, extra, routes string) string {
 // that has the column, or a change without a row (TRUNCATE), goes
 // through.
 func TestSubjectColumnMissing(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE accounts (id int PRIMARY KEY, tenant text)`,
 		`CREATE TABLE orders (id int PRIMARY KEY, total int)`)

@@ -60,7 +60,7 @@ func appTracer(t *testing.T, recv *otlptest.Receiver, service string) (trace.Tra
 // consumer's span; one trace, with the right parents, as an OTLP receiver
 // got it.
 func TestTraceContinuityEndToEnd(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	recv := otlptest.NewReceiver(t)
 	e.pg.ExecT(t, `CREATE TABLE orders (id int PRIMARY KEY, item text)`)
@@ -205,7 +205,7 @@ func httpStatus(t testing.TB, u string) (int, string) {
 // TestMetricsAndHealth scrapes /metrics after some changes and a forced
 // reconnect, and checks /livez and /readyz around the start.
 func TestMetricsAndHealth(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE items (id int PRIMARY KEY, v text)`)
 	p := e.config("metrics", "")
@@ -296,7 +296,7 @@ func TestMetricsAndHealth(t *testing.T) {
 // TestStatusAfterRun runs the bridge briefly, stops it, and checks
 // `bridge status -o json` and the text form against the servers.
 func TestStatusAfterRun(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE items (id int PRIMARY KEY)`)
 	p := e.config("status", "")
@@ -370,7 +370,7 @@ func TestStatusAfterRun(t *testing.T) {
 // TestStatusEmbeddedNATS: with nats.url empty and the bridge down, status
 // starts the embedded server on its store to read the checkpoint.
 func TestStatusEmbeddedNATS(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE items (id int PRIMARY KEY)`)
 	port := freePort(t)

@@ -50,7 +50,7 @@ var zooRows = []string{
 }
 
 func TestTypeZooValueByValue(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	eachMajor(t, typeZooValueByValue)
 }
 

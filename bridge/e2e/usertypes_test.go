@@ -82,7 +82,7 @@ func userTypesRow(id int) string {
 // geometry), ST_AsGeoJSON for geography, and Debezium's {wkb, srid} from
 // ST_AsEWKB and ST_SRID.
 func TestUserTypesEveryFormat(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, userTypesDDL, userTypesRow(1))
 

@@ -68,7 +68,7 @@ const vcRoutes = `  - match: { tables: [public.orders] }
 // create, and creates nothing; once the bridge has run, it passes again
 // with everything existing.
 func TestValidateConnectGoodSetup(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE orders (id int PRIMARY KEY, tenant text, total int)`, `CREATE TABLE items (id int PRIMARY KEY)`)
 	p := e.configRoutes("vc", "", vcRoutes)
@@ -139,7 +139,7 @@ func TestValidateConnectGoodSetup(t *testing.T) {
 // TestValidateConnectFailures: each broken item of the setup gives its own
 // FAIL line, with the fix, and exit status 1.
 func TestValidateConnectFailures(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE orders (id int PRIMARY KEY, tenant text, total int)`,
 		`CREATE ROLE norepl LOGIN`,
@@ -240,7 +240,7 @@ func TestValidateConnectFailures(t *testing.T) {
 // a route's subjects, the line says "permission denied on <subject>";
 // the subjects it may publish pass.
 func TestValidateConnectPermissions(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE orders (id int PRIMARY KEY, tenant text)`)
 	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
@@ -271,7 +271,7 @@ func TestValidateConnectPermissions(t *testing.T) {
 // `bridge run`; with one running it checks its embedded server, found
 // through data_dir.
 func TestValidateConnectEmbedded(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE orders (id int PRIMARY KEY, tenant text)`)
 	p := withConfig(t, e.configRoutes("vce", "", `  - sinks: [js]

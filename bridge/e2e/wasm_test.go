@@ -36,7 +36,7 @@ func wasmConfig(t *testing.T, e *env, name, routes string) string {
 // is killed with SIGKILL and restarted, with a 1 s duplicate window, and
 // finds every paid and shipped order exactly once, shaped, and no draft.
 func TestWASMKillMidStream(t *testing.T) {
-	t.Parallel()
+	defer parallelLong(t)()
 	bin := bridgeBinary(t)
 	asf, gt := wasmtest.ASFilter(t), wasmtest.GoTransform(t)
 	e := newEnv(t)
@@ -157,7 +157,7 @@ func TestWASMKillMidStream(t *testing.T) {
 // LSN; the change is not acknowledged to Postgres, so the bridge started
 // with the module fixed publishes it.
 func TestWASMTrapStopsAtTheChange(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	bin := bridgeBinary(t)
 	guest := wasmtest.GoModule(t, filepath.Join(wasmtest.Root(t), "bridge", "wasm", "testdata", "guest"))
 	e := newEnv(t)

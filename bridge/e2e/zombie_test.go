@@ -81,13 +81,13 @@ func (p *zproc) signal(t *testing.T, sig syscall.Signal) {
 // walsender; nothing here bounds how long that takes beyond the waits'
 // minute, so the test runs beside the others.
 func TestZombieIsFenced(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	for _, tc := range []struct {
 		name   string
 		atomic bool
 	}{{"per_message", false}, {"atomic", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel() // each case has servers of its own
+			defer parallelLong(t)() // each case has servers of its own
 			bin := bridgeBinary(t)
 			e := newEnvPG(t, map[string]string{"wal_sender_timeout": "2s"})
 			w := newTxnWorkload(t, e, "zt", func() int { return 1 + rand.N(40) })
@@ -287,7 +287,7 @@ func lastLines(s string, n int) string {
 // follows it; a restart resumes from the checkpoint, not the slot, so
 // nothing is published twice.
 func TestConfirmDelay(t *testing.T) {
-	t.Parallel()
+	defer parallel(t)()
 	e := newEnv(t)
 	e.pg.ExecT(t, `CREATE TABLE cd (id int PRIMARY KEY)`)
 	conn := e.pg.Conn(t, "")
