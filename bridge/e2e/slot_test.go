@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -153,6 +154,51 @@ func TestSlotInvalidatedFailStops(t *testing.T) {
 	require.NoError(t, e.pg.Conn(t, "").QueryRow(t.Context(), `SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'slot_failpol'`).Scan(&status))
 	require.Equal(t, "lost", status, "the fail policy never drops the slot")
 	require.Len(t, e.messages("CDC_failpol"), 1, "nothing published")
+}
+
+// TestAnotherClusterRefused: the DSN is changed to point at another
+// cluster (another system identifier) that has a slot of the same name,
+// as after a restore from another cluster's backup. Under the default
+// policy the bridge stops with one error naming both system identifiers
+// and the way on, and publishes nothing from that cluster.
+func TestAnotherClusterRefused(t *testing.T) {
+	defer parallel(t)()
+	e := newEnv(t)
+	other := pgtest.StartT(t, pgtest.Options{OwnSystem: true})
+	sysid := func(pg *pgtest.Server) string {
+		var id string
+		require.NoError(t, pg.Conn(t, "").QueryRow(t.Context(), `SELECT system_identifier::text FROM pg_control_system()`).Scan(&id))
+		return id
+	}
+	first, second := sysid(e.pg), sysid(other)
+	require.NotEqual(t, first, second, "the two clusters must be two database systems")
+	e.pg.ExecT(t, `CREATE TABLE r (id int PRIMARY KEY)`)
+	cfg := e.config("othercl", "      tables: [public.r]")
+	r := e.start(cfg)
+	waitReady(t, r)
+	e.pg.ExecT(t, `INSERT INTO r VALUES (1)`)
+	e.waitCount("CDC_othercl", 1, 30*time.Second)
+	r.stop(t)
+
+	other.ExecT(t, `CREATE TABLE r (id int PRIMARY KEY)`, `CREATE PUBLICATION pub_othercl FOR TABLE r`,
+		`SELECT pg_create_logical_replication_slot('slot_othercl', 'pgoutput')`, `INSERT INTO r VALUES (2)`)
+	b, err := os.ReadFile(cfg)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(cfg, []byte(strings.Replace(string(b), e.pg.DSN(""), other.DSN(""), 1)), 0o644))
+
+	r = e.start(cfg)
+	select {
+	case err = <-r.done:
+		r.cancel = nil
+	case <-time.After(60 * time.Second):
+		t.Fatal("the bridge did not stop on another cluster")
+	}
+	require.Error(t, err)
+	for _, want := range []string{`slot "slot_othercl"`, "another database system", "system_identifier " + second,
+		"recorded on " + first, "point it back at the cluster the checkpoint was recorded on", "on_slot_lost: recreate"} {
+		require.ErrorContains(t, err, want)
+	}
+	require.EqualValues(t, 1, storedCount(t, e, "CDC_othercl"), "nothing published from the other cluster")
 }
 
 // TestSlotDroppedWhileRunningResync drops the slot under a streaming

@@ -150,11 +150,14 @@ func (s *Source) diverged(ctx context.Context, si SlotInfo, from, end cdc.LSN, w
 		return nil
 	}
 	if s.cfg.OnSlotLost != SlotLostRecreate {
-		return &SetupError{What: fmt.Sprintf("source %q, slot %q of database %q: %s", s.name, s.cfg.Slot, s.database, what),
-			Fix: fmt.Sprintf("set on_slot_lost: recreate on source %q and restart: the bridge publishes a resync message and streams again "+
-				"from the slot's confirmed position (%s) under a new epoch (consumers re-read; what this server lacks stays in the stream "+
-				"under the old epoch); set synchronized_standby_slots on the primary to prevent it (docs/sources.md#failover)",
-				s.name, si.ConfirmedFlush)}
+		recreate := fmt.Sprintf("set on_slot_lost: recreate on source %q and restart: the bridge publishes a resync message and streams again "+
+			"from the slot's confirmed position (%s) under a new epoch (consumers re-read; what this server lacks stays in the stream "+
+			"under the old epoch)", s.name, si.ConfirmedFlush)
+		fix := recreate + "; set synchronized_standby_slots on the primary to prevent it (docs/sources.md#failover)"
+		if reason == "system_changed" {
+			fix = "if the DSN is wrong, point it back at the cluster the checkpoint was recorded on; if this cluster replaces that one, " + recreate
+		}
+		return &SetupError{What: fmt.Sprintf("source %q, slot %q of database %q: %s", s.name, s.cfg.Slot, s.database, what), Fix: fix}
 	}
 	var walEnd cdc.LSN
 	var cur string
