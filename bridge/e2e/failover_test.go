@@ -286,13 +286,7 @@ func TestFailoverLaggingStandbyIsLoud(t *testing.T) {
 	require.Zero(t, ready)
 	c.failOver(t, "CDC_fol", true)
 
-	var err error
-	select {
-	case err = <-r.done:
-		r.cancel = nil
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("the bridge did not stop after a failover that lost part of the stream:\n%s", c.logs.String())
-	}
+	err := r.stopped(t, 2*time.Minute, "after a failover that lost part of the stream:\n"+c.logs.String())
 	require.Error(t, err)
 	for _, want := range []string{"a failover (or a point-in-time recovery) happened", "timeline 2", "timeline 1",
 		"synchronized_standby_slots", "would skip every commit", "on_slot_lost: recreate"} {

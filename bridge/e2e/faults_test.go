@@ -573,13 +573,7 @@ func TestFaultKVBucketDeleted(t *testing.T) {
 	e.waitStored("CDC_kvdel", 100, time.Minute)
 	js := natsJS(t, e)
 	require.NoError(t, js.DeleteKeyValue(t.Context(), "bridge_checkpoints"))
-	var err error
-	select {
-	case err = <-r.done:
-		r.cancel = nil
-	case <-time.After(60 * time.Second):
-		t.Fatal("the bridge went on without its checkpoint bucket")
-	}
+	err := r.stopped(t, 60*time.Second, "without its checkpoint bucket")
 	w.halt()
 	t.Logf("bridge stopped with: %v", err)
 	require.ErrorContains(t, err, `checkpoint bucket "bridge_checkpoints"`)

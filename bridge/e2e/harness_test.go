@@ -179,6 +179,22 @@ func (r *running) stop(t testing.TB) {
 	}
 }
 
+// stopped waits up to within for the App to stop on its own and returns
+// the error it stopped with; when it goes on running, the test fails with
+// what it should have stopped on.
+func (r *running) stopped(t testing.TB, within time.Duration, what string) error {
+	t.Helper()
+	select {
+	case err := <-r.done:
+		r.cancel()
+		r.cancel = nil
+		return err
+	case <-time.After(within):
+		t.Fatalf("the bridge went on running %s", what)
+		return nil
+	}
+}
+
 // msg is one stored message.
 type msg struct {
 	Seq     uint64

@@ -205,13 +205,7 @@ func TestShapingErrorStopsAndResumes(t *testing.T) {
 	r := e.start(bad)
 	waitReady(t, r)
 	e.pg.ExecT(t, `INSERT INTO orders VALUES (1, 'paid', 50)`)
-	var err error
-	select {
-	case err = <-r.done:
-		r.cancel = nil
-	case <-time.After(60 * time.Second):
-		t.Fatal("the bridge kept running with a filter naming a missing column")
-	}
+	err := r.stopped(t, 60*time.Second, "with a filter naming a missing column")
 	require.ErrorContains(t, err, "routes[0].filter:1:6: undefined field 'totl' (checked against public.orders)")
 	time.Sleep(300 * time.Millisecond)
 	require.Empty(t, e.messages("CDC_shbad"), "nothing is published past the failing change")

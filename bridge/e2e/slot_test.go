@@ -138,13 +138,7 @@ func TestSlotInvalidatedFailStops(t *testing.T) {
 	invalidateSlot(t, e, "slot_failpol")
 
 	r = e.start(cfg)
-	var err error
-	select {
-	case err = <-r.done:
-		r.cancel = nil
-	case <-time.After(60 * time.Second):
-		t.Fatal("the bridge did not stop on an invalidated slot")
-	}
+	err := r.stopped(t, 60*time.Second, "on an invalidated slot")
 	require.Error(t, err)
 	for _, want := range []string{`slot "slot_failpol" of database "postgres" is invalidated (wal_status = lost)`,
 		"SELECT pg_drop_replication_slot('slot_failpol');", "on_slot_lost: recreate", "max_slot_wal_keep_size"} {
@@ -187,12 +181,7 @@ func TestAnotherClusterRefused(t *testing.T) {
 	require.NoError(t, os.WriteFile(cfg, []byte(strings.Replace(string(b), e.pg.DSN(""), other.DSN(""), 1)), 0o644))
 
 	r = e.start(cfg)
-	select {
-	case err = <-r.done:
-		r.cancel = nil
-	case <-time.After(60 * time.Second):
-		t.Fatal("the bridge did not stop on another cluster")
-	}
+	err = r.stopped(t, 60*time.Second, "on another cluster")
 	require.Error(t, err)
 	for _, want := range []string{`slot "slot_othercl"`, "another database system", "system_identifier " + second,
 		"recorded on " + first, "point it back at the cluster the checkpoint was recorded on", "on_slot_lost: recreate"} {

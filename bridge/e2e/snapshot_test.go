@@ -387,14 +387,7 @@ func TestSnapshotTableWithoutKey(t *testing.T) {
 		`CREATE TABLE ri (a int NOT NULL, b text)`, `CREATE UNIQUE INDEX ri_a ON ri (a)`, `ALTER TABLE ri REPLICA IDENTITY USING INDEX ri_a`,
 		`INSERT INTO ri SELECT g, 'r' FROM generate_series(1, 30) g`)
 	r := e.start(e.snapConfig("snokey", "initial", 7))
-	var err error
-	select {
-	case err = <-r.done:
-	case <-time.After(2 * time.Minute):
-		t.Fatal("the bridge did not stop on a table without a key")
-	}
-	r.cancel()
-	r.cancel = nil
+	err := r.stopped(t, 2*time.Minute, "on a table without a key")
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "public.nokey has no primary key")
 	require.Contains(t, err.Error(), `ALTER TABLE "public"."nokey" ADD PRIMARY KEY`)

@@ -38,13 +38,7 @@ func TestSubjectColumnMissing(t *testing.T) {
 	r := e.start(p)
 	waitReady(t, r)
 	e.pg.ExecT(t, `INSERT INTO accounts VALUES (1, 'acme')`, `TRUNCATE accounts`, `INSERT INTO orders VALUES (1, 10)`)
-	var err error
-	select {
-	case err = <-r.done:
-		r.cancel = nil
-	case <-time.After(60 * time.Second):
-		t.Fatal("the bridge kept running after a change whose subject reads a missing column")
-	}
+	err := r.stopped(t, 60*time.Second, "after a change whose subject reads a missing column")
 	require.Error(t, err)
 	for _, want := range []string{"routes[0].subject", "public.orders", `column "tenant"`} {
 		require.Contains(t, err.Error(), want)
