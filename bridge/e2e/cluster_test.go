@@ -286,7 +286,7 @@ func clusterMessages(t *testing.T, url, stream string, n int) []msg {
 // replica of it is current, for up to two minutes; then a leader and a
 // quorum of current replicas will do, with the stragglers logged. A
 // restarted server's replica sometimes never catches up (three times in
-// four full runs on 2026-12-06, in TestClusterR3LeaderRestart and
+// two of four full runs on 2026-12-06, in TestClusterR3LeaderRestart and
 // TestFleetClusterR3, idle cluster, two minutes): nats-server's own
 // catch-up, as in nats-server#8319, not something the bridge does or can
 // see. What the tests prove is read from the stream's leader after it.
