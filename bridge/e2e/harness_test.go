@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -251,7 +250,8 @@ func (e *env) messages(stream string) []msg {
 			require.NoError(e.t, err, "message %d", md.Sequence.Stream)
 			var body map[string]any
 			if len(m.Data()) > 0 { // a dead letter may carry no payload
-				require.NoError(e.t, json.Unmarshal(m.Data(), &body), "message %d: %s", md.Sequence.Stream, m.Data())
+				body, err = decodeBody(m.Data())
+				require.NoError(e.t, err, "message %d: %s", md.Sequence.Stream, m.Data())
 			}
 			out = append(out, msg{Seq: md.Sequence.Stream, Subject: m.Subject(), ID: id, Pos: pos, Header: m.Headers(), Body: body, Raw: append([]byte(nil), m.Data()...)})
 		}
@@ -261,6 +261,31 @@ func (e *env) messages(stream string) []msg {
 		}
 	}
 	return out
+}
+
+// lastMessage returns the last message in stream, read alone (the
+// whole stream is not decoded for it).
+func (e *env) lastMessage(stream string) msg {
+	e.t.Helper()
+	nc, err := nats.Connect(e.natsURL(), e.natsOpts...)
+	require.NoError(e.t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(e.t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := js.Stream(ctx, stream)
+	require.NoError(e.t, err)
+	last := s.CachedInfo().State.LastSeq
+	require.NotZero(e.t, last, "stream %s is empty", stream)
+	m, err := s.GetMsg(ctx, last)
+	require.NoError(e.t, err, "stream %s seq %d", stream, last)
+	id := m.Header.Get("Nats-Msg-Id")
+	_, pos, err := cdc.ParseID(id)
+	require.NoError(e.t, err, "stream %s seq %d", stream, last)
+	body, err := decodeBody(m.Data)
+	require.NoError(e.t, err, "stream %s seq %d: %s", stream, last, m.Data)
+	return msg{Seq: m.Sequence, Subject: m.Subject, ID: id, Pos: pos, Header: m.Header, Body: body, Raw: m.Data}
 }
 
 // waitCount waits until stream holds at least n messages and returns them.

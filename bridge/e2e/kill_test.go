@@ -143,8 +143,7 @@ func kill9MidStream(t *testing.T, major int, options []string, changes, bulk, mi
 	require.NoError(t, e.pg.Conn(t, "").QueryRow(t.Context(), `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'slot_kill'`).Scan(&confirmed))
 	got, err := cdc.ParseLSN(confirmed)
 	require.NoError(t, err)
-	ms := e.messages("CDC_kill")
-	last := ms[len(ms)-1].Pos.LSN
+	last := e.lastMessage("CDC_kill").Pos.LSN
 	require.GreaterOrEqual(t, uint64(got), uint64(last),
 		"after SIGTERM the slot must be confirmed up to the last published commit %s, got %s", last, got)
 	t.Logf("slot confirmed_flush_lsn after stop: %s, last commit %s (kills: %s)", confirmed, last, strconv.Itoa(kills))
