@@ -200,7 +200,13 @@ func (c *failoverCluster) failOver(t *testing.T, stream string, lag bool) {
 	}
 	require.NoError(t, c.e.pg.Stop(t.Context(), "immediate"))
 	w.halt()
+	// The primary is gone: its links end (the WAL held back stays
+	// undelivered), and the standby's next attempts are refused as a
+	// dead host's are. A stalled proxy would instead hold them open
+	// unanswered, and a walreceiver or slot sync worker caught in such a
+	// connect can keep the promotion waiting past pg_ctl's 60 s.
 	c.proxy.Cut()
+	c.proxy.Resume()
 	require.NoError(t, c.standby.Promote(t.Context()))
 	t.Logf("primary stopped after %d commits of its writer; standby promoted", w.n.Load())
 	c.standby.ExecT(t, `INSERT INTO fo (phase) SELECT 2 FROM generate_series(1, 100)`)

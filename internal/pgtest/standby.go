@@ -180,7 +180,7 @@ func (s *Server) SetConf(ctx context.Context, settings map[string]string) error 
 // until it is one.
 func (s *Server) Promote(ctx context.Context) error {
 	if out, err := s.run(ctx, "pg_ctl", "-D", s.DataDir, "-w", "-t", "60", "promote"); err != nil {
-		return fmt.Errorf("pg_ctl promote: %w\n%s", err, out)
+		return fmt.Errorf("pg_ctl promote: %w\n%s\nthe server's log, last lines:\n%s", err, out, tail(s.Log(), 40))
 	}
 	return nil
 }
@@ -189,4 +189,13 @@ func (s *Server) Promote(ctx context.Context) error {
 func (s *Server) Log() string {
 	b, _ := os.ReadFile(filepath.Join(s.Dir, "log"))
 	return string(b)
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
