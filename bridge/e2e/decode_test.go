@@ -88,6 +88,15 @@ func fromFastJSON(v *fastjson.Value) (any, error) {
 	return nil, fmt.Errorf("unexpected JSON value type %s", v.Type())
 }
 
+// jsonText returns the JSON text of the value at path in v ("2" for the
+// number 2, as the writers record numbers with %d), or "<none>".
+func jsonText(v *fastjson.Value, path ...string) string {
+	if x := v.Get(path...); x != nil {
+		return x.String()
+	}
+	return "<none>"
+}
+
 // TestDecodeBodyMatchesEncodingJSON: decodeBody gives what encoding/json
 // gives, value for value, and fails where it fails.
 func TestDecodeBodyMatchesEncodingJSON(t *testing.T) {

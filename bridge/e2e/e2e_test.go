@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"github.com/valyala/fastjson"
 )
 
 func waitReady(t *testing.T, r *running) {
@@ -294,19 +295,19 @@ func (w *workload) writer(t *testing.T, wi, target int, pace time.Duration) {
 }
 
 // eventKey turns a stored kt message into the key the workload recorded.
-func eventKey(t *testing.T, m msg) string {
-	switch m.Body["op"] {
+func eventKey(t *testing.T, p *fastjson.Parser, m msg) string {
+	v, err := p.ParseBytes(m.Raw)
+	require.NoError(t, err, "stream seq %d: %s", m.Seq, m.Raw)
+	num := func(path ...string) string { return jsonText(v, path...) }
+	switch string(v.GetStringBytes("op")) {
 	case "insert":
-		a := m.Body["after"].(map[string]any)
-		return fmt.Sprintf("I:%v:%v", a["w"], a["n"])
+		return "I:" + num("after", "w") + ":" + num("after", "n")
 	case "update":
-		a := m.Body["after"].(map[string]any)
-		return fmt.Sprintf("U:%v:%v:%v", a["w"], a["n"], a["v"])
+		return "U:" + num("after", "w") + ":" + num("after", "n") + ":" + num("after", "v")
 	case "delete":
-		b := m.Body["before"].(map[string]any)
-		return fmt.Sprintf("D:%v", b["id"])
+		return "D:" + num("before", "id")
 	}
-	t.Fatalf("unexpected message %v", m.Body)
+	t.Fatalf("stream seq %d: unexpected message %s", m.Seq, m.Raw)
 	return ""
 }
 
@@ -315,7 +316,8 @@ func eventKey(t *testing.T, m msg) string {
 func (w *workload) verifyExactlyOnce(t *testing.T, e *env, stream string) {
 	t.Helper()
 	want, total := w.expected()
-	ms := e.waitCount(stream, total, 3*time.Minute)
+	e.waitStored(stream, total, 3*time.Minute)
+	ms := e.rawMessages(stream)
 	checkOrdered(t, ms)
 	checkEvents(t, "stream "+stream, ms, want, total)
 	// Nothing arrives later either.
@@ -341,8 +343,9 @@ func (w *workload) expected() (map[string]int, int) {
 func checkEvents(t *testing.T, what string, ms []msg, want map[string]int, total int) {
 	t.Helper()
 	got := map[string]int{}
+	var p fastjson.Parser
 	for _, m := range ms {
-		got[eventKey(t, m)]++
+		got[eventKey(t, &p, m)]++
 	}
 	var missing, extra []string
 	for k, v := range want {

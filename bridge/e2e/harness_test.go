@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -220,6 +221,46 @@ func fencedAfter(m, prev msg) bool {
 // messages reads every message of stream.
 func (e *env) messages(stream string) []msg {
 	e.t.Helper()
+	return e.readStream(stream, 0, withBody)
+}
+
+// messagesAfter reads the messages of stream after sequence seq.
+func (e *env) messagesAfter(stream string, seq uint64) []msg {
+	e.t.Helper()
+	return e.readStream(stream, seq, withBody)
+}
+
+// rawMessages reads every message of stream without decoding payloads:
+// Body is empty, Raw holds the payload. For checks that look at a few
+// fields of many messages (eventKey), which decoding each whole payload
+// into maps made a large part of the tests' CPU under -race.
+func (e *env) rawMessages(stream string) []msg {
+	e.t.Helper()
+	return e.readStream(stream, 0, rawOnly)
+}
+
+// headers reads every message of stream without its payload: Body and
+// Raw are empty, Header holds the server's Nats-Msg-Size besides the
+// message's own. For checks of ids, positions and headers only, which
+// then neither fetch nor decode the payloads.
+func (e *env) headers(stream string) []msg {
+	e.t.Helper()
+	return e.readStream(stream, 0, headersOnly)
+}
+
+// readMode is how much of each message readStream keeps.
+type readMode int
+
+const (
+	withBody    readMode = iota // Raw and the decoded Body
+	rawOnly                     // Raw, Body nil
+	headersOnly                 // neither: the server sends headers only
+)
+
+// readStream reads the messages of stream after sequence after (0: all)
+// up to its last one at the time of the call.
+func (e *env) readStream(stream string, after uint64, mode readMode) []msg {
+	e.t.Helper()
 	nc, err := nats.Connect(e.natsURL(), e.natsOpts...)
 	require.NoError(e.t, err)
 	defer nc.Close()
@@ -231,13 +272,25 @@ func (e *env) messages(stream string) []msg {
 	require.NoError(e.t, err)
 	info, err := s.Info(ctx)
 	require.NoError(e.t, err)
-	if info.State.Msgs == 0 {
+	if info.State.Msgs == 0 || info.State.LastSeq <= after {
 		return nil
 	}
-	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	cc := jetstream.OrderedConsumerConfig{HeadersOnly: mode == headersOnly}
+	if after > 0 {
+		cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, after+1
+	}
+	c, err := s.OrderedConsumer(ctx, cc)
 	require.NoError(e.t, err)
 	var out []msg
-	for uint64(len(out)) < info.State.Msgs {
+	// All of them: as many as the stream holds. From a sequence on: up to
+	// the last one.
+	more := func() bool {
+		if after == 0 {
+			return uint64(len(out)) < info.State.Msgs
+		}
+		return len(out) == 0 || out[len(out)-1].Seq < info.State.LastSeq
+	}
+	for more() {
 		batch, err := c.FetchNoWait(1000)
 		require.NoError(e.t, err)
 		n := 0
@@ -249,11 +302,15 @@ func (e *env) messages(stream string) []msg {
 			_, pos, err := cdc.ParseID(id)
 			require.NoError(e.t, err, "message %d", md.Sequence.Stream)
 			var body map[string]any
-			if len(m.Data()) > 0 { // a dead letter may carry no payload
+			if len(m.Data()) > 0 && mode == withBody { // a dead letter may carry no payload
 				body, err = decodeBody(m.Data())
 				require.NoError(e.t, err, "message %d: %s", md.Sequence.Stream, m.Data())
 			}
-			out = append(out, msg{Seq: md.Sequence.Stream, Subject: m.Subject(), ID: id, Pos: pos, Header: m.Headers(), Body: body, Raw: append([]byte(nil), m.Data()...)})
+			var raw []byte
+			if mode != headersOnly {
+				raw = append([]byte(nil), m.Data()...)
+			}
+			out = append(out, msg{Seq: md.Sequence.Stream, Subject: m.Subject(), ID: id, Pos: pos, Header: m.Headers(), Body: body, Raw: raw})
 		}
 		require.NoError(e.t, batch.Error())
 		if n == 0 {
@@ -286,6 +343,24 @@ func (e *env) lastMessage(stream string) msg {
 	body, err := decodeBody(m.Data)
 	require.NoError(e.t, err, "stream %s seq %d: %s", stream, last, m.Data)
 	return msg{Seq: m.Sequence, Subject: m.Subject, ID: id, Pos: pos, Header: m.Header, Body: body, Raw: m.Data}
+}
+
+// waitBridgeGone waits until the NATS server holds no connection of a
+// bridge process (their names start with "bridge"): after a kill, the
+// server has then read everything the dead process sent. Only for tests
+// that run one bridge process at a time.
+func (e *env) waitBridgeGone() {
+	e.t.Helper()
+	require.Eventually(e.t, func() bool {
+		cz, err := e.ns.NATS().Connz(&server.ConnzOptions{State: server.ConnOpen, Limit: 1024})
+		require.NoError(e.t, err)
+		for _, c := range cz.Conns {
+			if strings.HasPrefix(c.Name, "bridge") {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 20*time.Millisecond, "the NATS server still holds connections of a bridge process")
 }
 
 // waitCount waits until stream holds at least n messages and returns them.

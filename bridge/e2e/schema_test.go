@@ -33,10 +33,11 @@ func enableSchemas(t *testing.T, path string) {
 
 // registry reads the test's schema registry bucket.
 type registry struct {
-	t   testing.TB
-	kv  jetstream.KeyValue
-	nc  *nats.Conn
-	got map[string]*schema.Version
+	t        testing.TB
+	kv       jetstream.KeyValue
+	nc       *nats.Conn
+	got      map[string]*schema.Version
+	compiled map[*schema.Version]*jsonschema.Schema
 }
 
 func (e *env) registry(t testing.TB) *registry {
@@ -48,7 +49,7 @@ func (e *env) registry(t testing.TB) *registry {
 	require.NoError(t, err)
 	kv, err := js.KeyValue(t.Context(), "bridge_schemas")
 	require.NoError(t, err)
-	return &registry{t: t, kv: kv, nc: nc, got: map[string]*schema.Version{}}
+	return &registry{t: t, kv: kv, nc: nc, got: map[string]*schema.Version{}, compiled: map[*schema.Version]*jsonschema.Schema{}}
 }
 
 // version returns a version the registry must hold.
@@ -76,15 +77,20 @@ func (r *registry) latest(source, sch, table string) int {
 }
 
 // validate checks row (a native after image) against the version's native
-// JSON Schema.
+// JSON Schema, compiled once per version.
 func (r *registry) validate(v *schema.Version, row any) error {
 	r.t.Helper()
-	var doc any
-	require.NoError(r.t, json.Unmarshal(v.JSONSchema["native"], &doc))
-	c := jsonschema.NewCompiler()
-	require.NoError(r.t, c.AddResource("row.json", doc))
-	s, err := c.Compile("row.json")
-	require.NoError(r.t, err)
+	s, ok := r.compiled[v]
+	if !ok {
+		var doc any
+		require.NoError(r.t, json.Unmarshal(v.JSONSchema["native"], &doc))
+		c := jsonschema.NewCompiler()
+		require.NoError(r.t, c.AddResource("row.json", doc))
+		var err error
+		s, err = c.Compile("row.json")
+		require.NoError(r.t, err)
+		r.compiled[v] = s
+	}
 	return s.Validate(row)
 }
 
@@ -461,6 +467,12 @@ func schemaEventsKill9(t *testing.T, plugin string) {
 	deadline := time.Now().Add(3 * time.Minute)
 	var ms, rows []msg
 	for {
+		// Reading and splitting the whole stream costs: only once it holds
+		// at least as many messages as row changes wanted, or to report.
+		if storedCount(t, e, "CDC_skill") < uint64(total) && time.Now().Before(deadline) {
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
 		ms = e.messages("CDC_skill")
 		rows = rows[:0]
 		for _, m := range ms {
