@@ -263,7 +263,8 @@ func readPluginFile(t *testing.T, path string) []msg {
 		_, pos, err := cdc.ParseID(l.ID)
 		require.NoError(t, err)
 		m := msg{Seq: uint64(len(ms) + 1), Subject: l.Subject, ID: l.ID, Pos: pos, Raw: l.Payload}
-		require.NoError(t, json.Unmarshal(l.Payload, &m.Body))
+		m.Body, err = decodeBody(l.Payload)
+		require.NoError(t, err, "%s: %s", l.ID, l.Payload)
 		ms = append(ms, m)
 	}
 	return ms
