@@ -7,6 +7,12 @@
 // harness_test.go has the shared environment: newEnv starts Postgres and
 // NATS, env.config writes a bridge.yaml, env.start runs an App in the test's
 // process, and the message helpers read back what the stream holds.
+// Reading back is the tests' largest own cost under -race, so a check
+// reads no more than it looks at: env.messages decodes every payload;
+// env.rawMessages keeps them raw for a check of a few fields over many
+// messages (eventKey takes them with fastjson); env.headers fetches no
+// payload; env.messagesAfter reads only what came since; storedCount and
+// env.waitStored count without reading.
 //
 // # Parallel and serial tests
 //

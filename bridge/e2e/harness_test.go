@@ -340,8 +340,11 @@ func (e *env) lastMessage(stream string) msg {
 	id := m.Header.Get("Nats-Msg-Id")
 	_, pos, err := cdc.ParseID(id)
 	require.NoError(e.t, err, "stream %s seq %d", stream, last)
-	body, err := decodeBody(m.Data)
-	require.NoError(e.t, err, "stream %s seq %d: %s", stream, last, m.Data)
+	var body map[string]any
+	if len(m.Data) > 0 { // a dead letter may carry no payload
+		body, err = decodeBody(m.Data)
+		require.NoError(e.t, err, "stream %s seq %d: %s", stream, last, m.Data)
+	}
 	return msg{Seq: m.Sequence, Subject: m.Subject, ID: id, Pos: pos, Header: m.Header, Body: body, Raw: m.Data}
 }
 
