@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -271,9 +270,9 @@ func clusterMessages(t *testing.T, url, stream string, n int) []msg {
 			id := m.Headers().Get("Nats-Msg-Id")
 			_, pos, err := cdc.ParseID(id)
 			require.NoError(t, err, "message %d", md.Sequence.Stream)
-			var body map[string]any
-			require.NoError(t, json.Unmarshal(m.Data(), &body), "message %d: %s", md.Sequence.Stream, m.Data())
-			out = append(out, msg{Seq: md.Sequence.Stream, Subject: m.Subject(), ID: id, Pos: pos, Header: m.Headers(), Body: body})
+			body, err := decodeBody(m.Data())
+			require.NoError(t, err, "message %d: %s", md.Sequence.Stream, m.Data())
+			out = append(out, msg{Seq: md.Sequence.Stream, Subject: m.Subject(), ID: id, Pos: pos, Header: m.Headers(), Body: body, Raw: append([]byte(nil), m.Data()...)})
 		}
 		if batch.Error() != nil || n == 0 {
 			time.Sleep(50 * time.Millisecond)

@@ -296,6 +296,7 @@ func (w *workload) writer(t *testing.T, wi, target int, pace time.Duration) {
 
 // eventKey turns a stored kt message into the key the workload recorded.
 func eventKey(t *testing.T, p *fastjson.Parser, m msg) string {
+	require.NotEmpty(t, m.Raw, "stream seq %d: eventKey reads the raw payload; read the stream with env.messages or env.rawMessages", m.Seq)
 	v, err := p.ParseBytes(m.Raw)
 	require.NoError(t, err, "stream seq %d: %s", m.Seq, m.Raw)
 	num := func(path ...string) string { return jsonText(v, path...) }

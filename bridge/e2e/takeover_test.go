@@ -113,3 +113,67 @@ func TestTakeoverAfterALateSave(t *testing.T) {
 	require.Len(t, msgs, 50)
 	r.stop(t) // fails the test if the run ended with an error
 }
+
+// TestLateSaveAfterTakeoverIsRefused: a save of the run that wrote the
+// checkpoint last arrives after the next run streams (held in the network
+// through a partition: TestFleetClusterR3 failed once so, when its cut-off
+// member's save landed as the link healed). The new run made the
+// checkpoint its own before streaming, so that late save is the one
+// refused as a fence; the new run streams on and checkpoints every change.
+// Before the fix the late save landed at the revision the new run had
+// loaded, and the new run's next save was refused: it stopped with nobody
+// streaming the source.
+func TestLateSaveAfterTakeoverIsRefused(t *testing.T) {
+	defer parallel(t)()
+	e := newEnv(t)
+	e.pg.ExecT(t, `CREATE TABLE items (id int PRIMARY KEY, name text)`)
+	cfgPath := e.config("lateafter", "")
+	key := checkpoint.Key("lateafter", "app")
+	nc, err := nats.Connect(e.natsURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+
+	// The first run streams ten changes and stops: its checkpoint is the
+	// last one, at revision rev.
+	r := e.start(cfgPath)
+	waitSlotActive(t, e, "slot_lateafter")
+	for i := 1; i <= 10; i++ {
+		e.pg.ExecT(t, fmt.Sprintf(`INSERT INTO items VALUES (%d, 'x')`, i))
+	}
+	e.waitStored("CDC_lateafter", 10, time.Minute)
+	r.stop(t)
+	store, err := checkpoint.Open(t.Context(), js, "bridge_checkpoints", 1)
+	require.NoError(t, err)
+	first, rev, err := store.Load(t.Context(), key)
+	require.NoError(t, err)
+	require.NotEmpty(t, first.Run)
+
+	// The next run streams; then the first run's late save arrives.
+	r = e.start(cfgPath)
+	waitReady(t, r)
+	waitSlotActive(t, e, "slot_lateafter")
+	_, err = store.Save(t.Context(), key, first, rev)
+	require.ErrorIs(t, err, checkpoint.ErrFenced, "the first run's late save must be refused once the next run streams")
+
+	for i := 11; i <= 20; i++ {
+		e.pg.ExecT(t, fmt.Sprintf(`INSERT INTO items VALUES (%d, 'x')`, i))
+	}
+	e.waitStored("CDC_lateafter", 20, time.Minute)
+	var st checkpoint.State
+	require.Eventually(t, func() bool {
+		select {
+		case err := <-r.done:
+			t.Fatalf("the bridge stopped: %v", err)
+		default:
+		}
+		st, _, err = store.Load(t.Context(), key)
+		require.NoError(t, err)
+		return st.Run != first.Run && st.LSN > first.LSN
+	}, 30*time.Second, 50*time.Millisecond, "no checkpoint of the next run past the late save")
+	ms := e.messages("CDC_lateafter")
+	checkOrdered(t, ms)
+	require.Len(t, ms, 20)
+	r.stop(t) // fails the test if the run ended with an error
+}

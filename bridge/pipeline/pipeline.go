@@ -442,15 +442,29 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 		}
 		st.SystemID, st.Timeline, st.Standby = cur.SystemID, cur.Timeline, cur.Standby
 	}
-	if st.Paused || evicted {
-		// The source was paused, and this run resumes it; or this run
-		// ended the slot's previous reader, whose run may wake up and save
-		// what it had: a revision of this run's makes that save a fence.
+	if st.Paused || evicted || st.Run != p.run {
+		// The checkpoint becomes this run's before anything streams: the
+		// source was paused, and this run resumes it; or another run wrote
+		// it last (the slot's previous owner, or an instance this one took
+		// over from), and a save of that run may still arrive: held in the
+		// network through a partition, or from the slot's previous reader
+		// that this run ended and that wakes up. At the revision it loaded,
+		// that save would land, and this run's next one be refused as a
+		// fence. A revision of this run's makes that late save the fence.
 		st.Paused, st.Run, st.UpdatedAt = false, p.run, time.Now().UTC()
-		if rev, err = p.store.Save(ctx, p.key, st, rev); err != nil {
+		next, err := p.store.Save(ctx, p.key, st, rev)
+		if err != nil {
 			_ = src.Close(context.Background())
+			if errors.Is(err, checkpoint.ErrFenced) {
+				// The late save came first: start again from it, as
+				// when the checkpoint moved while the slot was opened.
+				if _, now, lerr := p.store.Load(ctx, p.key); lerr == nil {
+					return false, &movedError{key: p.key, from: rev, to: now}
+				}
+			}
 			return false, fmt.Errorf("saving checkpoint %q as this run's: %w", p.key, err)
 		}
+		rev = next
 	}
 	for _, h := range held { // once per run that owns the slot, not at every attempt of a standby
 		p.log.Info("sink already holds changes past the checkpoint; they will not be sent again", "sink", h.sink, "count", h.n)
