@@ -257,19 +257,30 @@ const (
 	headersOnly                 // neither: the server sends headers only
 )
 
+// openStream connects to the test's NATS server as the test's clients do
+// and opens stream, within a minute's context; done closes the connection.
+func (e *env) openStream(stream string) (ctx context.Context, s jetstream.Stream, done func()) {
+	e.t.Helper()
+	nc, err := nats.Connect(e.natsURL(), e.natsOpts...)
+	require.NoError(e.t, err)
+	js, err := jetstream.New(nc)
+	require.NoError(e.t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	s, err = js.Stream(ctx, stream)
+	if err != nil {
+		cancel()
+		nc.Close()
+		require.NoError(e.t, err, "stream %s", stream)
+	}
+	return ctx, s, func() { cancel(); nc.Close() }
+}
+
 // readStream reads the messages of stream after sequence after (0: all)
 // up to its last one at the time of the call.
 func (e *env) readStream(stream string, after uint64, mode readMode) []msg {
 	e.t.Helper()
-	nc, err := nats.Connect(e.natsURL(), e.natsOpts...)
-	require.NoError(e.t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(e.t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	s, err := js.Stream(ctx, stream)
-	require.NoError(e.t, err)
+	ctx, s, done := e.openStream(stream)
+	defer done()
 	info, err := s.Info(ctx)
 	require.NoError(e.t, err)
 	if info.State.Msgs == 0 || info.State.LastSeq <= after {
@@ -324,15 +335,8 @@ func (e *env) readStream(stream string, after uint64, mode readMode) []msg {
 // whole stream is not decoded for it).
 func (e *env) lastMessage(stream string) msg {
 	e.t.Helper()
-	nc, err := nats.Connect(e.natsURL(), e.natsOpts...)
-	require.NoError(e.t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(e.t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	s, err := js.Stream(ctx, stream)
-	require.NoError(e.t, err)
+	ctx, s, done := e.openStream(stream)
+	defer done()
 	last := s.CachedInfo().State.LastSeq
 	require.NotZero(e.t, last, "stream %s is empty", stream)
 	m, err := s.GetMsg(ctx, last)

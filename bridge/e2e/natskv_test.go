@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -58,15 +57,8 @@ type kvMsg struct {
 // kvMessages reads every message the stream of bucket holds, in order.
 func (e *env) kvMessages(bucket string) []kvMsg {
 	e.t.Helper()
-	nc, err := nats.Connect(e.natsURL())
-	require.NoError(e.t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(e.t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	st, err := js.Stream(ctx, "KV_"+bucket)
-	require.NoError(e.t, err)
+	ctx, st, done := e.openStream("KV_" + bucket)
+	defer done()
 	info, err := st.Info(ctx)
 	require.NoError(e.t, err)
 	if info.State.Msgs == 0 {

@@ -34,6 +34,21 @@ func (s *lateSaveSource) Open(ctx context.Context, from cdc.LSN) error {
 	return s.before(ctx)
 }
 
+// lateSaveEnv starts the servers of a late-save test of bridge name: a
+// table items, the bridge's config, its checkpoint key, and a JetStream
+// client to save under that key as another run would.
+func lateSaveEnv(t *testing.T, name string) (*env, string, string, jetstream.JetStream) {
+	t.Helper()
+	e := newEnv(t)
+	e.pg.ExecT(t, `CREATE TABLE items (id int PRIMARY KEY, name text)`)
+	nc, err := nats.Connect(e.natsURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return e, e.config(name, ""), checkpoint.Key(name, "app"), js
+}
+
 // TestTakeoverAfterALateSave: the slot's previous owner saved the
 // checkpoint after this instance loaded it and before the slot became this
 // instance's. The new owner must not take that for a fence and stop: it
@@ -44,16 +59,7 @@ func (s *lateSaveSource) Open(ctx context.Context, from cdc.LSN) error {
 //
 // Serial: a takeover.
 func TestTakeoverAfterALateSave(t *testing.T) {
-	e := newEnv(t)
-	e.pg.ExecT(t, `CREATE TABLE items (id int PRIMARY KEY, name text)`)
-	cfgPath := e.config("late", "")
-	key := checkpoint.Key("late", "app")
-
-	nc, err := nats.Connect(e.natsURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	e, cfgPath, key, js := lateSaveEnv(t, "late")
 
 	real, err := sources.Default.Lookup("pgoutput")
 	require.NoError(t, err)
@@ -125,15 +131,7 @@ func TestTakeoverAfterALateSave(t *testing.T) {
 // streaming the source.
 func TestLateSaveAfterTakeoverIsRefused(t *testing.T) {
 	defer parallel(t)()
-	e := newEnv(t)
-	e.pg.ExecT(t, `CREATE TABLE items (id int PRIMARY KEY, name text)`)
-	cfgPath := e.config("lateafter", "")
-	key := checkpoint.Key("lateafter", "app")
-	nc, err := nats.Connect(e.natsURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	e, cfgPath, key, js := lateSaveEnv(t, "lateafter")
 
 	// The first run streams ten changes and stops: its checkpoint is the
 	// last one, at revision rev.
