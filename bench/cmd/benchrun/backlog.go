@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,6 +33,22 @@ func (r *runner) workload(ctx context.Context, w string, decode, backlog, w2j bo
 	if runPipe {
 		if err := r.pg.CreateSlot(ctx, slots["pipe"], "pgoutput"); err != nil {
 			return err
+		}
+	}
+	// -rounds: the bridge (pgoutput) and the pipe again on slots of their
+	// own, made now so that they read the same backlog.
+	rounds := 1
+	if backlog {
+		rounds = max(1, o.rounds)
+	}
+	for k := 2; k <= rounds; k++ {
+		for _, who := range []string{"bridge", "pipe"} {
+			if who == "pipe" && !runPipe {
+				continue
+			}
+			if err := r.pg.CreateSlot(ctx, roundName(slots[who], k), "pgoutput"); err != nil {
+				return err
+			}
 		}
 	}
 	w2jBridge := backlog && w2j // the bridge with its wal2json source too
@@ -94,24 +111,38 @@ func (r *runner) workload(ctx context.Context, w string, decode, backlog, w2j bo
 		r.res.Decodes[w] = append(r.res.Decodes[w], Decode{Decode: d, Rate: d.Rate(), Other: other})
 		_ = r.pg.DropSlot(ctx, slots["sql"])
 	}
-	if runBridge {
-		b, err := r.bridgeBacklog(ctx, w, "pgoutput", slots["bridge"], load.Changes)
-		if err != nil {
-			return err
+	for k := 1; k <= rounds; k++ {
+		// Odd rounds run the bridge first, even ones the pipe: whichever
+		// goes second finds nats-server's memory faulted in already.
+		order := []string{"bridge", "pipe"}
+		if k%2 == 0 {
+			order = []string{"pipe", "bridge"}
 		}
-		r.res.Backlogs = append(r.res.Backlogs, b)
-		_ = r.pg.DropSlot(ctx, slots["bridge"])
-	}
-	if runPipe {
-		b, err := r.pipeBacklog(ctx, w, slots["pipe"], load.Changes)
-		if err != nil {
-			return err
+		for _, who := range order {
+			round := 0
+			if rounds > 1 {
+				round = k
+			}
+			switch {
+			case who == "bridge" && runBridge:
+				b, err := r.bridgeBacklog(ctx, w, "pgoutput", roundName(slots["bridge"], k), load.Changes, round)
+				if err != nil {
+					return err
+				}
+				r.res.Backlogs = append(r.res.Backlogs, b)
+				_ = r.pg.DropSlot(ctx, roundName(slots["bridge"], k))
+			case who == "pipe" && runPipe:
+				b, err := r.pipeBacklog(ctx, w, roundName(slots["pipe"], k), load.Changes, round)
+				if err != nil {
+					return err
+				}
+				r.res.PipeBacklogs = append(r.res.PipeBacklogs, b)
+				_ = r.pg.DropSlot(ctx, roundName(slots["pipe"], k))
+			}
 		}
-		r.res.PipeBacklogs = append(r.res.PipeBacklogs, b)
-		_ = r.pg.DropSlot(ctx, slots["pipe"])
 	}
 	if w2jBridge {
-		b, err := r.bridgeBacklog(ctx, w, "wal2json", slots["bridge_w2j"], load.Changes)
+		b, err := r.bridgeBacklog(ctx, w, "wal2json", slots["bridge_w2j"], load.Changes, 0)
 		if err != nil {
 			return err
 		}
@@ -121,12 +152,24 @@ func (r *runner) workload(ctx context.Context, w string, decode, backlog, w2j bo
 	return nil
 }
 
-func (r *runner) bridgeBacklog(ctx context.Context, w, plugin, slot string, n int) (Backlog, error) {
-	b := Backlog{Workload: w, Plugin: plugin, Changes: n}
+// roundName is name for round k of -rounds: name itself for the first.
+func roundName(name string, k int) string {
+	if k <= 1 {
+		return name
+	}
+	return fmt.Sprintf("%s_r%d", name, k)
+}
+
+// bridgeBacklog measures the bridge over workload w's backlog of n changes
+// waiting in slot; round is its round of -rounds (0: the only one). Each
+// round's bridge has a name, data directory and stream of its own.
+func (r *runner) bridgeBacklog(ctx context.Context, w, plugin, slot string, n, round int) (Backlog, error) {
+	b := Backlog{Workload: w, Plugin: plugin, Changes: n, Round: round}
 	name := w
 	if plugin != "pgoutput" {
 		name = w + "_" + plugin
 	}
+	name = roundName(name, round)
 	stream := "BENCH_" + strings.ToUpper(name)
 	cfg := bench.BridgeConfig{Name: "bench_" + name, Slot: slot, Plugin: plugin, Stream: stream, Subject: "bench." + name,
 		DSN: r.pg.Server.DSN(""), NATSURL: r.ns.URL(), DataDir: filepath.Join(r.work, "data_"+name)}
@@ -145,9 +188,9 @@ func (r *runner) bridgeBacklog(ctx context.Context, w, plugin, slot string, n in
 		env = append(env, "BENCH_CPUPROFILE="+b.CPUProfile, "BENCH_MEMPROFILE="+b.AllocProfile,
 			"BENCH_HEAPPROFILE="+filepath.Join(r.o.profile, "heap-"+name+".pprof"))
 	}
-	logf("bridge (%s): backlog %s, %d changes", plugin, w, n)
+	logf("bridge (%s): backlog %s, %d changes", plugin, name, n)
 	start := func() (*bench.Proc, error) {
-		return bench.StartBridge(bin, path, filepath.Join(r.work, "bridge-"+w+".log"), env...)
+		return bench.StartBridge(bin, path, filepath.Join(r.work, "bridge-"+name+".log"), env...)
 	}
 	var beforeStop func(*bench.Proc)
 	if r.o.profile != "" {

@@ -60,6 +60,7 @@ type options struct {
 	quietWait                time.Duration
 	quietBelow               float64
 	bridgeEnv                []string
+	rounds                   int
 }
 
 func envInt(name string, def int) int {
@@ -110,6 +111,7 @@ func main() {
 	flag.DurationVar(&o.poll, "poll", 10*time.Millisecond, "how often the stream's message count is polled")
 	flag.DurationVar(&o.quietWait, "quiet-wait", envDur("BENCH_QUIET_WAIT", 0), "before each measurement wait up to this long for the machine to be idle (see -quiet-below)")
 	flag.Float64Var(&o.quietBelow, "quiet-below", 0.25, "idle means less than this many cores busy over a second")
+	flag.IntVar(&o.rounds, "rounds", envInt("BENCH_ROUNDS", 1), "backlog phase: run the bridge (pgoutput) and the pipe this many times on each backlog, alternating which goes first, and report each round and the median")
 	flag.Func("bridge-env", "K=V added to the bridge process's environment (repeatable), e.g. GOGC=200 or BRIDGE_SINKS__JS__BATCH__MAX_WAIT=5ms", func(v string) error {
 		if !strings.Contains(v, "=") {
 			return fmt.Errorf("want K=V, got %q", v)

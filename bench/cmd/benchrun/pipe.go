@@ -25,12 +25,13 @@ func (r *runner) startPipe(name, slot, stream, subject string) func() (*bench.Pr
 }
 
 // pipeBacklog measures the pipe over workload w's backlog of n changes
-// waiting in slot, as bridgeBacklog measures the bridge.
-func (r *runner) pipeBacklog(ctx context.Context, w, slot string, n int) (Backlog, error) {
-	b := Backlog{Workload: w, Plugin: "pgoutput", Consumer: "pipe", Changes: n}
-	stream := "PIPE_" + strings.ToUpper(w)
-	logf("pipe: backlog %s, %d changes", w, n)
-	if err := r.measureBacklog(ctx, &b, "pipe", slot, stream, r.startPipe(w, slot, stream, "pipe."+w), nil); err != nil {
+// waiting in slot, as bridgeBacklog measures the bridge (round: the same).
+func (r *runner) pipeBacklog(ctx context.Context, w, slot string, n, round int) (Backlog, error) {
+	b := Backlog{Workload: w, Plugin: "pgoutput", Consumer: "pipe", Changes: n, Round: round}
+	name := roundName(w, round)
+	stream := "PIPE_" + strings.ToUpper(name)
+	logf("pipe: backlog %s, %d changes", name, n)
+	if err := r.measureBacklog(ctx, &b, "pipe", slot, stream, r.startPipe(name, slot, stream, "pipe."+name), nil); err != nil {
 		return b, err
 	}
 	bench.DeleteStream(ctx, r.js, stream)

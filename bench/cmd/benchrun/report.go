@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -53,20 +54,23 @@ func report(w io.Writer, res *Results, o options) {
 				if b.Workload != wl {
 					continue
 				}
-				fmt.Fprintf(tw, "%s\tbridge %s\t%d\t%.2f\t%.0f\t%.2f\t%.2f\t%.2f\t%s\t%s\t%s\t\t%.2f\t%s\t%.2f\t\n", wl, b.Plugin, b.Changes, b.Wall.Seconds(), b.Rate, b.VsDecode, b.VsJSAsync, b.VsJetStream,
+				fmt.Fprintf(tw, "%s\tbridge %s%s\t%d\t%.2f\t%.0f\t%.2f\t%.2f\t%.2f\t%s\t%s\t%s\t\t%.2f\t%s\t%.2f\t\n", wl, b.Plugin, roundLabel(b.Round), b.Changes, b.Wall.Seconds(), b.Rate, b.VsDecode, b.VsJSAsync, b.VsJetStream,
 					us(b.Bridge, b.Changes), us(b.Walsender, b.Changes), us(b.NATSServer, b.Changes), b.Cores, mib(b.PeakRSS), b.Other)
 			}
 			for _, b := range res.PipeBacklogs {
 				if b.Workload != wl {
 					continue
 				}
-				fmt.Fprintf(tw, "%s\tpipe %s\t%d\t%.2f\t%.0f\t%.2f\t%.2f\t%.2f\t%s\t%s\t%s\t\t%.2f\t%s\t%.2f\t\n", wl, b.Plugin, b.Changes, b.Wall.Seconds(), b.Rate, b.VsDecode, b.VsJSAsync, b.VsJetStream,
+				fmt.Fprintf(tw, "%s\tpipe %s%s\t%d\t%.2f\t%.0f\t%.2f\t%.2f\t%.2f\t%s\t%s\t%s\t\t%.2f\t%s\t%.2f\t\n", wl, b.Plugin, roundLabel(b.Round), b.Changes, b.Wall.Seconds(), b.Rate, b.VsDecode, b.VsJSAsync, b.VsJetStream,
 					us(b.Bridge, b.Changes), us(b.Walsender, b.Changes), us(b.NATSServer, b.Changes), b.Cores, mib(b.PeakRSS), b.Other)
 			}
 			for _, b := range res.Backlogs {
 				if b.Workload == wl && b.VsPipe > 0 {
-					fmt.Fprintf(tw, "%s\tbridge ÷ pipe (%s)\t\t\t%.2f\t\t\t\t\t\t\t\t\t\t\t\n", wl, b.Plugin, b.VsPipe)
+					fmt.Fprintf(tw, "%s\tbridge ÷ pipe (%s%s)\t\t\t%.2f\t\t\t\t\t\t\t\t\t\t\t\n", wl, b.Plugin, roundLabel(b.Round), b.VsPipe)
 				}
+			}
+			if m, ok := pipeMedians(res, wl); ok {
+				fmt.Fprintf(tw, "%s\tmedian of %d rounds: bridge ÷ pipe\t\t\t%.2f\t\t\t\t\t\t%.2f\t\t\t\t\t\n", wl, m.rounds, m.rate, m.natsServer)
 			}
 		}
 		tw.Flush()
@@ -76,8 +80,8 @@ func report(w io.Writer, res *Results, o options) {
 		if !b.Verified.OK(b.Changes) || b.StoredAfter != uint64(b.Changes) {
 			ok = "FAILED"
 		}
-		fmt.Fprintf(w, "%s %s %s: first message stored %.2fs after start, then %.0f changes/s; mean payload %.0f B + headers %.0f B; read back: %d msgs, %d dup, %d out of order: %s\n",
-			who, b.Plugin, b.Workload, b.FirstStored.Seconds(), b.SteadyRate, b.Verified.PayloadBytes, b.Verified.HeaderBytes, b.Verified.Msgs, b.Verified.Duplicates, b.Verified.OutOfOrder, ok)
+		fmt.Fprintf(w, "%s %s %s%s: first message stored %.2fs after start, then %.0f changes/s; mean payload %.0f B + headers %.0f B; read back: %d msgs, %d dup, %d out of order: %s\n",
+			who, b.Plugin, b.Workload, roundLabel(b.Round), b.FirstStored.Seconds(), b.SteadyRate, b.Verified.PayloadBytes, b.Verified.HeaderBytes, b.Verified.Msgs, b.Verified.Duplicates, b.Verified.OutOfOrder, ok)
 		if b.FirstCount > 0 && b.FirstCount < uint64(b.Changes) {
 			fmt.Fprintf(w, "  %s CPU: %.0f ms until %d stored (start-up), then %s µs/chg for the other %d\n",
 				who, float64(b.BridgeAtFirst)/1e6, b.FirstCount, us(b.Bridge-b.BridgeAtFirst, b.Changes-int(b.FirstCount)), b.Changes-int(b.FirstCount))
@@ -160,4 +164,53 @@ func report(w io.Writer, res *Results, o options) {
 		fmt.Fprintf(w, "FAILED: %s\n", f)
 	}
 	fmt.Fprintln(w)
+}
+
+// roundLabel is " #k" for round k of -rounds, "" when there is one.
+func roundLabel(k int) string {
+	if k == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" #%d", k)
+}
+
+// pipeMedian is the median over -rounds of the bridge's (pgoutput) rate
+// and nats-server CPU per change over the pipe's, round by round.
+type pipeMedian struct {
+	rounds           int
+	rate, natsServer float64
+}
+
+// pipeMedians is workload wl's pipeMedian, false without two rounds or more.
+func pipeMedians(res *Results, wl string) (pipeMedian, bool) {
+	var rates, ns []float64
+	for _, b := range res.Backlogs {
+		if b.Workload != wl || b.Round == 0 || b.VsPipe == 0 {
+			continue
+		}
+		rates = append(rates, b.VsPipe)
+		for _, p := range res.PipeBacklogs {
+			if p.Workload == wl && p.Round == b.Round && p.NATSServer > 0 {
+				ns = append(ns, float64(b.NATSServer)/float64(p.NATSServer))
+			}
+		}
+	}
+	if len(rates) < 2 {
+		return pipeMedian{}, false
+	}
+	return pipeMedian{rounds: len(rates), rate: median(rates), natsServer: median(ns)}, true
+}
+
+// median of xs (the mean of the middle two for an even count), 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if n := len(s); n%2 == 1 {
+		return s[n/2]
+	} else {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
 }

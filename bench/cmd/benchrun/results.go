@@ -47,6 +47,7 @@ type Backlog struct {
 	Plugin      string        `json:"plugin"`             // the bridge's source: pgoutput or wal2json
 	Consumer    string        `json:"consumer,omitempty"` // "pipe" for the pipe; "" for the bridge
 	Changes     int           `json:"changes"`
+	Round       int           `json:"round,omitempty"` // its round of -rounds, from 1; 0 when there is one
 	Wall        time.Duration `json:"wall_ns"`         // process start → the stream holds all
 	FirstStored time.Duration `json:"first_stored_ns"` // process start → first message stored
 	Rate        float64       `json:"changes_per_s"`   // Changes / Wall
@@ -120,7 +121,7 @@ func (r *runner) ratios() {
 		b := &r.res.Backlogs[i]
 		r.backlogRatios(b)
 		for _, p := range r.res.PipeBacklogs {
-			if p.Workload == b.Workload && p.Plugin == b.Plugin && p.Rate > 0 {
+			if p.Workload == b.Workload && p.Plugin == b.Plugin && p.Round == b.Round && p.Rate > 0 {
 				b.VsPipe = b.Rate / p.Rate
 			}
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +18,8 @@ import (
 // ./scripts/bench.sh does. It asserts what the benchmark verifies (every
 // change stored once, in order, in each backlog and in the live run, the
 // bridge's and the pipe's) and that every phase produced its rows. It
-// asserts no speed: figures of so small a run mean nothing.
+// asserts no speed: figures of so small a run mean nothing. It runs two
+// rounds of the backlogs (-rounds), so the repeated runs are covered too.
 func TestSmoke(t *testing.T) {
 	tools := benchTools(t)
 	dir := t.TempDir()
@@ -29,7 +31,7 @@ func TestSmoke(t *testing.T) {
 	o := options{
 		single: 300, bigTxns: 2, bigRows: 1500, liveRate: 500, liveFor: 2 * time.Second, liveWarmup: time.Second, pad: 16,
 		bridgeBin: bridgeBin, pipeBin: pipeBin, natsBin: tools.nats, natsServerBin: tools.natsServer, // scratch in the temp dir, which the postgres OS user can reach
-		only: "decode,js,backlog,live,pipe", jsonOut: out, poll: 10 * time.Millisecond,
+		only: "decode,js,backlog,live,pipe", jsonOut: out, poll: 10 * time.Millisecond, rounds: 2,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -104,9 +106,37 @@ func TestSmoke(t *testing.T) {
 	if !pipes["single"] || !pipes["big"] {
 		t.Errorf("pipe backlogs %v, want single and big", pipes)
 	}
+	// -rounds 2: the bridge (pgoutput) and the pipe twice on each backlog,
+	// each round's bridge against that round's pipe, and a median.
+	rounds := map[string]int{}
 	for _, bl := range res.Backlogs {
-		if bl.Plugin == "pgoutput" && bl.VsPipe <= 0 {
-			t.Errorf("backlog %s: no bridge ÷ pipe ratio", bl.Workload)
+		if bl.Plugin != "pgoutput" {
+			if bl.Round != 0 {
+				t.Errorf("backlog %s/%s: round %d, want 0 (not repeated)", bl.Workload, bl.Plugin, bl.Round)
+			}
+			continue
+		}
+		rounds[bl.Workload+"/bridge"] |= 1 << bl.Round
+		if bl.VsPipe <= 0 {
+			t.Errorf("backlog %s round %d: no bridge ÷ pipe ratio", bl.Workload, bl.Round)
+		}
+		for _, p := range res.PipeBacklogs {
+			if p.Workload == bl.Workload && p.Round == bl.Round && math.Abs(bl.VsPipe-bl.Rate/p.Rate) > 1e-9 {
+				t.Errorf("backlog %s round %d: bridge ÷ pipe %.3f, want %.3f (that round's pipe)", bl.Workload, bl.Round, bl.VsPipe, bl.Rate/p.Rate)
+			}
+		}
+	}
+	for _, bl := range res.PipeBacklogs {
+		rounds[bl.Workload+"/pipe"] |= 1 << bl.Round
+	}
+	for _, k := range []string{"single/bridge", "single/pipe", "big/bridge", "big/pipe"} {
+		if rounds[k] != 1<<1|1<<2 {
+			t.Errorf("%s: rounds %b, want 1 and 2", k, rounds[k])
+		}
+	}
+	for _, w := range []string{"single", "big"} {
+		if m, ok := pipeMedians(&res, w); !ok || m.rounds != 2 || m.rate <= 0 || m.natsServer <= 0 {
+			t.Errorf("%s: median over rounds %+v (%v)", w, m, ok)
 		}
 	}
 	checkLive := func(who string, l *Live) {
