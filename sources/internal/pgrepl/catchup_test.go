@@ -7,25 +7,25 @@ import (
 )
 
 func TestCatchUpWait(t *testing.T) {
+	now := time.Date(2026, 12, 7, 1, 0, 0, 0, time.UTC)
 	const d = 200 * time.Microsecond
 	for _, c := range []struct {
 		name     string
 		delay    time.Duration
-		lag      time.Duration
+		commit   time.Time
 		buffered int
 		want     time.Duration
 	}{
-		{"backlog, buffer empty: waits", d, 5 * time.Second, 0, d},
-		{"backlog, bytes still buffered: reads them", d, 5 * time.Second, 120, 0},
-		{"live: reads at once", d, 300 * time.Microsecond, 0, 0},
-		{"just at the age: live", d, catchUpAge, 0, 0},
-		{"just past the age: catching up", d, catchUpAge + time.Millisecond, 0, d},
-		{"nothing decoded yet", d, 0, 0, 0},
-		{"handed over before its commit time was known", d, time.Since(time.Time{}), 0, d},
-		{"clock of the database ahead: live", d, -time.Second, 0, 0},
-		{"off", 0, 5 * time.Second, 0, 0},
+		{"backlog, buffer empty: waits", d, now.Add(-5 * time.Second), 0, d},
+		{"backlog, bytes still buffered: reads them", d, now.Add(-5 * time.Second), 120, 0},
+		{"live: reads at once", d, now.Add(-300 * time.Microsecond), 0, 0},
+		{"just at the age: live", d, now.Add(-catchUpAge), 0, 0},
+		{"just past the age: catching up", d, now.Add(-catchUpAge - time.Millisecond), 0, d},
+		{"nothing decoded yet (commit time unknown)", d, time.Time{}, 0, d},
+		{"clock of the database ahead: live", d, now.Add(time.Second), 0, 0},
+		{"off", 0, now.Add(-5 * time.Second), 0, 0},
 	} {
-		if got := catchUpWait(c.delay, c.lag, c.buffered); got != c.want {
+		if got := catchUpWait(c.delay, c.commit, now, c.buffered); got != c.want {
 			t.Errorf("%s: catchUpWait = %s, want %s", c.name, got, c.want)
 		}
 	}

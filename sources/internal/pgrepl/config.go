@@ -45,13 +45,12 @@ type Config struct {
 	Buffer int `koanf:"buffer"`
 	// CatchUpReadDelay is how long the replication reader waits before
 	// reading again once it has read everything received, while it catches
-	// up with a backlog (the last transaction it decoded arrived more than
-	// 100 ms after its commit, by the bridge's clock): the walsender meanwhile
+	// up with a backlog (the last transaction it decoded committed more
+	// than 100 ms before, by the bridge's clock): the walsender meanwhile
 	// fills the socket, so that one read takes many transactions instead
 	// of one message, which costs the bridge and the walsender less CPU per
-	// change of small transactions. Following live changes, however rare,
-	// the reader reads at once. A duration up to 10ms; 0 turns it off.
-	// Default 200us.
+	// change of small transactions. Following live changes the reader
+	// reads at once. A duration up to 10ms; 0 turns it off. Default 200us.
 	CatchUpReadDelay time.Duration `koanf:"catch_up_read_delay"`
 	// StreamInProgress (pgoutput, Postgres 14 and later) has Postgres send
 	// a large transaction while it runs, once its changes pass
