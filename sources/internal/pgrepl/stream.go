@@ -409,9 +409,6 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 	// now is read once per message received (and after waiting on the
 	// pipeline): the loop runs three times per single-row transaction.
 	now := lastRecv
-	// lastCommitTime is the commit time of the last transaction decoded:
-	// far behind now, the reader is catching up (catchUpWait).
-	var lastCommitTime time.Time
 	// A transaction of more than StreamAfter changes is handed over while
 	// it arrives; while the pipeline is behind on it, the decoder waits
 	// and reports like push does below (not reading meanwhile, so the
@@ -430,9 +427,6 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 				s.fail(err)
 				return
 			}
-		}
-		if d := catchUpWait(s.cfg.CatchUpReadDelay, lastCommitTime, now, s.repl.Frontend().ReadBufferLen()); d > 0 {
-			time.Sleep(d)
 		}
 		msg, err := s.repl.ReceiveMessage(context.Background())
 		now = time.Now()
@@ -533,7 +527,7 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 					// Counted once decoded, pushed or not: the pipeline
 					// takes an idle position only after delivering every
 					// transaction up to lastCommit.
-					lastCommit, lastCommitTime = t.CommitLSN, t.CommitTime
+					lastCommit = t.CommitLSN
 				}
 			}
 		case *pgproto3.ErrorResponse:
@@ -600,28 +594,4 @@ func (it *dbIter) NextPart() ([]cdc.Change, error) {
 		p[i].Database = it.db
 	}
 	return p, err
-}
-
-// catchUpAge is how far behind the reader's clock the last decoded
-// transaction's commit must be for catchUpWait to wait: well above a live
-// stream's delay (under a millisecond to a few), well below a backlog's.
-const catchUpAge = 100 * time.Millisecond
-
-// catchUpWait is how long the reader waits before its next read
-// (catch_up_read_delay): delay when it has consumed everything received
-// (buffered is 0) while catching up, the last transaction decoded having
-// committed at lastCommit, more than catchUpAge before now (or at an
-// unknown time); else 0, reading at once.
-//
-// Reading as fast as the walsender sends, the reader takes one small
-// message per read and the walsender wakes it for every one: both spend
-// more CPU per change of small transactions than when the socket holds
-// many. A clock of the bridge's ahead of the database's by more than
-// catchUpAge makes live reads wait too, adding at most delay to a change's
-// latency.
-func catchUpWait(delay time.Duration, lastCommit, now time.Time, buffered int) time.Duration {
-	if delay <= 0 || buffered > 0 || now.Sub(lastCommit) <= catchUpAge {
-		return 0
-	}
-	return delay
 }
