@@ -353,8 +353,19 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 	}
 	defer func() {
 		// Goodbye: report the final acknowledged position, bounded.
-		_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
-		_ = send(false)
+		deadline := time.Now().Add(time.Second)
+		_ = conn.SetWriteDeadline(deadline)
+		if send(false) != nil || ctx.Err() == nil || s.repl.IsClosed() {
+			return // a failed run: the connection is dead or the server ended the copy
+		}
+		// Closed: end the copy and wait, bounded, for the server's end of
+		// it. The walsender handles messages in order, so once it answers,
+		// the slot shows the position sent above (pg_replication_slots'
+		// confirmed_flush_lsn) before this process may exit; without the
+		// wait the status could sit unread in the socket when the
+		// process is gone and someone looks.
+		_ = conn.SetReadDeadline(deadline)
+		_, _ = pglogrepl.SendStandbyCopyDone(context.Background(), s.repl)
 	}()
 	// Transactions go to Read in runs: every transaction decoded from what
 	// pgconn has already read, so the pipeline wakes once per run, not once
