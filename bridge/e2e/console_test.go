@@ -184,12 +184,33 @@ func TestConsoleInBrowser(t *testing.T) {
 	waitText(t, ctx, state, "the source streams", func(s string) bool { return s == "streaming" })
 	waitText(t, ctx, `#src-app [data-field=retained]`, "the slot is polled", func(s string) bool { return strings.Contains(s, "reserved") })
 	require.Equal(t, "0", textOf(ctx, `#src-app [data-field=delivered]`))
-
 	// The tail follows from now; rows written show up, masked.
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click("#tail-start")))
 	waitText(t, ctx, "#tail-status", "the tail connects", func(s string) bool { return strings.HasPrefix(s, "Following") })
 	e.pg.ExecT(t, `INSERT INTO items VALUES (1, 'a', 'TOPSECRET-1'), (2, 'b', 'TOPSECRET-2'), (3, 'c', 'TOPSECRET-3')`)
 	waitText(t, ctx, `#src-app [data-field=delivered]`, "delivered counts the rows", func(s string) bool { return s == "3" })
+	// The cards are updated in place: the pause button, marked and
+	// focused, is the same element with the focus after two refreshes (a
+	// click whose press and release straddle a refresh lands, and a
+	// keyboard user keeps their place).
+	_, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => {
+		const b = document.querySelector("#src-app button[data-action=pause]");
+		b.kept = true; b.focus();
+		window.redraws = 0;
+		new MutationObserver(() => window.redraws++).observe(document.getElementById("sources"), {subtree: true, childList: true});
+		return true;
+	})()`))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`window.redraws`))
+		return err == nil && n >= 2
+	}, 60*time.Second, 100*time.Millisecond, "the page redraws the sources")
+	kept, err := chromedp.Run(ctx, chromedp.Evaluate[[]bool](`(() => {
+		const b = document.querySelector("#src-app button[data-action=pause]");
+		return [b.kept === true, document.activeElement === b];
+	})()`))
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, true}, kept, "the pause button is the same element, focused, after the refreshes")
 	waitText(t, ctx, `#sinks tr[data-sink=js] [data-field=delivered]`, "the sink's deliveries", func(s string) bool { return s == "3" })
 	rowCount := func() int {
 		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#tail tbody tr").length`))

@@ -126,14 +126,29 @@ let state = { actions: false };
 let loadProblem = false;
 let snapshotArmed = null; // {source, until}: the snapshot button awaits its confirmation
 
-function renderSource(s, interval) {
-  const id = "src-" + s.name;
-  const card = el("article", { class: "source", id, "data-source": s.name, "aria-labelledby": id + "-h" });
+// renderSources draws a card per source. The cards and their buttons are
+// kept from one refresh to the next and updated in place, so that a click
+// whose press and release straddle a refresh still lands, and a button
+// keeps the keyboard focus; only the figures are drawn anew.
+function renderSources(sources, interval) {
+  const box = document.getElementById("sources");
+  const have = new Map([...box.children].map(c => [c.id, c]));
+  const cards = sources.map(s => {
+    const id = "src-" + s.name;
+    return have.get(id) || el("article", { class: "source", id, "data-source": s.name, "aria-labelledby": id + "-h" });
+  });
+  if (cards.length !== box.children.length || cards.some((c, i) => box.children[i] !== c)) box.replaceChildren(...cards);
+  sources.forEach((s, i) => fillSource(cards[i], s, interval));
+}
+
+function fillSource(card, s, interval) {
+  const id = card.id;
+  const parts = [];
   const stateText = s.state + (s.paused && s.state !== "paused" ? " (pause requested)" : "");
-  card.append(el("h3", { id: id + "-h" }, s.name + " ", el("span", { class: "muted" }, "(" + s.type + ")"),
+  parts.push(el("h3", { id: id + "-h" }, s.name + " ", el("span", { class: "muted" }, "(" + s.type + ")"),
     el("span", { class: "state state-" + s.state, "data-field": "state" }, stateText)));
-  if (s.paused && s.pause_reason) card.append(el("p", { class: "muted" }, "Paused by " + (s.paused_by || "?") + ": " + s.pause_reason));
-  if (s.last_error && s.state !== "streaming") card.append(el("p", { class: "error", "data-field": "last_error" }, s.last_error));
+  if (s.paused && s.pause_reason) parts.push(el("p", { class: "muted" }, "Paused by " + (s.paused_by || "?") + ": " + s.pause_reason));
+  if (s.last_error && s.state !== "streaming") parts.push(el("p", { class: "error", "data-field": "last_error" }, s.last_error));
   const h = s.history || { series: {} };
   const series = h.series || {};
   const span = interval ? " over the last " + Math.round(((h.at || []).length * interval) / 60) + " min" : "";
@@ -142,28 +157,42 @@ function renderSource(s, interval) {
       serie ? el("dd", {}, sparkline(series[serie] || [], dt + span)) : el("dd", {})];
   };
   const slot = s.slot;
-  const dl = el("dl", { class: "figures" },
+  parts.push(el("dl", { class: "figures" },
     ...row("Changes per second", "rate", num(s.changes_per_second, 1), "rate"),
     ...row("Delivered", "delivered", num(s.delivered)),
     ...row("Lag (bytes)", "lag_bytes", s.lag_bytes === undefined ? "–" : bytes(s.lag_bytes), "lag_bytes"),
     ...row("Lag (seconds)", "lag_seconds", secs(s.lag_seconds), "lag_seconds"),
     ...row("Checkpoint age", "checkpoint_age", secs(s.checkpoint_age_seconds), "checkpoint_age"),
     ...row("Slot retained WAL", "retained", slot ? bytes(slot.retained_wal_bytes) + (slot.wal_status ? " (" + slot.wal_status + ")" : "") : "–", "retained_wal"),
-    ...row("Checkpoint", "checkpoint", s.checkpoint || "–"));
-  card.append(dl);
-  if (state.actions) {
-    const act = el("div", { class: "actions" });
-    const b = (action, label, enabled) => {
-      const btn = el("button", { type: "button", "data-action": action, "aria-label": label + " source " + s.name, disabled: !enabled }, label);
+    ...row("Checkpoint", "checkpoint", s.checkpoint || "–")));
+
+  // Everything but the buttons is replaced; the buttons stay where they
+  // are (removing a focused button would drop its focus).
+  let act = card.querySelector(":scope > .actions");
+  if (act && !state.actions) { act.remove(); act = null; }
+  for (const c of [...card.childNodes]) if (c !== act) c.remove();
+  card.prepend(...parts);
+  if (!state.actions) return;
+  if (!act) {
+    act = el("div", { class: "actions" });
+    for (const action of ["pause", "resume", "snapshot"]) {
+      const btn = el("button", { type: "button", "data-action": action });
       btn.addEventListener("click", () => act_(s.name, action, btn));
-      return btn;
-    };
-    const armed = snapshotArmed && snapshotArmed.source === s.name && snapshotArmed.until > Date.now();
-    act.append(b("pause", "Pause", s.holder && !s.paused), b("resume", "Resume", s.paused),
-      b("snapshot", armed ? "Confirm snapshot of every table" : "Snapshot", s.holder));
+      act.append(btn);
+    }
     card.append(act);
   }
-  return card;
+  const armed = snapshotArmed && snapshotArmed.source === s.name && snapshotArmed.until > Date.now();
+  const set = (action, label, aria, enabled) => {
+    const btn = act.querySelector("[data-action=" + action + "]");
+    btn.disabled = !enabled || btn.dataset.pending === "1";
+    if (btn.textContent !== label) btn.textContent = label;
+    btn.setAttribute("aria-label", aria);
+  };
+  set("pause", "Pause", "Pause source " + s.name, s.holder && !s.paused);
+  set("resume", "Resume", "Resume source " + s.name, s.paused);
+  set("snapshot", armed ? "Confirm snapshot of every table" : "Snapshot",
+    armed ? "Confirm the snapshot of every table of source " + s.name : "Snapshot source " + s.name, s.holder);
 }
 
 async function act_(source, action, btn) {
@@ -180,6 +209,8 @@ async function act_(source, action, btn) {
     }
     snapshotArmed = null;
   }
+  // Disabled until the bridge answers, whatever a refresh meanwhile says.
+  btn.dataset.pending = "1";
   btn.disabled = true;
   try {
     await api("api/sources/" + encodeURIComponent(source) + "/" + action, {
@@ -188,6 +219,8 @@ async function act_(source, action, btn) {
     problem("");
   } catch (e) {
     problem(action + " of " + source + ": " + e.message);
+  } finally {
+    delete btn.dataset.pending;
   }
   refresh();
 }
@@ -218,8 +251,14 @@ function renderSnapshots(sources) {
 // renderHeld lists the tables a breaking schema change holds
 // (on_schema_change: pause or dead_letter); resuming the source accepts
 // the change.
+// It is drawn anew only when what it shows changed, so that its buttons,
+// like the sources', survive the refreshes in between.
+let heldShown = null;
 function renderHeld(sources) {
   const box = document.getElementById("held");
+  const shown = JSON.stringify([state.actions, sources.map(s => [s.name, s.held || []])]);
+  if (shown === heldShown) return;
+  heldShown = shown;
   box.replaceChildren();
   const rows = [];
   for (const s of sources) {
@@ -278,8 +317,7 @@ async function refresh() {
   state.actions = o.actions;
   document.getElementById("bridge-name").textContent = o.bridge;
   document.getElementById("identity").textContent = "instance " + o.instance + " · " + (o.version || "") + " · configuration " + o.config_rev + " (" + o.config_from + ")";
-  const box = document.getElementById("sources");
-  box.replaceChildren(...o.sources.map(s => renderSource(s, o.interval_seconds)));
+  renderSources(o.sources, o.interval_seconds);
   renderHeld(o.sources);
   renderSnapshots(o.sources);
   renderSinks(o.sinks);
