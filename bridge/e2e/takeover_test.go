@@ -104,17 +104,9 @@ func TestTakeoverAfterALateSave(t *testing.T) {
 	// owner's: the checkpoint moves past every change.
 	store, err := checkpoint.Open(t.Context(), js, "bridge_checkpoints", 1)
 	require.NoError(t, err)
-	var st checkpoint.State
-	require.Eventually(t, func() bool {
-		select {
-		case err := <-r.done:
-			t.Fatalf("the bridge stopped: %v", err)
-		default:
-		}
-		st, _, err = store.Load(t.Context(), key)
-		require.NoError(t, err)
+	waitCheckpointWhileRunning(t, r, store, key, "checkpoint of this instance after the previous owner's", func(st checkpoint.State) bool {
 		return st.Run != "previous-owner" && st.LSN > 0 && len(st.Cursors) > 0
-	}, 30*time.Second, 50*time.Millisecond, "no checkpoint of this instance after the previous owner's")
+	})
 	msgs := e.messages("CDC_late")
 	require.Len(t, msgs, 50)
 	r.stop(t) // fails the test if the run ended with an error
@@ -159,19 +151,34 @@ func TestLateSaveAfterTakeoverIsRefused(t *testing.T) {
 		e.pg.ExecT(t, fmt.Sprintf(`INSERT INTO items VALUES (%d, 'x')`, i))
 	}
 	e.waitStored("CDC_lateafter", 20, time.Minute)
-	var st checkpoint.State
-	require.Eventually(t, func() bool {
-		select {
-		case err := <-r.done:
-			t.Fatalf("the bridge stopped: %v", err)
-		default:
-		}
-		st, _, err = store.Load(t.Context(), key)
-		require.NoError(t, err)
+	waitCheckpointWhileRunning(t, r, store, key, "checkpoint of the next run past the late save", func(st checkpoint.State) bool {
 		return st.Run != first.Run && st.LSN > first.LSN
-	}, 30*time.Second, 50*time.Millisecond, "no checkpoint of the next run past the late save")
+	})
 	ms := e.messages("CDC_lateafter")
 	checkOrdered(t, ms)
 	require.Len(t, ms, 20)
 	r.stop(t) // fails the test if the run ended with an error
+}
+
+// waitCheckpointWhileRunning waits up to 30 s for the checkpoint under key
+// to satisfy ok, failing the test if the bridge r stops first.
+func waitCheckpointWhileRunning(t *testing.T, r *running, store *checkpoint.Store, key, what string, ok func(checkpoint.State) bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case err := <-r.done:
+			t.Fatalf("the bridge stopped while waiting for a %s: %v", what, err)
+		default:
+		}
+		st, _, err := store.Load(t.Context(), key)
+		require.NoError(t, err)
+		if ok(st) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still no %s after 30s: the checkpoint is at %s, run %q", what, st.LSN, st.Run)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
