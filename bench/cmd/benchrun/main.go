@@ -20,6 +20,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -63,11 +64,19 @@ type options struct {
 	rounds                   int
 }
 
+// envInt is the environment variable name as a number, def when it is
+// unset; a value that is not a number stops the run, naming it.
 func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return v
+	s := os.Getenv(name)
+	if s == "" {
+		return def
 	}
-	return def
+	v, err := strconv.Atoi(s)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "benchrun: %s=%q is not a whole number\n", name, s)
+		os.Exit(2)
+	}
+	return v
 }
 
 func envDur(name string, def time.Duration) time.Duration {
@@ -120,6 +129,10 @@ func main() {
 		return nil
 	})
 	flag.Parse()
+	if err := o.check(); err != nil {
+		fmt.Fprintln(os.Stderr, "benchrun:", err)
+		os.Exit(2)
+	}
 	def := func(p *int, full, quick int) {
 		if *p == 0 {
 			*p = full
@@ -146,6 +159,30 @@ func main() {
 		code = 1
 	}
 	os.Exit(code)
+}
+
+// check refuses counts that cannot mean anything (0 for the sizes means
+// their default), naming the flag and its environment variable.
+func (o options) check() error {
+	var errs []error
+	for _, c := range []struct {
+		flag, env string
+		v, least  int
+	}{
+		{"single", "BENCH_SINGLE", o.single, 0},
+		{"big-txns", "BENCH_BIG_TXNS", o.bigTxns, 0},
+		{"big-rows", "BENCH_BIG_ROWS", o.bigRows, 0},
+		{"js-msgs", "BENCH_JS_MSGS", o.jsMsgs, 0},
+		{"js-size", "BENCH_JS_SIZE", o.jsSize, 0},
+		{"onebig-rows", "BENCH_ONEBIG_ROWS", o.oneBigRows, 0},
+		{"live-rate", "BENCH_LIVE_RATE", o.liveRate, 1},
+		{"rounds", "BENCH_ROUNDS", o.rounds, 1},
+	} {
+		if c.v < c.least {
+			errs = append(errs, fmt.Errorf("-%s (or %s) must be at least %d, got %d", c.flag, c.env, c.least, c.v))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (o options) has(phase string) bool {

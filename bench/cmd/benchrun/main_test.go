@@ -102,3 +102,26 @@ func TestLiveWarmupApart(t *testing.T) {
 		t.Error("110 latencies for 105 changes: no error")
 	}
 }
+
+// TestCheckRefusesMeaninglessCounts: -rounds 0 or a negative size is an
+// error naming the flag and its variable, not a quiet default.
+func TestCheckRefusesMeaninglessCounts(t *testing.T) {
+	ok := options{rounds: 1, liveRate: 2000}
+	if err := ok.check(); err != nil {
+		t.Fatalf("defaults refused: %v", err)
+	}
+	for _, tc := range []struct {
+		o    options
+		want string
+	}{
+		{options{rounds: 0, liveRate: 2000}, "-rounds (or BENCH_ROUNDS) must be at least 1, got 0"},
+		{options{rounds: -2, liveRate: 2000}, "-rounds (or BENCH_ROUNDS) must be at least 1, got -2"},
+		{options{rounds: 1, liveRate: 0}, "-live-rate (or BENCH_LIVE_RATE) must be at least 1, got 0"},
+		{options{rounds: 1, liveRate: 1, single: -5}, "-single (or BENCH_SINGLE) must be at least 0, got -5"},
+	} {
+		err := tc.o.check()
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%+v: got %v, want %q", tc.o, err, tc.want)
+		}
+	}
+}
