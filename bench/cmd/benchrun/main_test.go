@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -123,5 +124,28 @@ func TestCheckRefusesMeaninglessCounts(t *testing.T) {
 		if err == nil || err.Error() != tc.want {
 			t.Errorf("%+v: got %v, want %q", tc.o, err, tc.want)
 		}
+	}
+}
+
+// TestReportWithoutComparisons: a backlog run without the decode and
+// JetStream phases prints "-" in their ratio columns, not 0.00.
+func TestReportWithoutComparisons(t *testing.T) {
+	res := &Results{Backlogs: []Backlog{{Workload: "single", Plugin: "pgoutput", Changes: 1000, Rate: 5000, Wall: time.Second}}}
+	var out strings.Builder
+	report(&out, res, options{})
+	var row string
+	for _, l := range strings.Split(out.String(), "\n") {
+		if strings.Contains(l, "bridge pgoutput") && row == "" {
+			row = l // the table's row, before the read-back lines
+		}
+	}
+	if row == "" {
+		t.Fatalf("no bridge row in:\n%s", out.String())
+	}
+	// workload, "bridge pgoutput", changes, wall, rate, then the ratios
+	// to decode, JS async and JS best.
+	f := strings.Fields(row)
+	if len(f) < 9 || f[6] != "-" || f[7] != "-" || f[8] != "-" {
+		t.Errorf("the ratio columns must read -, got %q", row)
 	}
 }

@@ -54,14 +54,14 @@ func report(w io.Writer, res *Results, o options) {
 				if b.Workload != wl {
 					continue
 				}
-				fmt.Fprintf(tw, "%s\tbridge %s%s\t%d\t%.2f\t%.0f\t%.2f\t%.2f\t%.2f\t%s\t%s\t%s\t\t%.2f\t%s\t%.2f\t\n", wl, b.Plugin, roundLabel(b.Round), b.Changes, b.Wall.Seconds(), b.Rate, b.VsDecode, b.VsJSAsync, b.VsJetStream,
+				fmt.Fprintf(tw, "%s\tbridge %s%s\t%d\t%.2f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t\t%.2f\t%s\t%.2f\t\n", wl, b.Plugin, roundLabel(b.Round), b.Changes, b.Wall.Seconds(), b.Rate, ratio(b.VsDecode), ratio(b.VsJSAsync), ratio(b.VsJetStream),
 					us(b.Bridge, b.Changes), us(b.Walsender, b.Changes), us(b.NATSServer, b.Changes), b.Cores, mib(b.PeakRSS), b.Other)
 			}
 			for _, b := range res.PipeBacklogs {
 				if b.Workload != wl {
 					continue
 				}
-				fmt.Fprintf(tw, "%s\tpipe %s%s\t%d\t%.2f\t%.0f\t%.2f\t%.2f\t%.2f\t%s\t%s\t%s\t\t%.2f\t%s\t%.2f\t\n", wl, b.Plugin, roundLabel(b.Round), b.Changes, b.Wall.Seconds(), b.Rate, b.VsDecode, b.VsJSAsync, b.VsJetStream,
+				fmt.Fprintf(tw, "%s\tpipe %s%s\t%d\t%.2f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t\t%.2f\t%s\t%.2f\t\n", wl, b.Plugin, roundLabel(b.Round), b.Changes, b.Wall.Seconds(), b.Rate, ratio(b.VsDecode), ratio(b.VsJSAsync), ratio(b.VsJetStream),
 					us(b.Bridge, b.Changes), us(b.Walsender, b.Changes), us(b.NATSServer, b.Changes), b.Cores, mib(b.PeakRSS), b.Other)
 			}
 			for _, b := range res.Backlogs {
@@ -164,6 +164,15 @@ func report(w io.Writer, res *Results, o options) {
 		fmt.Fprintf(w, "FAILED: %s\n", f)
 	}
 	fmt.Fprintln(w)
+}
+
+// ratio prints a ratio, "-" when there was nothing to relate to (its
+// phase was not run).
+func ratio(r float64) string {
+	if r == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", r)
 }
 
 // roundLabel is " #k" for round k of -rounds, "" when there is one.
