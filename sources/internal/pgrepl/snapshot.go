@@ -81,6 +81,10 @@ type snapState struct {
 	// columns (PostgreSQL 18's publish_generated_columns = stored), so the
 	// snapshot reads them too.
 	storedGenerated bool
+	// publication: the pgoutput publication whose column lists and row
+	// filters (PostgreSQL 15+) the snapshot applies, as the stream does;
+	// "" for wal2json and before 15.
+	publication string
 }
 
 // snapMeta is what a chunk read needs of a table.
@@ -93,6 +97,13 @@ type snapMeta struct {
 	next    string
 	from    string // SELECT <columns> FROM <table>
 	order   string // ORDER BY <key>
+	// filter is the publication's row filter for the table, in
+	// parentheses; "" when it has none.
+	filter string
+	// hidden are the table's columns outside the publication's column
+	// list, which the snapshot does not read.
+	hidden      []string
+	publication string
 }
 
 // SnapshotOptions implements sources.Snapshotter.
@@ -124,14 +135,19 @@ func (s *Source) snapConn(ctx context.Context) (*snapState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening the snapshot connection to %s: %w", Redact(s.cfg.DSN), explainConnect(s.cfg.DSN, err))
 	}
-	stored := false
+	stored, publication := false, ""
 	if s.plugin.Name() == "pgoutput" {
-		// pg_publication.pubgencols came with PostgreSQL 18.
-		if err := c.QueryRow(ctx, `SELECT current_setting('server_version_num')::int >= 180000`).Scan(&stored); err != nil {
+		var version int
+		if err := c.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
 			_ = c.Close(ctx)
 			return nil, fmt.Errorf("reading the server version: %w", err)
 		}
-		if stored {
+		// Column lists and row filters came with PostgreSQL 15,
+		// pg_publication.pubgencols with 18.
+		if version >= 150000 {
+			publication = s.cfg.Publication
+		}
+		if stored = version >= 180000; stored {
 			err := c.QueryRow(ctx, `SELECT pubgencols::text = 's' FROM pg_catalog.pg_publication WHERE pubname = $1`, s.cfg.Publication).Scan(&stored)
 			if errors.Is(err, pgx.ErrNoRows) {
 				stored, err = false, nil
@@ -142,7 +158,7 @@ func (s *Source) snapConn(ctx context.Context) (*snapState, error) {
 			}
 		}
 	}
-	s.snap.conn, s.snap.types, s.snap.tables, s.snap.storedGenerated = c, pgtypes.NewResolver(c), map[string]*snapMeta{}, stored
+	s.snap.conn, s.snap.types, s.snap.tables, s.snap.storedGenerated, s.snap.publication = c, pgtypes.NewResolver(c), map[string]*snapMeta{}, stored, publication
 	return &s.snap, nil
 }
 
@@ -368,6 +384,46 @@ func (st *snapState) meta(ctx context.Context, t sources.SnapshotTable) (*snapMe
 	if len(cols) == 0 {
 		return nil, fmt.Errorf("table %s has no columns, or does not exist any more", name)
 	}
+	// The publication's column list and row filter: the snapshot reads what
+	// the stream carries, no other column and no other row.
+	var filter string
+	var hidden []string
+	if st.publication != "" {
+		var published []string
+		var rowFilter *string
+		err := st.conn.QueryRow(ctx, `SELECT attnames::text[], rowfilter FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3 LIMIT 1`,
+			st.publication, t.Schema, t.Table).Scan(&published, &rowFilter)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			// Not published: SnapshotTables refused it; nothing to narrow.
+		case err != nil:
+			return nil, fmt.Errorf("reading the column list and row filter of %s in publication %q: %w", name, st.publication, err)
+		default:
+			if published != nil {
+				var left []string
+				cols = slices.DeleteFunc(cols, func(c col) bool {
+					if slices.Contains(published, c.name) {
+						return false
+					}
+					left = append(left, c.name)
+					return true
+				})
+				hidden = left
+				for _, k := range t.Key {
+					if slices.Contains(left, k) {
+						return nil, &SetupError{
+							What: fmt.Sprintf("key column %q of %s is not in the column list of publication %q, so a snapshot, which reads only the published columns, cannot read the table in key order", k, name, st.publication),
+							Fix: fmt.Sprintf("add it to the list, in one transaction: BEGIN; ALTER PUBLICATION %[1]s DROP TABLE %[2]s; ALTER PUBLICATION %[1]s ADD TABLE %[2]s (%[3]s); COMMIT; or leave the table out of the snapshot",
+								pgx.Identifier{st.publication}.Sanitize(), pgx.Identifier{t.Schema, t.Table}.Sanitize(), quoteIdents(append(slices.Clone(published), k))),
+						}
+					}
+				}
+			}
+			if rowFilter != nil && *rowFilter != "" {
+				filter = "(" + *rowFilter + ")"
+			}
+		}
+	}
 	m := &snapMeta{rel: &cdc.Relation{ID: relOID, Schema: t.Schema, Table: t.Table, ReplicaIdentity: ident[0]}}
 	var sel, order, keyTuple, params []string
 	for _, c := range cols {
@@ -397,9 +453,15 @@ func (st *snapState) meta(ctx context.Context, t sources.SnapshotTable) (*snapMe
 	}
 	from := "SELECT " + strings.Join(sel, ", ") + " FROM " + pgx.Identifier{t.Schema, t.Table}.Sanitize()
 	tail := " ORDER BY " + strings.Join(order, ", ") + " LIMIT $%d"
-	m.from, m.order = from, " ORDER BY "+strings.Join(order, ", ")
-	m.first = from + fmt.Sprintf(tail, 1)
-	m.next = from + " WHERE (" + strings.Join(keyTuple, ", ") + ") > (" + strings.Join(params, ", ") + ")" + fmt.Sprintf(tail, len(t.Key)+1)
+	m.from, m.order, m.filter, m.hidden, m.publication = from, " ORDER BY "+strings.Join(order, ", "), filter, hidden, st.publication
+	after := "(" + strings.Join(keyTuple, ", ") + ") > (" + strings.Join(params, ", ") + ")"
+	if filter != "" {
+		m.first = from + " WHERE " + filter + fmt.Sprintf(tail, 1)
+		m.next = from + " WHERE " + filter + " AND " + after + fmt.Sprintf(tail, len(t.Key)+1)
+	} else {
+		m.first = from + fmt.Sprintf(tail, 1)
+		m.next = from + " WHERE " + after + fmt.Sprintf(tail, len(t.Key)+1)
+	}
 	st.tables[name] = m
 	return m, nil
 }
@@ -506,6 +568,9 @@ var whereOps = map[string]bool{"=": true, "<>": true, "<": true, "<=": true, ">"
 // own.
 func (m *snapMeta) filtered(t sources.SnapshotTable, after []string, limit int) (string, [][]byte, error) {
 	var conds []string
+	if m.filter != "" {
+		conds = append(conds, m.filter)
+	}
 	var args [][]byte
 	param := func(v string, col int) string {
 		args = append(args, []byte(v))
@@ -540,6 +605,10 @@ func (m *snapMeta) filtered(t sources.SnapshotTable, after []string, limit int) 
 			names := make([]string, len(m.rel.Columns))
 			for i, col := range m.rel.Columns {
 				names[i] = col.Name
+			}
+			if slices.Contains(m.hidden, c.Column) {
+				return "", nil, &SetupError{What: fmt.Sprintf("the snapshot's where names column %q of table %s, which is not in the column list of publication %q (the snapshot reads only the published columns)", c.Column, t.Name(), m.publication),
+					Fix: "use one of its published columns: " + strings.Join(names, ", ")}
 			}
 			return "", nil, &SetupError{What: fmt.Sprintf("the snapshot's where names column %q, which table %s does not have", c.Column, t.Name()),
 				Fix: "use one of its columns: " + strings.Join(names, ", ")}
@@ -599,4 +668,13 @@ func (s *Source) CheckWhere(ctx context.Context, t sources.SnapshotTable) error 
 			Fix: "give each column a literal of its type (text in quotes: 'x'; numbers bare; timestamps as '2024-01-31 12:00:00+00')"}
 	}
 	return nil
+}
+
+// quoteIdents joins names as SQL identifiers, quoted where needed.
+func quoteIdents(names []string) string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = pgx.Identifier{n}.Sanitize()
+	}
+	return strings.Join(out, ", ")
 }
