@@ -420,6 +420,9 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 	// now is read once per message received (and after waiting on the
 	// pipeline): the loop runs three times per single-row transaction.
 	now := lastRecv
+	// lag is how long after its commit the last transaction decoded was
+	// received: the reader is catching up when it is large (catchUpWait).
+	var lag time.Duration
 	// A transaction of more than StreamAfter changes is handed over while
 	// it arrives; while the pipeline is behind on it, the decoder waits
 	// and reports like push does below (not reading meanwhile, so the
@@ -438,6 +441,9 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 				s.fail(err)
 				return
 			}
+		}
+		if d := catchUpWait(s.cfg.CatchUpReadDelay, lag, s.repl.Frontend().ReadBufferLen()); d > 0 {
+			time.Sleep(d)
 		}
 		msg, err := s.repl.ReceiveMessage(context.Background())
 		now = time.Now()
@@ -538,7 +544,7 @@ func (s *Source) run(ctx context.Context, dec Decoder) {
 					// Counted once decoded, pushed or not: the pipeline
 					// takes an idle position only after delivering every
 					// transaction up to lastCommit.
-					lastCommit = t.CommitLSN
+					lastCommit, lag = t.CommitLSN, now.Sub(t.CommitTime)
 				}
 			}
 		case *pgproto3.ErrorResponse:
@@ -605,4 +611,30 @@ func (it *dbIter) NextPart() ([]cdc.Change, error) {
 		p[i].Database = it.db
 	}
 	return p, err
+}
+
+// catchUpAge is how long after its commit a transaction must arrive for
+// catchUpWait to take the reader as catching up: well above a live
+// stream's delay (under a millisecond to a few), well below a backlog's.
+const catchUpAge = 100 * time.Millisecond
+
+// catchUpWait is how long the reader waits before its next read
+// (catch_up_read_delay): delay when it has consumed everything received
+// (buffered is 0) while catching up, the last transaction decoded having
+// arrived lag after its commit, more than catchUpAge (a transaction handed
+// over before its commit is known counts as late); else 0, reading at once.
+// Before the first transaction lag is 0.
+//
+// Reading as fast as the walsender sends, the reader takes one small
+// message per read and the walsender wakes it for every one: both spend
+// more CPU per change of small transactions than when the socket holds
+// many. Live changes, however rare, arrive within milliseconds of their
+// commit and are read at once; a bridge clock ahead of the database's by
+// more than catchUpAge makes them wait too, adding at most delay to a
+// change's latency.
+func catchUpWait(delay, lag time.Duration, buffered int) time.Duration {
+	if delay <= 0 || buffered > 0 || lag <= catchUpAge {
+		return 0
+	}
+	return delay
 }
