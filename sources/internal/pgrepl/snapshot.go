@@ -183,6 +183,10 @@ func (s *Source) SnapshotTables(ctx context.Context, names []string) ([]sources.
 	if c == nil {
 		return nil, errSnapClosed
 	}
+	// A new snapshot reads each table's columns, column list and row
+	// filter again: they may have changed since the last one on this
+	// connection (ALTER TABLE, ALTER PUBLICATION).
+	clear(st.tables)
 	pgoutput := s.plugin.Name() == "pgoutput"
 	var published map[string]bool
 	if pgoutput {
