@@ -37,24 +37,38 @@ func (r *runner) live(ctx context.Context) error {
 		r.res.LiveDecode = &d
 		_ = r.pg.DropSlot(ctx, slot)
 	}
-	if err := r.bridgeLive(ctx); err != nil {
+	// The bridge, then the pipe; -live-pipe-first swaps them, so that the
+	// pipe meets the nats-server that has not stored anything yet.
+	runs := []func(context.Context) error{r.bridgeLive}
+	if o.has("pipe") {
+		runs = append(runs, r.pipeLive)
+		if o.livePipeFirst {
+			runs[0], runs[1] = runs[1], runs[0]
+		}
+	}
+	for _, run := range runs {
+		if err := run(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pipeLive is the pipe's live run: the same load again, followed by the
+// pipe on a slot and stream of its own, into r.res.PipeLive.
+func (r *runner) pipeLive(ctx context.Context) error {
+	o := r.o
+	slot, stream := "bench_live_pipe", "PIPE_LIVE"
+	if err := r.pg.CreateSlot(ctx, slot, "pgoutput"); err != nil {
 		return err
 	}
-	if o.has("pipe") {
-		// The same load again, followed by the pipe on a slot and stream
-		// of its own.
-		slot, stream := "bench_live_pipe", "PIPE_LIVE"
-		if err := r.pg.CreateSlot(ctx, slot, "pgoutput"); err != nil {
-			return err
-		}
-		defer r.pg.DropSlot(ctx, slot)
-		logf("pipe: live, %d changes/s for %s", o.liveRate, o.liveFor)
-		l, err := r.measureLive(ctx, "pipe", slot, stream, r.startPipe("live", slot, stream, "pipe.live"), "", "")
-		if err != nil {
-			return err
-		}
-		r.res.PipeLive = l
+	defer r.pg.DropSlot(ctx, slot)
+	logf("pipe: live, %d changes/s for %s", o.liveRate, o.liveFor)
+	l, err := r.measureLive(ctx, "pipe", slot, stream, r.startPipe("live", slot, stream, "pipe.live"), "", "")
+	if err != nil {
+		return err
 	}
+	r.res.PipeLive = l
 	return nil
 }
 

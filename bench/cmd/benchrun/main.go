@@ -62,6 +62,7 @@ type options struct {
 	quietBelow               float64
 	bridgeEnv                []string
 	rounds                   int
+	livePipeFirst            bool
 }
 
 // envInt is the environment variable name as a number, def when it is
@@ -121,6 +122,7 @@ func main() {
 	flag.DurationVar(&o.quietWait, "quiet-wait", envDur("BENCH_QUIET_WAIT", 0), "before each measurement wait up to this long for the machine to be idle (see -quiet-below)")
 	flag.Float64Var(&o.quietBelow, "quiet-below", 0.25, "idle means less than this many cores busy over a second")
 	flag.IntVar(&o.rounds, "rounds", envInt("BENCH_ROUNDS", 1), "backlog phase: run the bridge (pgoutput) and the pipe this many times on each backlog, alternating which goes first, and report each round and the median")
+	flag.BoolVar(&o.livePipeFirst, "live-pipe-first", envStr("BENCH_LIVE_PIPE_FIRST", "") != "", "live phase with pipe: run the pipe's live run before the bridge's (each on a new stream; the first meets a nats-server that has stored nothing yet)")
 	flag.Func("bridge-env", "K=V added to the bridge process's environment (repeatable), e.g. GOGC=200 or BRIDGE_SINKS__JS__BATCH__MAX_WAIT=5ms", func(v string) error {
 		if !strings.Contains(v, "=") {
 			return fmt.Errorf("want K=V, got %q", v)

@@ -144,8 +144,12 @@ func report(w io.Writer, res *Results, o options) {
 			if !pl.Verified.OK(pl.WarmupChanges + pl.Changes) {
 				ok = "FAILED"
 			}
-			fmt.Fprintf(w, "pipe, the same load after the bridge (%.0f changes/s achieved): read back %d msgs, %d dup, %d out of order: %s\n",
-				pl.Achieved, pl.Verified.Msgs, pl.Verified.Duplicates, pl.Verified.OutOfOrder, ok)
+			when := "after"
+			if o.livePipeFirst {
+				when = "before"
+			}
+			fmt.Fprintf(w, "pipe, the same load %s the bridge (%.0f changes/s achieved): read back %d msgs, %d dup, %d out of order: %s\n",
+				when, pl.Achieved, pl.Verified.Msgs, pl.Verified.Duplicates, pl.Verified.OutOfOrder, ok)
 		}
 		ft := time.Duration(res.Machine.FirstTouchNs)
 		fmt.Fprintf(w, "page faults during the run (each ~%.1f µs here): bridge %d (%s ms), walsender %d (%s ms), nats-server %d (%s ms)\n", res.Machine.FirstTouchNs/1e3,

@@ -24,8 +24,9 @@ type Results struct {
 	// (phase pipe), measured as the bridge is.
 	PipeBacklogs []Backlog `json:"pipe_backlogs,omitempty"`
 	Live         *Live     `json:"live,omitempty"`
-	// PipeLive is the pipe following the same live load after the bridge,
-	// on a slot and stream of its own (phase pipe).
+	// PipeLive is the pipe following the same live load after the bridge
+	// (before it with -live-pipe-first), on a slot and stream of its own
+	// (phase pipe).
 	PipeLive *Live   `json:"pipe_live,omitempty"`
 	OneBig   *OneBig `json:"onebig,omitempty"`
 	// LiveDecode is pg_recvlogical following the live workload.
