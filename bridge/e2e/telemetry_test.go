@@ -132,7 +132,7 @@ func TestTraceContinuityEndToEnd(t *testing.T) {
 	assert.Equal(t, "STATUS_CODE_UNSET", change.StatusCode)
 	assert.Equal(t, map[string]string{
 		"db.system.name": "postgresql", "db.namespace": "postgres", "db.collection.name": "public.orders",
-		"db.operation.name": "INSERT", "messaging.system": "nats", "messaging.operation.type": "send",
+		"db.operation.name": "INSERT", "bridge.op": "insert", "messaging.system": "nats", "messaging.operation.type": "send",
 		"messaging.destination.name": "cdc.trace.public.orders", "messaging.message.id": ms[0].ID,
 		"bridge.commit_lsn": ms[0].Pos.LSN.String(), "bridge.seq": "1", "bridge.tx_size": "2",
 	}, change.Attrs)

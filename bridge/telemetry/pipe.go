@@ -253,6 +253,8 @@ func (pt *Pipe) remote(content []byte) (context.Context, bool) {
 }
 
 // opNames are db.operation.name values: the SQL command for row changes.
+// Schema change events and control messages have none (the attribute is
+// left out; bridge.op names them).
 var opNames = map[cdc.Op]string{
 	cdc.OpInsert: "INSERT", cdc.OpUpdate: "UPDATE", cdc.OpDelete: "DELETE",
 	cdc.OpTruncate: "TRUNCATE", cdc.OpMessage: "pg_logical_emit_message", cdc.OpRead: "SELECT",
@@ -294,8 +296,12 @@ func (pt *Pipe) startChanges(txnCtx context.Context, txnSpan trace.Span, cs []cd
 		pt.attrs = append(pt.attrs[:0],
 			attribute.String("db.system.name", "postgresql"),
 			attribute.String("db.namespace", c.Database),
-			attribute.String("db.collection.name", n.collection),
-			attribute.String("db.operation.name", opNames[c.Op]),
+			attribute.String("db.collection.name", n.collection))
+		if op, ok := opNames[c.Op]; ok {
+			pt.attrs = append(pt.attrs, attribute.String("db.operation.name", op))
+		}
+		pt.attrs = append(pt.attrs,
+			attribute.String("bridge.op", string(c.Op)),
 			attribute.String("messaging.system", "nats"),
 			attribute.String("messaging.operation.type", "send"),
 			attribute.String("messaging.destination.name", c.Subject),

@@ -248,7 +248,7 @@ func TestTelemetryTxnSpans(t *testing.T) {
 			attrs[string(kv.Key)] = kv.Value.Emit()
 		}
 		assert.Equal(t, map[string]string{
-			"db.system.name": "postgresql", "db.namespace": "shop", "db.collection.name": "public.items", "db.operation.name": "INSERT",
+			"db.system.name": "postgresql", "db.namespace": "shop", "db.collection.name": "public.items", "db.operation.name": "INSERT", "bridge.op": "insert",
 			"messaging.system": "nats", "messaging.operation.type": "send", "messaging.destination.name": "cdc.app.public.items",
 			"messaging.message.id": it.changes[i].ID(), "bridge.commit_lsn": "0/64", "bridge.seq": fmt.Sprint(i + 1), "bridge.tx_size": "3",
 		}, attrs)
@@ -407,4 +407,29 @@ func TestTelemetrySinkPositions(t *testing.T) {
 	assert.Equal(t, 2.0, counter(t, m, "bridge_sink_write_errors_total", map[string]string{"source": "app", "sink": "mirror"}))
 	assert.Equal(t, 0.0, counter(t, m, "bridge_sink_write_errors_total", map[string]string{"source": "app", "sink": "stream"}))
 	assert.Equal(t, 4.0, counter(t, m, "bridge_sink_dead_letters_total", map[string]string{"source": "app", "sink": "stream"}))
+}
+
+// TestSpanOfSchemaEvent: a schema change event's span names its op in
+// bridge.op and has no db.operation.name (there is no SQL command to name),
+// rather than an empty one.
+func TestSpanOfSchemaEvent(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	pt := testPipe(t, sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
+	txn, it := testTxn(300, 2, "")
+	it.changes[0].Op = cdc.OpSchema
+	routed(pt, txn, it)
+	pt.Delivered(2, 300)
+	var ops []string
+	for _, s := range rec.Ended() {
+		if s.Name() != "publish cdc.app.public.items" {
+			continue
+		}
+		attrs := map[string]string{}
+		for _, kv := range s.Attributes() {
+			attrs[string(kv.Key)] = kv.Value.Emit()
+		}
+		op, has := attrs["db.operation.name"]
+		ops = append(ops, attrs["bridge.op"]+"/"+op+"/"+fmt.Sprint(has))
+	}
+	require.Equal(t, []string{"schema//false", "insert/INSERT/true"}, ops)
 }
