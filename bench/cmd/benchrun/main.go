@@ -23,6 +23,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -62,6 +63,7 @@ type options struct {
 	quietBelow               float64
 	bridgeEnv                []string
 	rounds                   int
+	natsWarmup               int // MiB published into a scratch stream before the backlogs
 	livePipeFirst            bool
 }
 
@@ -121,6 +123,7 @@ func main() {
 	flag.DurationVar(&o.poll, "poll", 10*time.Millisecond, "how often the stream's message count is polled")
 	flag.DurationVar(&o.quietWait, "quiet-wait", envDur("BENCH_QUIET_WAIT", 0), "before each measurement wait up to this long for the machine to be idle (see -quiet-below)")
 	flag.Float64Var(&o.quietBelow, "quiet-below", 0.25, "idle means less than this many cores busy over a second")
+	flag.IntVar(&o.natsWarmup, "nats-warmup", envInt("BENCH_NATS_WARMUP", 64), "backlog phase: MiB published into a scratch stream of the new nats-server (then deleted) before the first backlog, so that round 1 does not pay for the server's first memory (0: none)")
 	flag.IntVar(&o.rounds, "rounds", envInt("BENCH_ROUNDS", 1), "backlog phase: run the bridge (pgoutput) and the pipe this many times on each backlog, alternating which goes first, and report each round and the median")
 	flag.BoolVar(&o.livePipeFirst, "live-pipe-first", envStr("BENCH_LIVE_PIPE_FIRST", "") != "", "live phase with pipe: run the pipe's live run before the bridge's (each on a new stream; the first meets a nats-server that has stored nothing yet)")
 	flag.Func("bridge-env", "K=V added to the bridge process's environment (repeatable), e.g. GOGC=200 or BRIDGE_SINKS__JS__BATCH__MAX_WAIT=5ms", func(v string) error {
@@ -132,7 +135,7 @@ func main() {
 	})
 	flag.Parse()
 	if err := o.check(); err != nil {
-		fmt.Fprintln(os.Stderr, "benchrun:", err)
+		printErr(os.Stderr, err)
 		os.Exit(2)
 	}
 	def := func(p *int, full, quick int) {
@@ -157,10 +160,18 @@ func main() {
 	defer stop()
 	code := 0
 	if err := run(ctx, o); err != nil {
-		fmt.Fprintln(os.Stderr, "benchrun:", err)
+		printErr(os.Stderr, err)
 		code = 1
 	}
 	os.Exit(code)
+}
+
+// printErr writes err with each of its lines (errors.Join's) prefixed by
+// the command's name.
+func printErr(w io.Writer, err error) {
+	for _, l := range strings.Split(err.Error(), "\n") {
+		fmt.Fprintln(w, "benchrun:", l)
+	}
 }
 
 // check refuses counts that cannot mean anything (0 for the sizes means
@@ -179,6 +190,7 @@ func (o options) check() error {
 		{"onebig-rows", "BENCH_ONEBIG_ROWS", o.oneBigRows, 0},
 		{"live-rate", "BENCH_LIVE_RATE", o.liveRate, 1},
 		{"rounds", "BENCH_ROUNDS", o.rounds, 1},
+		{"nats-warmup", "BENCH_NATS_WARMUP", o.natsWarmup, 0},
 	} {
 		if c.v < c.least {
 			errs = append(errs, fmt.Errorf("-%s (or %s) must be at least %d, got %d", c.flag, c.env, c.least, c.v))
@@ -276,6 +288,11 @@ func run(ctx context.Context, o options) (err error) {
 
 	backlog := o.has("backlog")
 	decode := o.has("decode")
+	if backlog {
+		if err := r.warmNATS(ctx, o.natsWarmup); err != nil {
+			return err
+		}
+	}
 	if backlog || decode || o.has("js") {
 		if err := r.workload(ctx, "single", decode, backlog, haveW2J); err != nil {
 			return err

@@ -119,11 +119,23 @@ func TestCheckRefusesMeaninglessCounts(t *testing.T) {
 		{options{rounds: -2, liveRate: 2000}, "-rounds (or BENCH_ROUNDS) must be at least 1, got -2"},
 		{options{rounds: 1, liveRate: 0}, "-live-rate (or BENCH_LIVE_RATE) must be at least 1, got 0"},
 		{options{rounds: 1, liveRate: 1, single: -5}, "-single (or BENCH_SINGLE) must be at least 0, got -5"},
+		{options{rounds: 1, liveRate: 1, natsWarmup: -1}, "-nats-warmup (or BENCH_NATS_WARMUP) must be at least 0, got -1"},
 	} {
 		err := tc.o.check()
 		if err == nil || err.Error() != tc.want {
 			t.Errorf("%+v: got %v, want %q", tc.o, err, tc.want)
 		}
+	}
+}
+
+// TestPrintErrPrefixesEachLine: every line of a joined error names the
+// command, not only the first.
+func TestPrintErrPrefixesEachLine(t *testing.T) {
+	var out strings.Builder
+	printErr(&out, options{rounds: 0, liveRate: 0}.check())
+	want := "benchrun: -live-rate (or BENCH_LIVE_RATE) must be at least 1, got 0\nbenchrun: -rounds (or BENCH_ROUNDS) must be at least 1, got 0\n"
+	if out.String() != want {
+		t.Errorf("got %q, want %q", out.String(), want)
 	}
 }
 

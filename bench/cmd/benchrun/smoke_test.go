@@ -31,7 +31,7 @@ func TestSmoke(t *testing.T) {
 	o := options{
 		single: 300, bigTxns: 2, bigRows: 1500, liveRate: 500, liveFor: 2 * time.Second, liveWarmup: time.Second, pad: 16,
 		bridgeBin: bridgeBin, pipeBin: pipeBin, natsBin: tools.nats, natsServerBin: tools.natsServer, // scratch in the temp dir, which the postgres OS user can reach
-		only: "decode,js,backlog,live,pipe", jsonOut: out, poll: 10 * time.Millisecond, rounds: 2,
+		only: "decode,js,backlog,live,pipe", jsonOut: out, poll: 10 * time.Millisecond, rounds: 2, natsWarmup: 1,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
