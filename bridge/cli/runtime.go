@@ -2,6 +2,7 @@ package cli
 
 import (
 	"os"
+	"runtime"
 	"runtime/debug"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
@@ -31,4 +32,44 @@ func TuneRuntime() {
 		debug.SetGCPercent(DefaultGOGC)
 	}
 	_, _ = memlimit.Set(memlimit.WithProvider(memlimit.FromCgroup)) // no cgroup limit: left unset
+}
+
+// SmallMachineCPUs is the most CPUs a process may use (runtime.GOMAXPROCS's
+// default: the machine's, or its container's CPU limit) for which `bridge
+// run` schedules its goroutines on one (procsFor).
+const SmallMachineCPUs = 2
+
+// procsFor returns the GOMAXPROCS `bridge run` sets, 0 to leave the
+// runtime's: 1 when the environment does not set GOMAXPROCS, the process
+// may use at most SmallMachineCPUs CPUs (cpus), and NATS is not embedded
+// (an in-process nats-server would share the one).
+//
+// On such a machine the bridge shares the cores with its walsender and
+// usually nats-server. With two Ps its goroutines (replication reader,
+// router, writer, the NATS client's) wake each other across the cores,
+// and the runtime's idle Ps spin and poll for work on cores the others
+// need. In single-row backlogs that state came and stayed at random: in
+// four runs of eight the bridge spent 10–31 µs per change instead of 7–8,
+// and the whole pipeline ran at half speed; with one P, eight runs of
+// eight stayed at 7.5–8.4 µs (docs/performance.md). One P carries
+// 150–200k changes/s of the bridge's own work, more than one slot's
+// walsender delivers on such a machine.
+func procsFor(envSet bool, cpus int, embeddedNATS bool) int {
+	if envSet || embeddedNATS || cpus > SmallMachineCPUs || cpus <= 1 {
+		return 0
+	}
+	return 1
+}
+
+// TuneProcs applies procsFor to the process (see there) and returns the
+// GOMAXPROCS it set, 0 when it left the runtime's, and the CPUs the
+// process may use. `bridge run` calls it once the configuration says
+// whether NATS is embedded.
+func TuneProcs(embeddedNATS bool) (set, cpus int) {
+	_, envSet := os.LookupEnv("GOMAXPROCS")
+	cpus = runtime.GOMAXPROCS(0)
+	if set = procsFor(envSet, cpus, embeddedNATS); set > 0 {
+		runtime.GOMAXPROCS(set)
+	}
+	return set, cpus
 }
