@@ -48,12 +48,11 @@ const SmallMachineCPUs = 2
 // usually nats-server. With two Ps its goroutines (replication reader,
 // router, writer, the NATS client's) wake each other across the cores,
 // and the runtime's idle Ps spin and poll for work on cores the others
-// need. In single-row backlogs that state came and stayed at random: in
-// four runs of eight the bridge spent 10–31 µs per change instead of 7–8,
-// and the whole pipeline ran at half speed; with one P, eight runs of
-// eight stayed at 7.5–8.4 µs (docs/performance.md). One P carries
-// 150–200k changes/s of the bridge's own work, more than one slot's
-// walsender delivers on such a machine.
+// need. On the benchmark's 2-CPU VM one P cost the bridge 3.7–4.5 µs per
+// change of big backlogs against 4.9–6.9 with two, and single-row
+// backlogs fell less often into their slow state (docs/performance.md).
+// One P carries 150–200k changes/s of the bridge's own work, more than one
+// slot's walsender delivers on such a machine.
 func procsFor(envSet bool, cpus int, embeddedNATS bool) int {
 	if envSet || embeddedNATS || cpus > SmallMachineCPUs || cpus <= 1 {
 		return 0
