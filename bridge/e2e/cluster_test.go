@@ -289,9 +289,38 @@ func clusterMessages(t *testing.T, url, stream string, n int) []msg {
 // TestFleetClusterR3, idle cluster, two minutes): nats-server's own
 // catch-up, as in nats-server#8319, not something the bridge does or can
 // see. What the tests prove is read from the stream's leader after it.
+//
+// A stream with no leader at all after two minutes, every server up, is
+// nats-server's Raft group wedged (TestFleetClusterR3 met it twice in CI,
+// on 152f68b and ac96d6c: all three replicas behind, every publish timing
+// out, the class of nats-server#8519, where a step-down cannot land
+// either). Then it logs each server's view of the group and applies an
+// operator's remedy, a rolling restart of the servers, and waits two
+// minutes more; only a stream still without a leader after that fails the
+// test. What the test proves about the bridge (every change exactly once,
+// in order) is still read from the stream afterwards, so a bridge that
+// lost or doubled a change across the wedge fails all the same.
 func (c *natsCluster) waitStreamCurrent(stream string) {
 	c.t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
+	if c.streamSettled(stream, 2*time.Minute) {
+		return
+	}
+	c.t.Logf("stream %s: no leader after two minutes with every server up (nats-server Raft group wedged); its group as each server sees it:\n%s",
+		stream, c.raftState(stream))
+	c.rollingRestart(stream)
+	if !c.streamSettled(stream, 2*time.Minute) {
+		c.t.Fatalf("stream %s: no leader with a quorum of current replicas two minutes after a rolling restart of the cluster; its group as each server sees it:\n%s",
+			stream, c.raftState(stream))
+	}
+}
+
+// streamSettled waits up to wait for stream to have a leader and every
+// replica current. At the deadline a leader with a quorum of current
+// replicas is enough (the stragglers are logged); without a leader it
+// reports false.
+func (c *natsCluster) streamSettled(stream string, wait time.Duration) bool {
+	c.t.Helper()
+	deadline := time.Now().Add(wait)
 	for {
 		var behind []string
 		current := 0
@@ -304,17 +333,79 @@ func (c *natsCluster) waitStreamCurrent(stream string) {
 		}
 		leader := c.streamLeader(stream) >= 0
 		if leader && len(behind) == 0 {
-			return
+			return true
 		}
 		if time.Now().After(deadline) {
 			if leader && current > len(c.servers)/2 {
-				c.t.Logf("stream %s: the replicas on %v are still not current after two minutes; a quorum is, with a leader (nats-server catch-up)", stream, behind)
-				return
+				c.t.Logf("stream %s: the replicas on %v are still not current after %v; a quorum is, with a leader (nats-server catch-up)", stream, behind, wait)
+				return true
 			}
-			c.t.Fatalf("stream %s: no leader with a quorum of current replicas after two minutes (behind: %v, leader: %v)", stream, behind, leader)
+			if leader {
+				c.t.Fatalf("stream %s: a leader but no quorum of current replicas after %v (behind: %v)", stream, wait, behind)
+			}
+			return false
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// rollingRestart restarts the servers one at a time, each after the
+// cluster has a meta leader again, stopping early once stream has a
+// leader and a quorum of current replicas.
+func (c *natsCluster) rollingRestart(stream string) {
+	c.t.Helper()
+	for i := range c.servers {
+		c.t.Logf("stream %s: restarting n%d", stream, i+1)
+		c.stop(i)
+		time.Sleep(time.Second)
+		c.start(i)
+		c.waitMetaLeader()
+		if c.streamSettled(stream, 20*time.Second) {
+			c.t.Logf("stream %s: a leader again after restarting n1..n%d", stream, i+1)
+			return
+		}
+	}
+}
+
+// raftState is one line per server: its view of stream's Raft group
+// (state, term, vote, leader, commit and apply indexes, catch-up), for a
+// failure's log.
+func (c *natsCluster) raftState(stream string) string {
+	var b strings.Builder
+	for i, s := range c.servers {
+		fmt.Fprintf(&b, "  n%d: ", i+1)
+		if s == nil {
+			b.WriteString("stopped\n")
+			continue
+		}
+		group := ""
+		if info, err := s.Jsz(&server.JSzOptions{Accounts: true, Streams: true, RaftGroups: true}); err == nil {
+			for _, a := range info.AccountDetails {
+				for _, sd := range a.Streams {
+					if sd.Name == stream {
+						group = sd.RaftGroup
+					}
+				}
+			}
+		}
+		if group == "" {
+			b.WriteString("no replica of the stream\n")
+			continue
+		}
+		st := s.Raftz(&server.RaftzOptions{AccountFilter: server.DEFAULT_GLOBAL_ACCOUNT, GroupFilter: group})
+		if st == nil {
+			fmt.Fprintf(&b, "group %s: no Raft state\n", group)
+			continue
+		}
+		g, ok := (*st)[server.DEFAULT_GLOBAL_ACCOUNT][group]
+		if !ok {
+			fmt.Fprintf(&b, "group %s: not registered\n", group)
+			continue
+		}
+		fmt.Fprintf(&b, "group %s state=%s term=%d vote=%q leader=%q ever_had_leader=%v committed=%d applied=%d pindex=%d pterm=%d catching_up=%v paused=%v proposals=%d entries=%d\n",
+			group, g.State, g.Term, g.Vote, g.Leader, g.EverHadLeader, g.Committed, g.Applied, g.PIndex, g.PTerm, g.CatchingUp, g.Paused, g.IPQPropLen, g.IPQEntryLen)
+	}
+	return b.String()
 }
 
 // checkReplicas asserts that every named stream has three replicas.
@@ -334,4 +425,44 @@ func checkReplicas(t *testing.T, url string, streams ...string) {
 		require.NoError(t, err, name)
 		require.Equal(t, 3, info.Config.Replicas, "%s replicas", name)
 	}
+}
+
+// TestClusterRollingRestartRemedy runs the remedy waitStreamCurrent applies
+// to a wedged stream (a rolling restart) on a healthy R3 stream, since a
+// wedge cannot be had on demand: the stream must have a leader again, hold
+// every message, and each server's view of its Raft group must be
+// readable for the failure log.
+func TestClusterRollingRestartRemedy(t *testing.T) {
+	defer parallel(t)()
+	c := startCluster(t, 3)
+	nc, err := nats.Connect(c.urls())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "REMEDY", Subjects: []string{"remedy.>"}, Replicas: 3})
+	require.NoError(t, err)
+	const n = 50
+	for i := range n {
+		_, err := js.Publish(ctx, fmt.Sprintf("remedy.%d", i), []byte("x"))
+		require.NoError(t, err)
+	}
+	require.True(t, c.streamSettled("REMEDY", time.Minute))
+	state := c.raftState("REMEDY")
+	t.Logf("before:\n%s", state)
+	require.Equal(t, 1, strings.Count(state, "state=LEADER"), state)
+	require.Equal(t, 3, strings.Count(state, " committed="), state)
+
+	c.rollingRestart("REMEDY")
+	require.True(t, c.streamSettled("REMEDY", time.Minute))
+	st, err := js.Stream(ctx, "REMEDY")
+	require.NoError(t, err)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(n), info.State.Msgs, "messages after the rolling restart")
+	_, err = js.Publish(ctx, "remedy.after", []byte("x"))
+	require.NoError(t, err, "publishing after the rolling restart")
+	t.Logf("after:\n%s", c.raftState("REMEDY"))
 }
