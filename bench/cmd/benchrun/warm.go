@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -35,16 +36,24 @@ func (r *runner) warmNATS(ctx context.Context, mb int) error {
 	for i := range n {
 		m := &nats.Msg{Subject: "benchwarmup.t", Data: data, Header: nats.Header{}}
 		m.Header.Set(jetstream.MsgIDHeader, "warm:"+strconv.Itoa(i))
-		if _, err := r.js.PublishMsgAsync(m); err != nil {
-			return fmt.Errorf("warming nats-server: publishing message %d of %d: %w", i+1, n, err)
+		for {
+			_, err := r.js.PublishMsgAsync(m)
+			if err == nil {
+				break
+			}
+			// A busy server (its CPU shared, or limited) lets the window
+			// fill for longer than the client's stall wait: wait for the
+			// acks, then publish the message again.
+			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+				return fmt.Errorf("warming nats-server: publishing message %d of %d: %w", i+1, n, err)
+			}
+			if err := r.warmAcked(ctx); err != nil {
+				return err
+			}
 		}
 	}
-	select {
-	case <-r.js.PublishAsyncComplete():
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(2 * time.Minute):
-		return fmt.Errorf("warming nats-server: %d messages not acknowledged after 2m", r.js.PublishAsyncPending())
+	if err := r.warmAcked(ctx); err != nil {
+		return err
 	}
 	if err := r.js.DeleteStream(ctx, stream); err != nil {
 		return fmt.Errorf("warming nats-server: deleting stream %s: %w", stream, err)
@@ -53,4 +62,17 @@ func (r *runner) warmNATS(ctx context.Context, mb int) error {
 	logf("warmed nats-server: %d messages (%d MiB) into a scratch stream in %s, %d page faults",
 		n, mb, time.Since(start).Round(time.Millisecond), after.Faults-before.Faults)
 	return nil
+}
+
+// warmAcked waits up to two minutes for every warm-up message published to
+// be acknowledged.
+func (r *runner) warmAcked(ctx context.Context) error {
+	select {
+	case <-r.js.PublishAsyncComplete():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(2 * time.Minute):
+		return fmt.Errorf("warming nats-server: %d messages not acknowledged after 2m", r.js.PublishAsyncPending())
+	}
 }
