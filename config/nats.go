@@ -40,6 +40,10 @@ func CheckNATSClient(c NATSClient) []error {
 	return errs
 }
 
+// RunsEmbedded reports whether the bridge starts its embedded nats-server:
+// URL and Context are both empty.
+func (n NATS) RunsEmbedded() bool { return n.URL == "" && n.Context == "" }
+
 // validate adds the problems of the nats section.
 func (n *NATS) validate(add func(p, format string, args ...any)) {
 	for _, err := range CheckNATSClient(n.NATSClient) {

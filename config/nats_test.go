@@ -82,3 +82,17 @@ func TestValidateNATS(t *testing.T) {
 		})
 	}
 }
+
+func TestNATSRunsEmbedded(t *testing.T) {
+	for _, tc := range []struct {
+		n    NATS
+		want bool
+	}{
+		{NATS{}, true},
+		{NATS{URL: "nats://127.0.0.1:4222"}, false},
+		{NATS{NATSClient: NATSClient{Context: "prod"}}, false},
+		{NATS{URL: "nats://h:4222", NATSClient: NATSClient{Context: "prod"}}, false},
+	} {
+		require.Equal(t, tc.want, tc.n.RunsEmbedded(), "%+v", tc.n)
+	}
+}

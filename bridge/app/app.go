@@ -187,7 +187,7 @@ func (a *App) check(cfg *config.Config) error {
 	} else if err := route.CheckSubjects(cfg, accepted); err != nil {
 		errs = append(errs, err)
 	}
-	if cfg.Config.KV != "" && cfg.NATS.URL == "" && cfg.NATS.Context == "" {
+	if cfg.Config.KV != "" && cfg.NATS.RunsEmbedded() {
 		errs = append(errs, &config.FieldError{Path: "config.kv", Msg: "needs nats.url: the shared configuration lives on a NATS server every bridge reaches, not on an embedded one"})
 	}
 	errs = append(errs, telemetry.Validate(cfg)...)

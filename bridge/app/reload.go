@@ -57,7 +57,7 @@ func LoadConfig(ctx context.Context, path string, opts ...config.Option) (*confi
 
 // fetchConfig reads the config.kv entry through cfg's nats section.
 func fetchConfig(ctx context.Context, cfg *config.Config, bucket, key string) ([]byte, uint64, error) {
-	if cfg.NATS.URL == "" && cfg.NATS.Context == "" {
+	if cfg.NATS.RunsEmbedded() {
 		return nil, 0, errors.New("needs nats.url (or nats.context): the shared configuration lives on a NATS server every bridge reaches, not on an embedded one")
 	}
 	conn, err := natsconn.Resolve("nats", cfg.NATS.URL, cfg.NATS.NATSClient)

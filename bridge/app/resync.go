@@ -39,7 +39,7 @@ func (a *App) Resync(ctx context.Context, source, reason string) (string, error)
 			return "", fmt.Errorf("slot %q of source %q is in use (walsender PID %d): stop the bridge first, then run bridge resync again", src.Slot, source, row.ActivePID)
 		}
 	}
-	if a.cfg.NATS.URL == "" && a.cfg.NATS.Context == "" {
+	if a.cfg.NATS.RunsEmbedded() {
 		e := a.cfg.NATS.Embedded
 		fallback := "nats://" + net.JoinHostPort(e.Host, strconv.Itoa(e.Port))
 		if url, err := natsembed.Running(a.cfg.DataDir, fallback); err == nil {

@@ -134,7 +134,7 @@ func NewCommand(stdout, stderr io.Writer, opts ...app.Option) *cobra.Command {
 			if ignored := cfg.IgnoredEnv(); len(ignored) > 0 {
 				log.Debug("ignored environment variables that name no key of bridge.yaml", "variables", ignored)
 			}
-			if n, cpus := TuneProcs(cfg.NATS.URL == "" && cfg.NATS.Context == ""); n > 0 { // runtime.go
+			if n, cpus := TuneProcs(cfg.NATS.RunsEmbedded()); n > 0 { // runtime.go
 				log.Info("running goroutines on one CPU at a time: the process may use at most 2, which on such a machine it shares with Postgres or nats-server; set GOMAXPROCS to choose",
 					"gomaxprocs", n, "cpus", cpus)
 			}

@@ -239,14 +239,14 @@ func checkpointChecks(ctx context.Context, cfg *config.Config, ne sinks.NATSEnv,
 		case strings.Contains(msg, "no servers available"), strings.Contains(msg, "connection refused"):
 			fix = fmt.Sprintf("is nats-server running at %s? (nats.url)", config.Redact(ne.URL))
 		}
-		if cfg.NATS.URL == "" && cfg.NATS.Context == "" {
+		if cfg.NATS.RunsEmbedded() {
 			fix = fmt.Sprintf("something that is not a NATS server listens at %s, so `bridge run` cannot start its embedded server there: stop it, or set nats.embedded.port", strings.TrimPrefix(ne.URL, "nats://"))
 		}
 		return []config.Check{{Status: config.CheckFail, What: config.Redact(err.Error()), Fix: fix}}
 	}
 	defer p.Close()
 	out := []config.Check{{Status: config.CheckOK, What: fmt.Sprintf("connected to NATS at %s (server %s, nats-server %s)", config.Redact(ne.URL), p.NC.ConnectedServerName(), p.NC.ConnectedServerVersion())}}
-	if cfg.NATS.URL == "" && cfg.NATS.Context == "" {
+	if cfg.NATS.RunsEmbedded() {
 		out[0].What += "; the bridge (or another server) is running there"
 	}
 	js, err := jetstream.New(p.NC)
