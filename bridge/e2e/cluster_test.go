@@ -305,6 +305,9 @@ func (c *natsCluster) waitStreamCurrent(stream string) {
 	if c.streamSettled(stream, 2*time.Minute) {
 		return
 	}
+	if c.streamLeader(stream) >= 0 {
+		c.t.Fatalf("stream %s: a leader but no quorum of current replicas after two minutes; its group as each server sees it:\n%s", stream, c.raftState(stream))
+	}
 	c.t.Logf("stream %s: no leader after two minutes with every server up (nats-server Raft group wedged); its group as each server sees it:\n%s",
 		stream, c.raftState(stream))
 	c.rollingRestart(stream)
@@ -316,8 +319,8 @@ func (c *natsCluster) waitStreamCurrent(stream string) {
 
 // streamSettled waits up to wait for stream to have a leader and every
 // replica current. At the deadline a leader with a quorum of current
-// replicas is enough (the stragglers are logged); without a leader it
-// reports false.
+// replicas is enough (the stragglers are logged); otherwise it reports
+// false.
 func (c *natsCluster) streamSettled(stream string, wait time.Duration) bool {
 	c.t.Helper()
 	deadline := time.Now().Add(wait)
@@ -340,9 +343,7 @@ func (c *natsCluster) streamSettled(stream string, wait time.Duration) bool {
 				c.t.Logf("stream %s: the replicas on %v are still not current after %v; a quorum is, with a leader (nats-server catch-up)", stream, behind, wait)
 				return true
 			}
-			if leader {
-				c.t.Fatalf("stream %s: a leader but no quorum of current replicas after %v (behind: %v)", stream, wait, behind)
-			}
+			c.t.Logf("stream %s: after %v, leader: %v, replicas behind: %v", stream, wait, leader, behind)
 			return false
 		}
 		time.Sleep(50 * time.Millisecond)
