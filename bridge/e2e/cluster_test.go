@@ -436,14 +436,10 @@ func checkReplicas(t *testing.T, url string, streams ...string) {
 func TestClusterRollingRestartRemedy(t *testing.T) {
 	defer parallel(t)()
 	c := startCluster(t, 3)
-	nc, err := nats.Connect(c.urls())
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	js := jsAt(t, c.urls())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "REMEDY", Subjects: []string{"remedy.>"}, Replicas: 3})
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "REMEDY", Subjects: []string{"remedy.>"}, Replicas: 3})
 	require.NoError(t, err)
 	const n = 50
 	for i := range n {

@@ -509,7 +509,14 @@ func TestFaultCheckerCatchesDroppedChange(t *testing.T) {
 // natsJS connects to the test's NATS for admin actions.
 func natsJS(t *testing.T, e *env) jetstream.JetStream {
 	t.Helper()
-	nc, err := nats.Connect(e.natsURL())
+	return jsAt(t, e.natsURL())
+}
+
+// jsAt connects to the NATS servers at url (comma-separated) for admin
+// actions, until the test ends.
+func jsAt(t *testing.T, url string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
