@@ -286,9 +286,18 @@ func TestFailoverLaggingStandbyIsLoud(t *testing.T) {
 	code, out, errs := execCLI(t, "validate", "--connect", "-c", cfg)
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errs)
 	require.Contains(t, out, "synchronized_standby_slots is not set on the primary")
-	fams := scrape(t, "http://"+r.app.HTTPAddr())
-	ready, ok := metricValue(fams, "bridge_slot_failover_ready", map[string]string{"source": "app", "slot": "slot_fol"})
-	require.True(t, ok)
+	// The slot poller exports on its own schedule, so the first scrape
+	// after the sync can come before it sees the synced standby: wait for
+	// that, then the slot must still not count as failover-ready.
+	labels := map[string]string{"source": "app", "slot": "slot_fol"}
+	var ready float64
+	require.Eventually(t, func() bool {
+		fams := scrape(t, "http://"+r.app.HTTPAddr())
+		synced, _ := metricValue(fams, "bridge_slot_synced_standbys", labels)
+		v, ok := metricValue(fams, "bridge_slot_failover_ready", labels)
+		ready = v
+		return ok && synced >= 1
+	}, 60*time.Second, 500*time.Millisecond, "the bridge's slot poller never exported a synced standby for slot_fol")
 	require.Zero(t, ready)
 	c.failOver(t, "CDC_fol", true)
 
