@@ -328,7 +328,15 @@ of the command. --direct skips the control endpoint.`,
 	root.AddCommand(newSchemaCommand(loadLoose, stdout))         // the schema registry: schema.go
 	root.AddCommand(newSetupCommand(loadLoose, stdout))          // bridge setup ddl: setup.go
 	root.AddCommand(newSnapshotCommand(load, printErrs, stdout)) // snapshot.go
-	root.AddCommand(serveCommand(loadWith, printErrs, stderr))   // feeds over HTTP: serve.go
+	// serve reads the configuration only, and judges only its sections.
+	loadConfig := func(co []config.Option) (*config.Config, error) {
+		cfg, _, _, err := app.LoadConfig(context.Background(), cfgPath, loadOpts(co)...)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, missingConfig{path: cfgPath, err: err}
+		}
+		return cfg, err
+	}
+	root.AddCommand(serveCommand(loadConfig, printErrs, stderr)) // feeds over HTTP: serve.go
 	usageArgs(root)
 	return root
 }

@@ -2,10 +2,12 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -14,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
-	"github.com/bridgecdc/bridge/bridge/app"
 	"github.com/bridgecdc/bridge/bridge/feeds"
 	"github.com/bridgecdc/bridge/bridge/serve"
 	"github.com/bridgecdc/bridge/bridge/status"
@@ -70,10 +71,45 @@ func blameFlags(err error, flags map[string]string) {
 	}
 }
 
+// serveSections are the top-level keys of bridge.yaml that `bridge serve`
+// reads: its own section, the NATS connection (an embedded server's
+// address file lives in data_dir), logging, the shutdown timeout, the
+// bridge's name and where the configuration comes from.
+var serveSections = []string{"serve", "nats", "data_dir", "log", "shutdown", "name", "config"}
+
+// splitServeProblems splits the problems config.Load found into those in
+// serveSections, which stop `bridge serve`, and the rest, which it does
+// not read: a feeds server on a host of its own shares bridge.yaml with
+// the bridge but not the database's credentials, so an unset ${PG_DSN}
+// in sources must not stop it. Errors other than config.Errors (a file
+// that does not parse) are kept whole.
+func splitServeProblems(err error) (kept error, ignored []string) {
+	var ferrs config.Errors
+	if err == nil || !errors.As(err, &ferrs) {
+		return err, nil
+	}
+	var keep config.Errors
+	for _, fe := range ferrs {
+		top, _, _ := strings.Cut(fe.Path, ".")
+		top, _, _ = strings.Cut(top, "[")
+		if slices.Contains(serveSections, top) || fe.Path == "" {
+			keep = append(keep, fe)
+		} else {
+			ignored = append(ignored, fe.Path)
+		}
+	}
+	if len(keep) == 0 {
+		return nil, ignored
+	}
+	return keep, ignored
+}
+
 // serveCommand is `bridge serve`: the feeds HTTP server over the stream
 // the bridge writes, configured by bridge.yaml's serve section and flags
-// that override it, with the NATS connection of bridge.yaml.
-func serveCommand(load func([]config.Option, ...app.Option) (*config.Config, *app.App, error), printErrs func(error) error, stderr io.Writer) *cobra.Command {
+// that override it, with the NATS connection of bridge.yaml. Problems in
+// the sections it does not read (sources, sinks, routes, ...) are logged
+// and ignored; `bridge validate` reports them.
+func serveCommand(load func([]config.Option) (*config.Config, error), printErrs func(error) error, stderr io.Writer) *cobra.Command {
 	var fv config.Serve
 	var where, tables string
 	cmd := &cobra.Command{
@@ -97,12 +133,16 @@ section. See docs/feeds.md.`,
 				flagWhere = &c
 			}
 			over, flags := serveOverrides(cmd, fv, tables)
-			cfg, _, err := load([]config.Option{config.WithOverrides(over)})
+			cfg, err := load([]config.Option{config.WithOverrides(over)})
+			err, ignored := splitServeProblems(err)
 			if err != nil {
 				blameFlags(err, flags)
 				return printErrs(err)
 			}
 			log := NewLogger(cfg.Log, stderr)
+			if len(ignored) > 0 {
+				log.Info("ignoring problems in sections of the configuration that serve does not read (bridge validate reports them)", "keys", strings.Join(ignored, ", "))
+			}
 			ctx, cancel := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer cancel()
 			sc, fc, err := serve.FromConfig(ctx, cfg.Serve, log)

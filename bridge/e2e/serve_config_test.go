@@ -2,11 +2,16 @@ package e2e_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -82,4 +87,82 @@ func TestServeFlagErrors(t *testing.T) {
 			require.Contains(t, errb.String(), tc.want)
 		})
 	}
+}
+
+// TestServeIgnoresSectionsItDoesNotRead runs `bridge serve` on a host
+// that shares bridge.yaml with the bridge but not its database
+// credentials: an unset ${...} in sources and broken sinks and routes do
+// not stop it (it logs their keys), while `bridge validate` still reports
+// them and a problem in the serve section still stops it.
+func TestServeIgnoresSectionsItDoesNotRead(t *testing.T) {
+	defer parallel(t)()
+	e := newFeedsEnv(t, "CDC_loose")
+	e.insert(1, 7)
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	write := func(serve string) string {
+		p := filepath.Join(t.TempDir(), "bridge.yaml")
+		require.NoError(t, os.WriteFile(p, []byte(fmt.Sprintf(`name: srv
+nats: { url: %q }
+sources:
+  shop: { type: pgoutput, config: { dsn: "${BRIDGE_TEST_NEVER_SET_DSN}", slot: bridge_shop } }
+sinks:
+  main: { type: nats_jetstream, config: { stream: "a.b" } }
+routes:
+  - sinks: [nowhere]
+serve:
+  listen: %q
+  stream: CDC_loose
+%s`, e.url, addr, serve)), 0o600))
+		return p
+	}
+	p := write("")
+
+	code, _, errs := execCLI(t, "validate", "-c", p)
+	require.Equal(t, 1, code)
+	require.Contains(t, errs, "sources.shop.config.dsn: environment variable BRIDGE_TEST_NEVER_SET_DSN is not set")
+	require.Contains(t, errs, "routes[0].sinks")
+
+	var stderr syncBuffer
+	cmd := cli.NewCommand(io.Discard, &stderr)
+	cmd.SetArgs([]string{"serve", "-c", p})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	base := "http://" + addr
+	exited, stopped := false, error(nil)
+	require.Eventually(t, func() bool {
+		select {
+		case stopped = <-done:
+			exited = true
+			return true
+		default:
+		}
+		code, _ := httpStatus(t, base+"/readyz")
+		return code == http.StatusOK
+	}, 60*time.Second, 20*time.Millisecond, "bridge serve never ready:\n%s", stderr.String())
+	require.False(t, exited, "bridge serve stopped before it was ready: %v\n%s", stopped, stderr.String())
+	resp, body := get(t, base, url.Values{"token": {"now"}, "timeout": {"1ms"}}, nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%+v", body)
+	resp, body = get(t, base, url.Values{"token": {strings.Split(body.Token, ".")[0] + ".0"}, "timeout": {"5s"}}, nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%+v", body)
+	require.Len(t, changesOf(t, body.Changes), 1, "the row written before serve started")
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("bridge serve did not stop")
+	}
+	log := stderr.String()
+	require.Contains(t, log, "ignoring problems in sections of the configuration that serve does not read")
+	for _, key := range []string{"sources.shop.config.dsn", "routes[0].sinks"} {
+		require.Contains(t, log, key)
+	}
+
+	// A problem in what serve reads stops it, and only that one is printed.
+	var out, errb bytes.Buffer
+	code = cli.Execute([]string{"serve", "-c", write("  hold: -1s\n")}, &out, &errb)
+	require.Equal(t, 1, code, errb.String())
+	require.Contains(t, errb.String(), "serve.hold: must be > 0, got -1s")
+	require.NotContains(t, errb.String(), "BRIDGE_TEST_NEVER_SET_DSN")
 }
