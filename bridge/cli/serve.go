@@ -104,6 +104,25 @@ func splitServeProblems(err error) (kept error, ignored []string) {
 	return keep, ignored
 }
 
+// serveWarnings returns what `bridge serve` warns about at start for its
+// configuration s listening on listen (the effective serve.listen): doors
+// that only a listener other machines reach opens.
+func serveWarnings(s config.Serve, listen string) []string {
+	if config.IsLoopback(listen) {
+		return nil
+	}
+	var out []string
+	if s.EffectiveMode() == config.AuthNone {
+		out = append(out, "serving every row without authentication to every machine that reaches serve.listen (serve.auth.mode: none)")
+	}
+	if s.TokenSecret == "" {
+		out = append(out, "resume tokens are unsigned (serve.token_secret is not set): a caller can write one for any position, "+
+			"the stream's start included, and read the history the stream holds through its own filter; "+
+			"set serve.token_secret (32 bytes or more, the same on every process) to refuse tokens this server did not hand out")
+	}
+	return out
+}
+
 // serveCommand is `bridge serve`: the feeds HTTP server over the stream
 // the bridge writes, configured by bridge.yaml's serve section and flags
 // that override it, with the NATS connection of bridge.yaml. Problems in
@@ -189,8 +208,8 @@ section. See docs/feeds.md.`,
 			}
 			auth := cfg.Serve.EffectiveMode()
 			log.Info("serving feeds and /metrics", "listen", ln.Addr().String(), "scheme", scheme, "auth", auth, "stream", fc.Stream, "position", fs.Position().String())
-			if auth == config.AuthNone && !config.IsLoopback(sc.Listen) {
-				log.Warn("serving every row without authentication to every machine that reaches serve.listen (serve.auth.mode: none)", "listen", sc.Listen)
+			for _, w := range serveWarnings(cfg.Serve, sc.Listen) {
+				log.Warn(w, "listen", sc.Listen)
 			}
 			errc := make(chan error, 1)
 			go func() { errc <- fsrv.Serve(srv, ln) }()

@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -40,4 +41,33 @@ func TestSplitServeProblems(t *testing.T) {
 	kept, ignored = splitServeProblems(nil)
 	assert.NoError(t, kept)
 	assert.Empty(t, ignored)
+}
+
+// TestServeWarnings: a listener other machines reach gets a warning for
+// serving without authentication and one for unsigned resume tokens; a
+// loopback one gets none.
+func TestServeWarnings(t *testing.T) {
+	secret := strings.Repeat("s", 32)
+	open := config.Serve{Auth: config.ServeAuth{Mode: config.AuthNone}}
+	assert.Empty(t, serveWarnings(open, "127.0.0.1:8090"))
+	assert.Empty(t, serveWarnings(open, "localhost:8090"))
+	assert.Empty(t, serveWarnings(open, "[::1]:8090"))
+
+	ws := serveWarnings(open, "0.0.0.0:8090")
+	require.Len(t, ws, 2)
+	assert.Contains(t, ws[0], "without authentication")
+	assert.Contains(t, ws[1], "resume tokens are unsigned (serve.token_secret is not set)")
+
+	signed := open
+	signed.TokenSecret = secret
+	ws = serveWarnings(signed, "10.0.0.5:8090")
+	require.Len(t, ws, 1)
+	assert.Contains(t, ws[0], "without authentication")
+
+	proxied := config.Serve{ClientHeader: "X-Client", TokenSecret: secret}
+	assert.Empty(t, serveWarnings(proxied, ":8090"), "authenticated, signed tokens")
+	proxied.TokenSecret = ""
+	ws = serveWarnings(proxied, ":8090")
+	require.Len(t, ws, 1)
+	assert.Contains(t, ws[0], "set serve.token_secret")
 }
