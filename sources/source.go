@@ -68,6 +68,9 @@ type CheckRequest struct {
 	// From is the checkpoint the next run would start after (0: none), so
 	// the check judges a missing or lost slot as Open would.
 	From cdc.LSN
+	// Lineage is the lineage recorded with that checkpoint (zero: none),
+	// so that a Lineaged source's check judges a failover as Open would.
+	Lineage Lineage
 	// Columns lists the columns the routes' subject templates read from
 	// this source's tables.
 	Columns []ColumnUse

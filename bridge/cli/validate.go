@@ -125,9 +125,9 @@ func connectChecks(ctx context.Context, cfg *config.Config, opts []app.Option) [
 	sinkReg, srcReg := app.Registries(opts...)
 	log := slog.New(slog.DiscardHandler)
 	ne, natsSec := bridgeNATS(cfg)
-	froms := map[string]cdc.LSN{}
+	froms, lineages := map[string]cdc.LSN{}, map[string]sources.Lineage{}
 	if ne.URL != "" {
-		natsSec.checks = append(natsSec.checks, checkpointChecks(ctx, cfg, ne, froms)...)
+		natsSec.checks = append(natsSec.checks, checkpointChecks(ctx, cfg, ne, froms, lineages)...)
 	}
 	secs := []section{natsSec}
 	patterns := route.SubjectPatterns(cfg)
@@ -144,7 +144,7 @@ func connectChecks(ctx context.Context, cfg *config.Config, opts []app.Option) [
 			continue
 		}
 		if ch, ok := src.(sources.Checker); ok {
-			sec.checks = ch.Check(ctx, sources.CheckRequest{From: froms[name], Columns: columnUses(cfg, name),
+			sec.checks = ch.Check(ctx, sources.CheckRequest{From: froms[name], Lineage: lineages[name], Columns: columnUses(cfg, name),
 				Tables: func(rels []*cdc.Relation) []config.Check { return route.CheckTables(cfg, name, rels) }})
 		} else {
 			sec.checks = []config.Check{{Status: config.CheckWarn, What: fmt.Sprintf("not checked: source type %s has no checks", sc.Type)}}
@@ -225,8 +225,9 @@ func bridgeNATS(cfg *config.Config) (sinks.NATSEnv, section) {
 }
 
 // checkpointChecks checks the bridge's NATS server and the checkpoint
-// bucket, and records each source's checkpoint in froms.
-func checkpointChecks(ctx context.Context, cfg *config.Config, ne sinks.NATSEnv, froms map[string]cdc.LSN) []config.Check {
+// bucket, and records each source's checkpoint in froms and the lineage
+// recorded with it in lineages.
+func checkpointChecks(ctx context.Context, cfg *config.Config, ne sinks.NATSEnv, froms map[string]cdc.LSN, lineages map[string]sources.Lineage) []config.Check {
 	p, err := natsconn.DialProbe(ctx, natsconn.Env(ne))
 	if err != nil {
 		fix := "check nats.url and the credentials (nats.creds, user, password, token)"
@@ -294,6 +295,7 @@ func checkpointChecks(ctx context.Context, cfg *config.Config, ne sinks.NATSEnv,
 				continue
 			}
 			froms[src] = st.LSN
+			lineages[src] = sources.Lineage{SystemID: st.SystemID, Timeline: st.Timeline, Standby: st.Standby}
 			out = append(out, config.Check{Status: config.CheckOK,
 				What: fmt.Sprintf("source %s's checkpoint (key %s): %s, epoch %s, saved %s", src, key, st.LSN, st.Epoch, st.UpdatedAt.UTC().Format(time.RFC3339))})
 		}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -264,6 +265,13 @@ func TestFailoverSlotSynced(t *testing.T) {
 	require.Zero(t, got.phantoms)
 	checkOrdered(t, c.e.messages("CDC_fos"))
 	require.Contains(t, c.logs.String(), "failover: the server's timeline changed since the checkpoint")
+	// validate --connect judges the lineage as the run does: once the run
+	// checkpoints on the new primary, the checkpoint is on its timeline.
+	var vout string
+	require.Eventually(t, func() bool {
+		_, vout, _ = execCLI(t, "validate", "--connect", "-c", cfg)
+		return strings.Contains(vout, "the server is on timeline 2, the one the checkpoint was recorded on")
+	}, 60*time.Second, time.Second, "validate --connect never saw the checkpoint on the new timeline:\n%s", vout)
 }
 
 // TestFailoverLaggingStandbyIsLoud fails a PostgreSQL 17 primary over to
@@ -319,6 +327,22 @@ func TestFailoverLaggingStandbyIsLoud(t *testing.T) {
 		old.has, old.delivered, old.duplicates, old.missing, old.phantoms)
 	require.Positive(t, old.phantoms, "the test must make the stream hold changes the new primary lacks")
 	require.Zero(t, old.duplicates)
+	// validate --connect names the failover the run stopped at. Whether it
+	// fails depends on whether the checkpoint, not only the stream, got
+	// past the switch point before the primary stopped.
+	code, out, errs = execCLI(t, "validate", "--connect", "-c", cfg)
+	require.Contains(t, out, "a failover (or a point-in-time recovery) happened: the server is on timeline 2, the checkpoint was recorded on timeline 1, which its history left at",
+		"stdout:\n%s\nstderr:\n%s", out, errs)
+	if code == 0 {
+		require.Contains(t, out, "streams on if the sinks hold nothing past it either")
+	} else {
+		require.Contains(t, out, "`bridge run` stops here (on_slot_lost: fail)")
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "timeline 2") {
+			t.Logf("validate --connect after the lagging failover (exit %d): %s", code, line)
+		}
+	}
 
 	// Under recreate: a resync, then the new primary's rows from the
 	// slot's position, none missing, none twice, no phantom.

@@ -65,12 +65,12 @@ func (s *Source) Check(ctx context.Context, req sources.CheckRequest) []config.C
 		return failed("checking the server", err)
 	}
 	add(sc...)
-	add(s.replicationCheck(ctx, dsnKey))
-
 	si, err := ReadSlot(ctx, cat, s.cfg.Slot)
 	if err != nil {
 		return failed("reading the slot", err)
 	}
+	add(s.replicationCheck(ctx, dsnKey, cat, req, si)...)
+
 	slotc, err := slotChecks(ctx, cat, si, s.plugin.Name())
 	if err != nil {
 		return failed("checking the slot", err)
@@ -165,28 +165,81 @@ func relations(ctx context.Context, c *pgx.Conn, tables []string) ([]*cdc.Relati
 
 // replicationCheck opens a replication connection, as Open does, and asks
 // for IDENTIFY_SYSTEM: pg_hba.conf and max_wal_senders must let it in.
-func (s *Source) replicationCheck(ctx context.Context, dsnKey string) config.Check {
+// Then it judges the server's lineage against req's as Open would
+// (lineageCheck).
+func (s *Source) replicationCheck(ctx context.Context, dsnKey string, cat *pgx.Conn, req sources.CheckRequest, si SlotInfo) []config.Check {
 	rcfg, err := s.replConfig("bridge:" + s.name + ":validate")
 	if err != nil {
-		return config.Check{Status: config.CheckFail, What: config.Redact(fmt.Sprintf("%s does not parse: %v", dsnKey, err))}
+		return []config.Check{{Status: config.CheckFail, What: config.Redact(fmt.Sprintf("%s does not parse: %v", dsnKey, err))}}
 	}
 	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	repl, err := pgconn.ConnectConfig(cctx, rcfg)
 	if err != nil {
 		if what, fix := tlsProblem(s.cfg.DSN, err); what != "" {
-			return config.Check{Status: config.CheckFail, What: config.Redact(what), Fix: fix}
+			return []config.Check{{Status: config.CheckFail, What: config.Redact(what), Fix: fix}}
 		}
-		return config.Check{Status: config.CheckFail,
+		return []config.Check{{Status: config.CheckFail,
 			What: config.Redact(fmt.Sprintf("opening a replication connection to %s: %v", Redact(s.cfg.DSN), err)),
-			Fix:  replicationFix(err)}
+			Fix:  replicationFix(err)}}
 	}
 	defer func() { _ = repl.Close(context.Background()) }()
 	sys, err := pglogrepl.IdentifySystem(cctx, repl)
 	if err != nil {
-		return config.Check{Status: config.CheckFail, What: fmt.Sprintf("IDENTIFY_SYSTEM on a replication connection: %v", err), Fix: replicationFix(err)}
+		return []config.Check{{Status: config.CheckFail, What: fmt.Sprintf("IDENTIFY_SYSTEM on a replication connection: %v", err), Fix: replicationFix(err)}}
 	}
-	return config.Check{Status: config.CheckOK, What: fmt.Sprintf("replication connection accepted (system %s, timeline %d)", sys.SystemID, sys.Timeline)}
+	out := []config.Check{{Status: config.CheckOK, What: fmt.Sprintf("replication connection accepted (system %s, timeline %d)", sys.SystemID, sys.Timeline)}}
+	var standby bool
+	if err := cat.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&standby); err != nil {
+		return append(out, config.Check{Status: config.CheckFail, What: fmt.Sprintf("reading pg_is_in_recovery(): %v", err)})
+	}
+	cur := sources.Lineage{SystemID: sys.SystemID, Timeline: uint32(sys.Timeline), Standby: standby}
+	return append(out, s.lineageCheck(req, cur, si, func() (map[uint32]cdc.LSN, error) {
+		if cur.Timeline <= 1 {
+			return map[uint32]cdc.LSN{}, nil
+		}
+		h, err := pglogrepl.TimelineHistory(cctx, repl, int32(cur.Timeline))
+		if err != nil {
+			return nil, fmt.Errorf("TIMELINE_HISTORY %d: %w", cur.Timeline, err)
+		}
+		return parseHistory(h.Content)
+	})...)
+}
+
+// lineageCheck is validate's judgement of the server's lineage cur
+// against the one recorded with the checkpoint (req), as checkLineage
+// judges it at Open, with the checkpoint as the stream's end (Open also
+// reads the end the sinks hold, which may be further).
+func (s *Source) lineageCheck(req sources.CheckRequest, cur sources.Lineage, si SlotInfo, forks func() (map[uint32]cdc.LSN, error)) []config.Check {
+	exp := req.Lineage
+	j, err := judgeLineage(exp, cur, req.From, req.From, si.Exists, si.Synced, forks)
+	if err != nil {
+		return []config.Check{{Status: config.CheckFail, What: fmt.Sprintf("reading the server's timeline history: %v", err)}}
+	}
+	switch j.kind {
+	case lineageSame:
+		if exp.Timeline == 0 || req.From == 0 {
+			return nil // nothing recorded (a checkpoint of an older version), or nothing streamed
+		}
+		return []config.Check{{Status: config.CheckOK, What: fmt.Sprintf("the server is on timeline %d, the one the checkpoint was recorded on", cur.Timeline)}}
+	case lineageHolds:
+		return []config.Check{{Status: config.CheckWarn, What: j.note + fmt.Sprintf(
+			"; the checkpoint (%s) is at or before that point: `bridge run` streams on if the sinks hold nothing past it either, "+
+				"and stops naming the failover if they do (it reads their end at start)", req.From),
+			Fix: "nothing, if nothing was published past the switch point; set synchronized_standby_slots on the primary so that a failover never loses part of the stream (docs/sources.md#failover)"}}
+	case lineagePromoted:
+		return []config.Check{{Status: config.CheckOK, What: j.note + "; the standby this source reads was promoted, and its slot carries on"}}
+	}
+	if !si.Exists {
+		return nil // as at Open, the slot checks report the missing slot
+	}
+	what := j.lacksWhat(req.From)
+	if s.cfg.OnSlotLost == SlotLostRecreate {
+		return []config.Check{{Status: config.CheckWarn,
+			What: what + "; `bridge run` publishes a resync message and streams from the slot's confirmed position under a new epoch (on_slot_lost: recreate)",
+			Fix:  "nothing to do if consumers re-read on a resync message; set synchronized_standby_slots on the primary to prevent it (docs/sources.md#failover)"}}
+	}
+	return []config.Check{{Status: config.CheckFail, What: what + "; `bridge run` stops here (on_slot_lost: fail)", Fix: s.divergedFix(si, j.reason)}}
 }
 
 // slotStateChecks judges the slot as Open would: missing (created, or a

@@ -86,60 +86,113 @@ func parseHistory(b []byte) (map[uint32]cdc.LSN, error) {
 	return out, sc.Err()
 }
 
-// checkLineage compares the server's lineage (identify) with the one the
-// checkpoint at from was recorded under (Expect), the stream ending at
-// the larger of from and Expect's end. It returns a note naming the
-// failover when the timeline changed (for the messages of a slot missing
-// after one), and an error when the server's history does not hold the
-// whole stream and the slot exists: a *SetupError under on_slot_lost:
-// fail, a *sources.SlotLostError (Keep) under recreate. A missing slot is
-// left to slotLost.
-func (s *Source) checkLineage(ctx context.Context, si SlotInfo, from cdc.LSN) (note string, err error) {
-	exp, cur := s.expect, s.lineage
-	end := max(from, s.expectEnd)
+// lineageKind is judgeLineage's verdict.
+type lineageKind int
+
+const (
+	lineageSame     lineageKind = iota // nothing recorded, nothing streamed, or the same timeline
+	lineageHolds                       // the timeline changed, but the server's history holds the whole stream
+	lineagePromoted                    // the standby the source read through its own slot was promoted
+	lineageLacks                       // the server lacks part of the stream: another system, or a fork before the stream's end
+)
+
+// lineageJudgement says how a server's lineage stands to the one a
+// checkpoint was recorded under.
+type lineageJudgement struct {
+	kind lineageKind
+	// note names the failover or the other system ("" for lineageSame);
+	// reason is the SlotLostError reason of lineageLacks.
+	note, reason string
+	// switchPoint is where the server's history left the checkpoint's
+	// timeline (known only when forked is true).
+	switchPoint cdc.LSN
+	forked      bool
+}
+
+// judgeLineage judges the server's lineage cur against exp, recorded with
+// the checkpoint at from, the stream ending at end (at or past from).
+// forks is the server's history (forks): called only when the timelines
+// differ. slotExists and synced describe the slot (a synced copy of a
+// failover slot, on a promoted standby).
+func judgeLineage(exp, cur sources.Lineage, from, end cdc.LSN, slotExists, synced bool, forks func() (map[uint32]cdc.LSN, error)) (lineageJudgement, error) {
 	if exp == (sources.Lineage{}) || end == 0 {
-		return "", nil // nothing recorded, or nothing streamed under this epoch
+		return lineageJudgement{}, nil // nothing recorded, or nothing streamed under this epoch
 	}
 	if exp.SystemID != "" && exp.SystemID != cur.SystemID {
-		note = fmt.Sprintf("the server is another database system (system_identifier %s; the checkpoint at %s was recorded on %s): "+
-			"a restore from another cluster's backup, or a DSN that points at another cluster", cur.SystemID, from, exp.SystemID)
-		return note, s.diverged(ctx, si, from, end, note, "system_changed")
+		return lineageJudgement{kind: lineageLacks, reason: "system_changed",
+			note: fmt.Sprintf("the server is another database system (system_identifier %s; the checkpoint at %s was recorded on %s): "+
+				"a restore from another cluster's backup, or a DSN that points at another cluster", cur.SystemID, from, exp.SystemID)}, nil
 	}
 	if exp.Timeline == 0 || exp.Timeline == cur.Timeline {
-		return "", nil
+		return lineageJudgement{}, nil
 	}
-	forks, err := s.forks(ctx, cur.Timeline)
+	fs, err := forks()
 	if err != nil {
-		return "", err
+		return lineageJudgement{}, err
 	}
-	sp, ok := forks[exp.Timeline]
-	note = fmt.Sprintf("a failover (or a point-in-time recovery) happened: the server is on timeline %d, the checkpoint was recorded on timeline %d", cur.Timeline, exp.Timeline)
+	sp, ok := fs[exp.Timeline]
+	j := lineageJudgement{kind: lineageLacks, reason: "failover", switchPoint: sp, forked: ok,
+		note: fmt.Sprintf("a failover (or a point-in-time recovery) happened: the server is on timeline %d, the checkpoint was recorded on timeline %d", cur.Timeline, exp.Timeline)}
 	if ok {
-		note += fmt.Sprintf(", which its history left at %s", sp)
+		j.note += fmt.Sprintf(", which its history left at %s", sp)
 	} else {
-		note += fmt.Sprintf(", which is not in its history (%v)", forks)
+		j.note += fmt.Sprintf(", which is not in its history (%v)", fs)
 	}
 	switch {
 	case ok && end <= sp:
-		s.log.Warn("failover: the server's timeline changed since the checkpoint; the stream ends before the switch point, so the server has all of it: streaming on",
-			"slot", s.cfg.Slot, "timeline", cur.Timeline, "checkpoint_timeline", exp.Timeline, "switch_point", sp.String(), "stream_end", end.String(),
-			"slot_exists", si.Exists, "synced", si.Synced)
-		return note, nil
-	case ok && exp.Standby && si.Exists && !si.Synced:
+		j.kind = lineageHolds
+	case ok && exp.Standby && slotExists && !synced:
 		// The stream was read from a standby, through a slot made on it
 		// (not a synced copy), and that standby was promoted: what it
 		// decoded past the switch point is its own new timeline.
-		s.log.Warn("the standby this source reads was promoted; its slot carries on",
-			"slot", s.cfg.Slot, "timeline", cur.Timeline, "checkpoint_timeline", exp.Timeline, "switch_point", sp.String(), "stream_end", end.String())
-		return note, nil
+		j.kind = lineagePromoted
 	}
-	if !si.Exists {
-		return note, nil // slotLost reports it, naming the failover
+	return j, nil
+}
+
+// lacksWhat is the complaint of a lineageLacks judgement j on a stream
+// ending at end.
+func (j lineageJudgement) lacksWhat(end cdc.LSN) string {
+	if j.reason != "failover" {
+		return j.note
 	}
-	what := note + fmt.Sprintf("; but the stream holds changes up to %s, past that point: this server never got the changes "+
+	return j.note + fmt.Sprintf("; but the stream holds changes up to %s, past that point: this server never got the changes "+
 		"published after it (the old primary sent them before its standby had them: synchronized_standby_slots was not set), "+
 		"and streaming on from the checkpoint would skip every commit of the new timeline below %s", end, end)
-	return note, s.diverged(ctx, si, from, end, what, "failover")
+}
+
+// checkLineage compares the server's lineage (identify) with the one the
+// checkpoint at from was recorded under (Expect), the stream ending at
+// the larger of from and Expect's end (judgeLineage). It returns a note
+// naming the failover when the timeline changed (for the messages of a
+// slot missing after one), and an error when the server's history does
+// not hold the whole stream and the slot exists: a *SetupError under
+// on_slot_lost: fail, a *sources.SlotLostError (Keep) under recreate. A
+// missing slot is left to slotLost.
+func (s *Source) checkLineage(ctx context.Context, si SlotInfo, from cdc.LSN) (note string, err error) {
+	exp, cur := s.expect, s.lineage
+	end := max(from, s.expectEnd)
+	j, err := judgeLineage(exp, cur, from, end, si.Exists, si.Synced, func() (map[uint32]cdc.LSN, error) { return s.forks(ctx, cur.Timeline) })
+	if err != nil {
+		return "", err
+	}
+	switch j.kind {
+	case lineageSame:
+		return "", nil
+	case lineageHolds:
+		s.log.Warn("failover: the server's timeline changed since the checkpoint; the stream ends before the switch point, so the server has all of it: streaming on",
+			"slot", s.cfg.Slot, "timeline", cur.Timeline, "checkpoint_timeline", exp.Timeline, "switch_point", j.switchPoint.String(), "stream_end", end.String(),
+			"slot_exists", si.Exists, "synced", si.Synced)
+		return j.note, nil
+	case lineagePromoted:
+		s.log.Warn("the standby this source reads was promoted; its slot carries on",
+			"slot", s.cfg.Slot, "timeline", cur.Timeline, "checkpoint_timeline", exp.Timeline, "switch_point", j.switchPoint.String(), "stream_end", end.String())
+		return j.note, nil
+	}
+	if j.reason == "failover" && !si.Exists {
+		return j.note, nil // slotLost reports it, naming the failover
+	}
+	return j.note, s.diverged(ctx, si, from, end, j.lacksWhat(end), j.reason)
 }
 
 // diverged is checkLineage's error for an existing slot: stop under
@@ -150,14 +203,7 @@ func (s *Source) diverged(ctx context.Context, si SlotInfo, from, end cdc.LSN, w
 		return nil
 	}
 	if s.cfg.OnSlotLost != SlotLostRecreate {
-		recreate := fmt.Sprintf("set on_slot_lost: recreate on source %q and restart: the bridge publishes a resync message and streams again "+
-			"from the slot's confirmed position (%s) under a new epoch (consumers re-read; what this server lacks stays in the stream "+
-			"under the old epoch)", s.name, si.ConfirmedFlush)
-		fix := recreate + "; set synchronized_standby_slots on the primary to prevent it (docs/sources.md#failover)"
-		if reason == "system_changed" {
-			fix = "if the DSN is wrong, point it back at the cluster the checkpoint was recorded on; if this cluster replaces that one, " + recreate
-		}
-		return &SetupError{What: fmt.Sprintf("source %q, slot %q of database %q: %s", s.name, s.cfg.Slot, s.database, what), Fix: fix}
+		return &SetupError{What: fmt.Sprintf("source %q, slot %q of database %q: %s", s.name, s.cfg.Slot, s.database, what), Fix: s.divergedFix(si, reason)}
 	}
 	var walEnd cdc.LSN
 	var cur string
@@ -166,6 +212,17 @@ func (s *Source) diverged(ctx context.Context, si SlotInfo, from, end cdc.LSN, w
 	}
 	return &sources.SlotLostError{Slot: s.cfg.Slot, Database: s.database, Reason: reason, Checkpoint: from, WALEnd: walEnd,
 		Detail: what, Keep: true}
+}
+
+// divergedFix is the fix diverged gives under on_slot_lost: fail.
+func (s *Source) divergedFix(si SlotInfo, reason string) string {
+	recreate := fmt.Sprintf("set on_slot_lost: recreate on source %q and restart: the bridge publishes a resync message and streams again "+
+		"from the slot's confirmed position (%s) under a new epoch (consumers re-read; what this server lacks stays in the stream "+
+		"under the old epoch)", s.name, si.ConfirmedFlush)
+	if reason == "system_changed" {
+		return "if the DSN is wrong, point it back at the cluster the checkpoint was recorded on; if this cluster replaces that one, " + recreate
+	}
+	return recreate + "; set synchronized_standby_slots on the primary to prevent it (docs/sources.md#failover)"
 }
 
 // createSlot creates the slot, as a failover slot when configured
