@@ -188,6 +188,11 @@ func TestAnotherClusterRefused(t *testing.T) {
 		require.ErrorContains(t, err, want)
 	}
 	require.EqualValues(t, 1, storedCount(t, e, "CDC_othercl"), "nothing published from the other cluster")
+	// validate --connect says the same before a run.
+	code, out, errs := execCLI(t, "validate", "--connect", "-c", cfg)
+	require.Equal(t, 1, code, "stdout:\n%s\nstderr:\n%s", out, errs)
+	require.Contains(t, out, "FAIL  the server is another database system (system_identifier "+second)
+	require.Contains(t, out, "point it back at the cluster the checkpoint was recorded on")
 }
 
 // TestSlotDroppedWhileRunningResync drops the slot under a streaming
