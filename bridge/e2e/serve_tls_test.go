@@ -125,9 +125,12 @@ func TestServeTLSCommand(t *testing.T) {
 	}
 }
 
-// TestListenersRefused checks that `bridge validate` and `bridge serve`
-// refuse listeners beyond loopback without authentication, and TLS files
-// that do not load, each with one line naming the key and the fix.
+// TestListenersRefused checks that `bridge validate` refuses listeners
+// beyond loopback without authentication, and TLS files that do not load,
+// each with one line naming the key and the fix; `bridge serve` refuses
+// those of its own listener (serve.*) the same way, and only logs the key
+// of those of the bridge's metrics listener (http.*), which it does not
+// open.
 func TestListenersRefused(t *testing.T) {
 	defer parallel(t)()
 	p := newPKI(t)
@@ -161,7 +164,18 @@ func TestListenersRefused(t *testing.T) {
 			require.Equal(t, 2, strings.Count(errs, "\n"), "one line of problem: %s", errs)
 			code, _, errs = execCLI(t, "serve", "-c", cfg)
 			require.Equal(t, 1, code)
-			require.Contains(t, errs, "  "+tc.want, "bridge serve refuses before starting")
+			if tc.http == "" {
+				require.Contains(t, errs, "  "+tc.want, "bridge serve refuses before starting")
+				return
+			}
+			// Past the configuration, to the NATS connection (nothing
+			// listens at port 1). A key the file's loading finds wrong is
+			// logged; the TLS files of http.tls are not even read.
+			require.NotContains(t, errs, tc.want)
+			require.Contains(t, errs, "connecting to nats://127.0.0.1:1")
+			if key, _, _ := strings.Cut(tc.want, ":"); key == "http.listen" {
+				require.Contains(t, errs, `"msg":"ignoring problems in sections of the configuration that serve does not read (bridge validate reports them)","keys":"http.listen"`)
+			}
 		})
 	}
 }
