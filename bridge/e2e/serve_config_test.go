@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,9 +11,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bridgecdc/bridge/bridge/cli"
@@ -123,36 +126,14 @@ serve:
 	require.Contains(t, errs, "routes[0].sinks")
 
 	var stderr syncBuffer
-	cmd := cli.NewCommand(io.Discard, &stderr)
-	cmd.SetArgs([]string{"serve", "-c", p})
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- cmd.ExecuteContext(ctx) }()
 	base := "http://" + addr
-	exited, stopped := false, error(nil)
-	require.Eventually(t, func() bool {
-		select {
-		case stopped = <-done:
-			exited = true
-			return true
-		default:
-		}
-		code, _ := httpStatus(t, base+"/readyz")
-		return code == http.StatusOK
-	}, 60*time.Second, 20*time.Millisecond, "bridge serve never ready:\n%s", stderr.String())
-	require.False(t, exited, "bridge serve stopped before it was ready: %v\n%s", stopped, stderr.String())
+	stop := startServeCmd(t, &stderr, base, "-c", p)
 	resp, body := get(t, base, url.Values{"token": {"now"}, "timeout": {"1ms"}}, nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%+v", body)
 	resp, body = get(t, base, url.Values{"token": {strings.Split(body.Token, ".")[0] + ".0"}, "timeout": {"5s"}}, nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%+v", body)
 	require.Len(t, changesOf(t, body.Changes), 1, "the row written before serve started")
-	cancel()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("bridge serve did not stop")
-	}
+	require.NoError(t, stop())
 	log := stderr.String()
 	require.Contains(t, log, "ignoring problems in sections of the configuration that serve does not read")
 	for _, key := range []string{"sources.shop.config.dsn", "routes[0].sinks"} {
@@ -165,4 +146,48 @@ serve:
 	require.Equal(t, 1, code, errb.String())
 	require.Contains(t, errb.String(), "serve.hold: must be > 0, got -1s")
 	require.NotContains(t, errb.String(), "BRIDGE_TEST_NEVER_SET_DSN")
+}
+
+// startServeCmd runs `bridge serve` with args, its log to stderr, until
+// t ends or stop is called, and returns once base's /readyz answers 200;
+// a serve that stops before that fails the test with its error. stop
+// ends it and returns what it returned (an error if it did not stop
+// within 30 s); it may be called more than once.
+func startServeCmd(t *testing.T, stderr io.Writer, base string, args ...string) (stop func() error) {
+	t.Helper()
+	cmd := cli.NewCommand(io.Discard, stderr)
+	cmd.SetArgs(append([]string{"serve"}, args...))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	var once sync.Once
+	var stopErr error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case stopErr = <-done:
+			case <-time.After(30 * time.Second):
+				stopErr = errors.New("bridge serve did not stop within 30 s of its context ending")
+			}
+		})
+		return stopErr
+	}
+	t.Cleanup(func() { assert.NoError(t, stop()) })
+	exited, stopped := false, error(nil)
+	require.Eventually(t, func() bool {
+		select {
+		case stopped = <-done:
+			exited = true
+			return true
+		default:
+		}
+		code, _ := httpStatus(t, base+"/readyz")
+		return code == http.StatusOK
+	}, 60*time.Second, 20*time.Millisecond, "bridge serve not ready within 60 s")
+	if exited {
+		once.Do(cancel) // reported here, not again at cleanup
+		require.FailNow(t, fmt.Sprintf("bridge serve stopped before it was ready: %v", stopped))
+	}
+	return stop
 }

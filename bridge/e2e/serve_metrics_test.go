@@ -18,7 +18,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
-	"github.com/bridgecdc/bridge/bridge/cli"
 	"github.com/bridgecdc/bridge/bridge/feeds"
 	"github.com/bridgecdc/bridge/bridge/format"
 	"github.com/bridgecdc/bridge/bridge/serve"
@@ -345,37 +344,8 @@ func TestServeConfigFile(t *testing.T) {
 	// run starts `bridge serve` with args until t ends, and returns its
 	// base URL once ready.
 	run := func(t *testing.T, addr string, args ...string) string {
-		cmd := cli.NewCommand(io.Discard, io.Discard)
-		cmd.SetArgs(append([]string{"serve", "-c", p}, args...))
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() { done <- cmd.ExecuteContext(ctx) }()
 		base := "http://" + addr
-		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			select {
-			case err := <-done:
-				cancel()
-				t.Fatalf("bridge serve stopped before it was ready: %v", err)
-			default:
-			}
-			if code, _ := httpStatus(t, base+"/readyz"); code == http.StatusOK {
-				break
-			}
-			if time.Now().After(deadline) {
-				cancel()
-				<-done
-				t.Fatal("bridge serve not ready within 60s")
-			}
-		}
-		t.Cleanup(func() {
-			cancel()
-			select {
-			case err := <-done:
-				assert.NoError(t, err)
-			case <-time.After(30 * time.Second):
-				t.Error("bridge serve did not stop")
-			}
-		})
+		startServeCmd(t, io.Discard, base, append([]string{"-c", p}, args...)...)
 		return base
 	}
 	// client_header without a key is proxy mode (serve.auth.mode):

@@ -20,7 +20,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/bridgecdc/bridge/bridge/cli"
 	"github.com/bridgecdc/bridge/bridge/feeds"
 	"github.com/bridgecdc/bridge/bridge/serve"
 	"github.com/bridgecdc/bridge/internal/natsembed"
@@ -309,29 +308,11 @@ func TestServeEndToEnd(t *testing.T) {
 
 	t.Run("command", func(t *testing.T) {
 		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-		cmd := cli.NewCommand(io.Discard, io.Discard)
-		cmd.SetArgs([]string{"serve", "-c", cfgPath, "--listen", addr, "--stream", "CDC_srv"})
-		cctx, ccancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() { done <- cmd.ExecuteContext(cctx) }()
-		require.Eventually(t, func() bool {
-			r, err := http.Get("http://" + addr + "/readyz")
-			if err != nil {
-				return false
-			}
-			r.Body.Close()
-			return r.StatusCode == http.StatusOK
-		}, 60*time.Second, 50*time.Millisecond)
+		stop := startServeCmd(t, io.Discard, "http://"+addr, "-c", cfgPath, "--listen", addr, "--stream", "CDC_srv")
 		resp, body := get(t, "http://"+addr, url.Values{"token": {t0}, "where": {`{"eq":["id",2]}`}}, nil)
 		require.Equal(t, http.StatusOK, resp.StatusCode)
 		require.Len(t, body.Changes, 1)
-		ccancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(30 * time.Second):
-			t.Fatal("bridge serve did not stop when its context ended")
-		}
+		require.NoError(t, stop(), "bridge serve stops when its context ends")
 	})
 
 	t.Run("health", func(t *testing.T) {
