@@ -43,6 +43,7 @@ import (
 	"github.com/bridgecdc/bridge/config"
 	"github.com/bridgecdc/bridge/internal/natsembed"
 	"github.com/bridgecdc/bridge/internal/pgtest"
+	"github.com/bridgecdc/bridge/internal/syncbuf"
 	_ "github.com/bridgecdc/bridge/plugins"
 )
 
@@ -757,22 +758,7 @@ func TestComposeQuickstartRuns(t *testing.T) {
 	require.Contains(t, out.String(), `"msg":"bridge stopped"`, "JSON logs, as log.format says")
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = syncbuf.Buffer
 
 func httpStatus(url string) int {
 	c := http.Client{Timeout: 2 * time.Second}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/bridgecdc/bridge/bridge/wasm"
 	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/internal/syncbuf"
 	"github.com/bridgecdc/bridge/internal/wasmtest"
 )
 
@@ -218,19 +219,4 @@ func TestOutputLogged(t *testing.T) {
 	require.Contains(t, buf.String(), `msg="wasm module output" module=`+path+` stream=stdout line="echo called"`)
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = syncbuf.Buffer

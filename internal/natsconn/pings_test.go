@@ -1,11 +1,9 @@
 package natsconn_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"github.com/bridgecdc/bridge/internal/faultproxy"
 	"github.com/bridgecdc/bridge/internal/natsconn"
 	"github.com/bridgecdc/bridge/internal/natsembed"
+	"github.com/bridgecdc/bridge/internal/syncbuf"
 	"github.com/bridgecdc/bridge/sinks"
 )
 
@@ -56,27 +55,10 @@ func TestPingOptions(t *testing.T) {
 
 // logBuf is a logger whose lines a test can search.
 type logBuf struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+	syncbuf.Buffer
 }
 
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-func (l *logBuf) has(s string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Contains(l.buf.String(), s)
-}
+func (l *logBuf) has(s string) bool { return strings.Contains(l.String(), s) }
 
 // blackHoled connects through a proxy with pings of ping × pings, and
 // returns the connection, the proxy and the connection's log.

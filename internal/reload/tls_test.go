@@ -2,7 +2,6 @@ package reload_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -14,7 +13,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,26 +22,12 @@ import (
 
 	"github.com/bridgecdc/bridge/config"
 	"github.com/bridgecdc/bridge/internal/reload"
+	"github.com/bridgecdc/bridge/internal/syncbuf"
 	"github.com/bridgecdc/bridge/internal/testpki"
 )
 
 // syncBuffer is a log destination safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = syncbuf.Buffer
 
 // quiet drops net/http's log of refused handshakes.
 var quiet = log.New(io.Discard, "", 0)
