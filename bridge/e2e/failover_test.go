@@ -216,16 +216,25 @@ func (c *failoverCluster) failOver(t *testing.T, stream string, lag bool) {
 	}
 }
 
-// TestFailoverSlotSynced fails a PostgreSQL 17 primary over to its
-// standby while the bridge streams under a writer: the slot is a failover
-// slot (failover: true), the standby syncs it (sync_replication_slots) and
-// the primary waits for the standby before it sends changes
-// (synchronized_standby_slots). The bridge finds the new primary through
-// its multi-host DSN and carries on from the synced slot: every row the
-// new primary has arrives exactly once, and nothing it lacks.
+// TestFailoverSlotSynced fails a PostgreSQL 17 (and 18) primary over to
+// its standby while the bridge streams under a writer: the slot is a
+// failover slot (failover: true), the standby syncs it
+// (sync_replication_slots) and the primary waits for the standby before it
+// sends changes (synchronized_standby_slots). The bridge finds the new
+// primary through its multi-host DSN and carries on from the synced slot:
+// every row the new primary has arrives exactly once, and nothing it lacks.
 func TestFailoverSlotSynced(t *testing.T) {
 	defer parallelLong(t)()
-	c := newFailoverCluster(t, 17, true)
+	for _, m := range []int{17, 18} {
+		t.Run(fmt.Sprint("pg", m), func(t *testing.T) {
+			defer parallelLong(t)()
+			failoverSlotSynced(t, m)
+		})
+	}
+}
+
+func failoverSlotSynced(t *testing.T, major int) {
+	c := newFailoverCluster(t, major, true)
 	cfg := c.config(t, "fos", "      failover: true")
 	r := c.start(t, cfg)
 	waitReady(t, r)
