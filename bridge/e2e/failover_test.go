@@ -283,8 +283,8 @@ func failoverSlotSynced(t *testing.T, major int) {
 	}, 60*time.Second, time.Second, "validate --connect never saw the checkpoint on the new timeline:\n%s", vout)
 }
 
-// TestFailoverLaggingStandbyIsLoud fails a PostgreSQL 17 primary over to
-// a standby that lagged (its link stalled) while the bridge kept
+// TestFailoverLaggingStandbyIsLoud fails a PostgreSQL 17 (and 18) primary
+// over to a standby that lagged (its link stalled) while the bridge kept
 // publishing, without synchronized_standby_slots: the stream then holds
 // changes the new primary never got, and its new commits take positions
 // below the stream's end. The bridge must not stream on from its
@@ -294,7 +294,16 @@ func failoverSlotSynced(t *testing.T, major int) {
 // slot's position under a new epoch, none missing.
 func TestFailoverLaggingStandbyIsLoud(t *testing.T) {
 	defer parallelLong(t)()
-	c := newFailoverCluster(t, 17, false)
+	for _, m := range []int{17, 18} {
+		t.Run(fmt.Sprint("pg", m), func(t *testing.T) {
+			defer parallelLong(t)()
+			failoverLaggingStandbyIsLoud(t, m)
+		})
+	}
+}
+
+func failoverLaggingStandbyIsLoud(t *testing.T, major int) {
+	c := newFailoverCluster(t, major, false)
 	cfg := c.config(t, "fol", "      failover: true")
 	r := c.start(t, cfg)
 	waitReady(t, r)
