@@ -140,7 +140,9 @@ GET /v1/position, /livez, /readyz and Prometheus metrics on /metrics. Reads
 the stream with one consumer, whatever the number of clients; needs no
 replication slot. Configured by bridge.yaml's serve section; a flag given on
 the command line overrides its key. NATS comes from bridge.yaml's nats
-section. See docs/feeds.md.`,
+section. Of bridge.yaml it reads serve, nats, data_dir, log, shutdown, name
+and config: a problem elsewhere (sources, sinks, routes, http) is logged and
+ignored, and bridge validate reports it. See docs/feeds.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var flagWhere *feeds.Cond
