@@ -245,12 +245,7 @@ func ddlEventsKill9(t *testing.T, plugin string) {
 	bin := bridgeBinary(t)
 	e := newEnv(t)
 	w := newWorkload(t, e)
-	cfg := e.config("dkill", "")
-	if plugin != "pgoutput" {
-		b, err := os.ReadFile(cfg)
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(cfg, []byte(strings.Replace(string(b), "type: pgoutput", "type: "+plugin, 1)), 0o644))
-	}
+	cfg := e.configPlugin(plugin, "dkill", "")
 	enableDDLEvents(t, cfg)
 	installDDLTrigger(t, cfg, "app")
 	p := startProc(t, bin, cfg)

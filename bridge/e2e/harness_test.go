@@ -135,6 +135,28 @@ routes:
 	return p
 }
 
+// configPlugin is config with source "app" of type plugin (pgoutput or
+// wal2json).
+func (e *env) configPlugin(plugin, name, extra string) string {
+	e.t.Helper()
+	p := e.config(name, extra)
+	usePlugin(e.t, p, plugin)
+	return p
+}
+
+// usePlugin makes the first source of the config file at path (one
+// written by config or snapConfig, of type pgoutput) of type plugin.
+func usePlugin(t testing.TB, path, plugin string) {
+	t.Helper()
+	if plugin == "pgoutput" {
+		return
+	}
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Contains(t, string(b), "type: pgoutput", "a config with a pgoutput source")
+	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(string(b), "type: pgoutput", "type: "+plugin, 1)), 0o644))
+}
+
 // running is an App running in this process.
 type running struct {
 	cancel context.CancelFunc

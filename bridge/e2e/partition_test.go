@@ -1,9 +1,7 @@
 package e2e_test
 
 import (
-	"bytes"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -75,12 +73,7 @@ func TestPartitionedTableNames(t *testing.T) {
 				e.pg.ExecT(t, `INSERT INTO m VALUES (0, '2025-01-01', 'before')`)
 				extra += "\n      snapshot: {mode: initial, request_poll: 200ms}"
 			}
-			cfg := e.config(name, extra)
-			if tc.plugin == "wal2json" {
-				b, err := os.ReadFile(cfg)
-				require.NoError(t, err)
-				require.NoError(t, os.WriteFile(cfg, bytes.Replace(b, []byte("type: pgoutput"), []byte("type: wal2json"), 1), 0o644))
-			}
+			cfg := e.configPlugin(tc.plugin, name, extra)
 			code, out, errs := execCLI(t, "validate", "--connect", "-c", cfg)
 			require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errs)
 			r := e.start(cfg)

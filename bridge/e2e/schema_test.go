@@ -412,12 +412,7 @@ func schemaEventsKill9(t *testing.T, plugin string) {
 	bin := bridgeBinary(t)
 	e := newEnv(t)
 	w := newWorkload(t, e)
-	cfg := e.config("skill", "")
-	if plugin != "pgoutput" {
-		b, err := os.ReadFile(cfg)
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(cfg, []byte(strings.Replace(string(b), "type: pgoutput", "type: "+plugin, 1)), 0o644))
-	}
+	cfg := e.configPlugin(plugin, "skill", "")
 	enableSchemas(t, cfg)
 	p := startProc(t, bin, cfg)
 	waitSlotActive(t, e, "slot_skill")

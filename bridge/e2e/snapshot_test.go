@@ -746,9 +746,7 @@ func TestSnapshotWal2JSON(t *testing.T) {
 	e.pg.ExecT(t, `CREATE TABLE wj (id int PRIMARY KEY, v numeric, pad text)`,
 		`INSERT INTO wj SELECT g, g / 4.0, 'p' || g FROM generate_series(1, 120) g`)
 	cfg := e.snapConfig("swj", "initial", 25)
-	b, err := os.ReadFile(cfg)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(cfg, bytes.Replace(b, []byte("type: pgoutput"), []byte("type: wal2json"), 1), 0o644))
+	usePlugin(t, cfg, "wal2json")
 	e.start(cfg)
 	waitSlotActive(t, e, "slot_swj")
 	w := startSnapWriter(t, e, "wj", 1_000_000, 120, 2*time.Millisecond)

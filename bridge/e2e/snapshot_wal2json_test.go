@@ -1,10 +1,8 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -28,9 +26,7 @@ func TestSnapshotWal2JSONOutsideTables(t *testing.T) {
 	e.pg.ExecT(t, `CREATE TABLE wa (id int PRIMARY KEY)`, `CREATE TABLE wsecret (id int PRIMARY KEY, token text)`,
 		`INSERT INTO wa SELECT g FROM generate_series(1, 10) g`, `INSERT INTO wsecret VALUES (1, 'hunter2')`)
 	cfg := e.config("swjt", "      tables: [public.wa]\n      snapshot:\n        mode: initial\n        chunk_size: 4\n        request_poll: 200ms")
-	b, err := os.ReadFile(cfg)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(cfg, bytes.Replace(b, []byte("type: pgoutput"), []byte("type: wal2json"), 1), 0o644))
+	usePlugin(t, cfg, "wal2json")
 	e.start(cfg)
 	waitSlotActive(t, e, "slot_swjt")
 	st := e.waitSnapshotDone("swjt", 2*time.Minute, nil)
