@@ -225,12 +225,7 @@ func (c *failoverCluster) failOver(t *testing.T, stream string, lag bool) {
 // every row the new primary has arrives exactly once, and nothing it lacks.
 func TestFailoverSlotSynced(t *testing.T) {
 	defer parallelLong(t)()
-	for _, m := range []int{17, 18} {
-		t.Run(fmt.Sprint("pg", m), func(t *testing.T) {
-			defer parallelLong(t)()
-			failoverSlotSynced(t, m)
-		})
-	}
+	eachMajorOf(t, []int{17, 18}, true, failoverSlotSynced)
 }
 
 func failoverSlotSynced(t *testing.T, major int) {
@@ -294,12 +289,7 @@ func failoverSlotSynced(t *testing.T, major int) {
 // slot's position under a new epoch, none missing.
 func TestFailoverLaggingStandbyIsLoud(t *testing.T) {
 	defer parallelLong(t)()
-	for _, m := range []int{17, 18} {
-		t.Run(fmt.Sprint("pg", m), func(t *testing.T) {
-			defer parallelLong(t)()
-			failoverLaggingStandbyIsLoud(t, m)
-		})
-	}
+	eachMajorOf(t, []int{17, 18}, true, failoverLaggingStandbyIsLoud)
 }
 
 func failoverLaggingStandbyIsLoud(t *testing.T, major int) {
@@ -408,12 +398,7 @@ func failoverLaggingStandbyIsLoud(t *testing.T, major int) {
 // epoch.
 func TestFailoverBefore17Resyncs(t *testing.T) {
 	defer parallel(t)()
-	for _, m := range []int{15, 16} {
-		t.Run(fmt.Sprint("pg", m), func(t *testing.T) {
-			defer parallel(t)()
-			failoverBefore17Resyncs(t, m)
-		})
-	}
+	eachMajorOf(t, []int{15, 16}, false, failoverBefore17Resyncs)
 }
 
 func failoverBefore17Resyncs(t *testing.T, major int) {

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/bridgecdc/bridge/internal/pgtest"
 )
 
 // TestGeneratedColumns streams a table with a stored generated column
@@ -23,15 +21,7 @@ func TestGeneratedColumns(t *testing.T) {
 	defer parallel(t)()
 	// 15 (nothing generated published) and 18 (stored ones published),
 	// where the matrix runs them.
-	for _, m := range pgtest.Majors() {
-		if m != 15 && m != 18 {
-			continue
-		}
-		t.Run(fmt.Sprint("pg", m), func(t *testing.T) {
-			defer parallel(t)()
-			generatedColumns(t, m)
-		})
-	}
+	eachMajorOf(t, []int{15, 18}, false, generatedColumns)
 }
 
 func generatedColumns(t *testing.T, major int) {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -57,9 +58,24 @@ func newEnvMajor(t testing.TB, major int) *env {
 // it: the exactly-once kill test, types, DDL mid-stream, TOAST, snapshots.
 func eachMajor(t *testing.T, fn func(t *testing.T, major int)) {
 	t.Helper()
+	eachMajorOf(t, nil, false, fn)
+}
+
+// eachMajorOf is eachMajor for the majors among only (nil: all) that the
+// matrix holds, for a feature of some majors; long admits each subtest as
+// a long one (parallelLong).
+func eachMajorOf(t *testing.T, only []int, long bool, fn func(t *testing.T, major int)) {
+	t.Helper()
 	for _, m := range pgtest.Majors() {
+		if only != nil && !slices.Contains(only, m) {
+			continue
+		}
 		t.Run(fmt.Sprint("pg", m), func(t *testing.T) {
-			defer parallel(t)()
+			if long {
+				defer parallelLong(t)()
+			} else {
+				defer parallel(t)()
+			}
 			fn(t, m)
 		})
 	}
