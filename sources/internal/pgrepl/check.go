@@ -235,9 +235,13 @@ func (s *Source) lineageCheck(req sources.CheckRequest, cur sources.Lineage, si 
 	}
 	what := j.lacksWhat(req.From)
 	if s.cfg.OnSlotLost == SlotLostRecreate {
+		fix := "nothing to do if consumers re-read on a resync message; set synchronized_standby_slots on the primary to prevent it (docs/sources.md#failover)"
+		if j.reason == "system_changed" {
+			fix = "nothing to do if this cluster replaces the one the checkpoint was recorded on (consumers re-read on the resync message); if the DSN is wrong, point it back before the next run"
+		}
 		return []config.Check{{Status: config.CheckWarn,
 			What: what + "; `bridge run` publishes a resync message and streams from the slot's confirmed position under a new epoch (on_slot_lost: recreate)",
-			Fix:  "nothing to do if consumers re-read on a resync message; set synchronized_standby_slots on the primary to prevent it (docs/sources.md#failover)"}}
+			Fix:  fix}}
 	}
 	return []config.Check{{Status: config.CheckFail, What: what + "; `bridge run` stops here (on_slot_lost: fail)", Fix: s.divergedFix(si, j.reason)}}
 }

@@ -68,6 +68,8 @@ func TestLineageCheck(t *testing.T) {
 			[]string{"the standby this source reads was promoted"}},
 		{"another system", s, sources.CheckRequest{From: 0x6000000, Lineage: tl1}, sources.Lineage{SystemID: "9000", Timeline: 1}, slot, noHistory, config.CheckFail,
 			[]string{"the server is another database system (system_identifier 9000; the checkpoint at 0/6000000 was recorded on 7000)", "if the DSN is wrong"}},
+		{"another system, recreate", recreate, sources.CheckRequest{From: 0x6000000, Lineage: tl1}, sources.Lineage{SystemID: "9000", Timeline: 1}, slot, noHistory, config.CheckWarn,
+			[]string{"another database system", "publishes a resync message", "if this cluster replaces the one the checkpoint was recorded on"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := tc.src.lineageCheck(tc.req, tc.cur, tc.si, tc.forks)
