@@ -155,6 +155,9 @@ func (v *Version) before(c *cdc.Change) bool {
 	return l < c.CommitLSN || (l == c.CommitLSN && s < c.Seq)
 }
 
+// after reports whether the version begins after c in c's producer.
+func (v *Version) after(c *cdc.Change) bool { return !v.before(c) && !v.at(c) }
+
 // identity names a replica identity byte.
 func identity(b byte) string {
 	switch b {

@@ -310,3 +310,32 @@ func TestTrackerReplayKeepsDecisions(t *testing.T) {
 	require.Equal(t, [2]int{2, 0}, observe(t, trk, change(prod, 0x400, 0, rel(id, total, note))))
 	require.Equal(t, [2]int{3, 3}, observe(t, trk, change(prod, 0x400, 1, rel(id, total, note))))
 }
+
+// TestTrackerSameRelationPastARegisteredVersion: a source describes
+// consecutive changes with one relation (pgoutput sends a Relation message
+// only when the table changes), and the tracker takes a relation's version
+// once for all of them. On a replay, an earlier run registered a version
+// at a change this run's source describes with the relation of the changes
+// before it (NOT NULL read from a catalog that changed back since): that
+// version is announced again at its change, and the changes after it are
+// not written under the version before it (TestSchemaEventsKill9 saw a row
+// under version 45 after version 46's event).
+func TestTrackerSameRelationPastARegisteredVersion(t *testing.T) {
+	reg, _ := regT(t)
+	const prod = "b.shop.e1"
+	trk := schema.NewTracker(reg, "shop")
+	require.Equal(t, [2]int{1, 1}, observe(t, trk, change(prod, 0x100, 0, withTotal(false))))
+	require.Equal(t, [2]int{2, 2}, observe(t, trk, change(prod, 0x200, 0, withTotal(true))), "SET NOT NULL")
+
+	// Killed having published up to 0/200; the catalog says nullable
+	// again, and every replayed change comes with one relation.
+	r := withTotal(false)
+	trk = schema.NewTracker(reg, "shop")
+	trk.Resume(0x80, 0x200)
+	require.Equal(t, [2]int{1, 1}, observe(t, trk, change(prod, 0x100, 0, r)))
+	require.Equal(t, [2]int{1, 0}, observe(t, trk, change(prod, 0x150, 0, r)))
+	require.Equal(t, [2]int{2, 2}, observe(t, trk, change(prod, 0x200, 0, r)), "the version registered at this change, announced again")
+	require.Equal(t, [2]int{2, 0}, observe(t, trk, change(prod, 0x200, 1, r)), "a replayed change keeps it")
+	require.Equal(t, [2]int{3, 3}, observe(t, trk, change(prod, 0x300, 0, r)), "past what was published, the source's word counts: a new version, never the one before")
+	require.Equal(t, [2]int{3, 0}, observe(t, trk, change(prod, 0x300, 1, r)))
+}

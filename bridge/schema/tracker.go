@@ -44,6 +44,10 @@ type tableState struct {
 	max    int        // the latest version number
 	rel    *cdc.Relation
 	relVer *Version // the version of rel
+	// relUntil is the first loaded version past the change at which rel
+	// took relVer (an earlier run registered it, and a replay reaches it):
+	// rel's changes take relVer only before it. nil: none.
+	relUntil *Version
 }
 
 // NewTracker returns a tracker of source's tables over reg.
@@ -217,7 +221,7 @@ func (v *Version) EventMsgID() string {
 func (t *Tracker) Observe(ctx context.Context, c *cdc.Change) (v, ev, prev *Version, err error) {
 	k := tableKey{c.Schema, c.Table}
 	st := t.tables[k]
-	if st != nil && st.rel == c.Rel {
+	if st != nil && st.rel == c.Rel && (st.relUntil == nil || st.relUntil.after(c)) {
 		return st.relVer, nil, nil, nil
 	}
 	if st == nil {
@@ -238,9 +242,19 @@ func (t *Tracker) Observe(ctx context.Context, c *cdc.Change) (v, ev, prev *Vers
 	}
 	use := func(x *Version) {
 		if x.Fingerprint == shape.Fingerprint {
-			st.rel, st.relVer = c.Rel, x // the same shape: the relation's next changes take x at once
+			// The same shape: the relation's next changes take x at once,
+			// up to a version an earlier run registered past c (the source
+			// may describe its change with this relation too).
+			// (vers ascend, and a producer's versions in commit order).
+			st.rel, st.relVer, st.relUntil = c.Rel, x, nil
+			for _, y := range st.vers {
+				if y != x && y.after(c) {
+					st.relUntil = y
+					break
+				}
+			}
 		} else {
-			st.rel, st.relVer = nil, nil // x despite what the source inferred: look at each change
+			st.rel, st.relVer, st.relUntil = nil, nil, nil // x despite what the source inferred: look at each change
 		}
 	}
 	var cur *Version
