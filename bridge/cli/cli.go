@@ -174,7 +174,7 @@ func NewCommand(stdout, stderr io.Writer, opts ...app.Option) *cobra.Command {
 	validate := newValidateCommand(load, printErrs, stdout, &cfgPath, opts) // validate.go: --connect checks the servers
 	plugins := &cobra.Command{
 		Use:   "plugins",
-		Short: "List the compiled-in sources and sinks with their config keys, and the configured plugin executables",
+		Short: "List the compiled-in sources and sinks with their config keys, and the configured plugin executables and WebAssembly modules",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sinkReg, srcReg := app.Registries(opts...)

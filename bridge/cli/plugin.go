@@ -3,7 +3,7 @@ package cli
 // `bridge plugin test <executable>` and the configured plugins that
 // `bridge plugins` lists: both through sinks.Exec, which sink types that
 // run executables (type plugin) register, so this package knows none of
-// them by name.
+// them by name; and the routes' WebAssembly modules, which it lists too.
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/bridgecdc/bridge/bridge/app"
+	"github.com/bridgecdc/bridge/bridge/wasm"
 	"github.com/bridgecdc/bridge/config"
 	"github.com/bridgecdc/bridge/sinks"
 )
@@ -79,15 +80,11 @@ what it wrote. Exit status 0 when every case passes, 1 otherwise.`,
 	return plugin
 }
 
-// printConfiguredPlugins lists the sinks of the config at path whose type
-// runs an executable, starting each to describe it. A missing file lists
-// nothing.
+// printConfiguredPlugins lists what the config at path runs of its own:
+// the sinks whose type runs an executable, starting each to describe it,
+// and the routes' WebAssembly modules, loading each as a run does. A
+// missing file lists nothing.
 func printConfiguredPlugins(stdout io.Writer, path string, opts []app.Option) error {
-	sinkReg, _ := app.Registries(opts...)
-	typ, ex := execType(sinkReg)
-	if ex == nil {
-		return nil
-	}
 	cfg, _, _, err := app.LoadConfig(context.Background(), path, app.ConfigOptions(opts...)...)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -95,28 +92,75 @@ func printConfiguredPlugins(stdout io.Writer, path string, opts []app.Option) er
 	if err != nil && cfg == nil {
 		return err
 	}
-	var names []string
-	for n, s := range cfg.Sinks {
-		if s.Type == typ {
-			names = append(names, n)
+	sinkReg, _ := app.Registries(opts...)
+	if typ, ex := execType(sinkReg); ex != nil {
+		var names []string
+		for n, s := range cfg.Sinks {
+			if s.Type == typ {
+				names = append(names, n)
+			}
+		}
+		sort.Strings(names)
+		fmt.Fprintf(stdout, "configured plugins (%s):\n", path)
+		if len(names) == 0 {
+			fmt.Fprintln(stdout, "  none")
+		}
+		for _, n := range names {
+			s := cfg.Sinks[n]
+			cmdline, _ := json.Marshal(s.Config["command"])
+			line, err := ex.Describe(cfg.Decoder("sinks."+n+".config", s.Config), sinks.Env{Name: n})
+			if err != nil {
+				fmt.Fprintf(stdout, "  %s: %s: error: %v\n", n, cmdline, oneLine(err))
+				continue
+			}
+			fmt.Fprintf(stdout, "  %s: %s: %s\n", n, cmdline, line)
 		}
 	}
-	sort.Strings(names)
-	fmt.Fprintf(stdout, "configured plugins (%s):\n", path)
-	if len(names) == 0 {
+	printConfiguredWASM(stdout, path, cfg)
+	return nil
+}
+
+// printConfiguredWASM lists the routes' wasm_filter and wasm_transform
+// modules of cfg (read from path), each loaded as a run loads it (its sum
+// checked, compiled, its imports and exports checked, one instance
+// started), with its limits or what is wrong with it.
+func printConfiguredWASM(stdout io.Writer, path string, cfg *config.Config) {
+	fmt.Fprintf(stdout, "configured WebAssembly modules (%s):\n", path)
+	n := 0
+	for i, r := range cfg.Routes {
+		for _, b := range []struct {
+			key  string
+			kind wasm.Kind
+			w    config.WASM
+		}{{"wasm_filter", wasm.Filter, r.WASMFilter}, {"wasm_transform", wasm.Transform, r.WASMTransform}} {
+			if !b.w.Set() {
+				continue
+			}
+			n++
+			at := fmt.Sprintf("routes[%d].%s", i, b.key)
+			_, err := wasm.Load(context.Background(), b.kind, wasm.Config{At: at, Module: b.w.Module, SHA256: b.w.SHA256,
+				Function: b.w.Function, Timeout: b.w.Timeout, MaxMemory: int64(b.w.MaxMemoryMiB) << 20})
+			if err != nil {
+				fmt.Fprintf(stdout, "  %s: %q: error: %v\n", at, b.w.Module, oneLine(err))
+				continue
+			}
+			fn, timeout, mem := b.w.Function, b.w.Timeout, int64(b.w.MaxMemoryMiB)<<20
+			if fn == "" {
+				fn = b.kind.String()
+			}
+			if timeout == 0 {
+				timeout = wasm.DefaultTimeout
+			}
+			if mem == 0 {
+				mem = wasm.DefaultMaxMemory
+			}
+			fmt.Fprintf(stdout, "  %s: %q: %s, contract v1, sha256 matches, timeout %s per call, at most %d MiB per instance\n",
+				at, b.w.Module, fn, timeout, mem>>20)
+		}
+	}
+	if n == 0 {
 		fmt.Fprintln(stdout, "  none")
 	}
-	for _, n := range names {
-		s := cfg.Sinks[n]
-		cmdline, _ := json.Marshal(s.Config["command"])
-		line, err := ex.Describe(cfg.Decoder("sinks."+n+".config", s.Config), sinks.Env{Name: n})
-		if err != nil {
-			fmt.Fprintf(stdout, "  %s: %s: error: %v\n", n, cmdline, oneLine(err))
-			continue
-		}
-		fmt.Fprintf(stdout, "  %s: %s: %s\n", n, cmdline, line)
-	}
-	return nil
 }
 
 func oneLine(err error) string {

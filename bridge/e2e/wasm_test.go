@@ -208,3 +208,52 @@ func TestWASMTrapStopsAtTheChange(t *testing.T) {
 	require.Equal(t, "paid", ms[0].Body["after"].(map[string]any)["status"])
 	p.term(t)
 }
+
+// TestPluginsListsWASM: `bridge plugins` lists the routes' WebAssembly
+// modules as a run loads them: a module that loads with its function and
+// limits, one whose sum is not the pinned one with the error and the fix,
+// one whose file is missing with its path; none when no route has one.
+func TestPluginsListsWASM(t *testing.T) {
+	defer parallel(t)()
+	asf, gt := wasmtest.ASFilter(t), wasmtest.GoTransform(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "bridge.yaml")
+	bad := strings.Repeat("0", 64)
+	missing := filepath.Join(dir, "nosuch.wasm")
+	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`name: p
+sources:
+  app: { type: pgoutput, config: { dsn: "postgres://localhost/x", slot: s, publication: p } }
+sinks:
+  js: { type: nats_jetstream, config: { stream: S, subjects: ["s.>"] } }
+routes:
+  - sinks: [js]
+    wasm_filter: { module: %s, sha256: "%s", timeout: 250ms, max_memory_mib: 32 }
+  - sinks: [js]
+    wasm_transform: { module: %s, sha256: "%s" }
+  - sinks: [js]
+    wasm_filter: { module: %s, sha256: "%s" }
+`, asf, wasmtest.SHA256(t, asf), gt, bad, missing, bad)), 0o644))
+	code, out, errs := execCLI(t, "plugins", "-c", cfg)
+	require.Equal(t, 0, code, "%s\n%s", out, errs)
+	_, list, ok := strings.Cut(out, "configured WebAssembly modules ("+cfg+"):\n")
+	require.True(t, ok, out)
+	lines := strings.Split(strings.TrimRight(list, "\n"), "\n")
+	require.Len(t, lines, 3, list)
+	require.Equal(t, fmt.Sprintf("  routes[0].wasm_filter: %q: filter, contract v1, sha256 matches, timeout 250ms per call, at most 32 MiB per instance", asf), lines[0])
+	require.Contains(t, lines[1], fmt.Sprintf("  routes[1].wasm_transform: %q: error: routes[1].wasm_transform.sha256: ", gt))
+	require.Contains(t, lines[1], wasmtest.SHA256(t, gt), "the fix names the module's sum")
+	require.Contains(t, lines[2], fmt.Sprintf("  routes[2].wasm_filter: %q: error: routes[2].wasm_filter.module: ", missing))
+
+	// No module: none.
+	require.NoError(t, os.WriteFile(cfg, []byte(`name: p
+sources:
+  app: { type: pgoutput, config: { dsn: "postgres://localhost/x", slot: s, publication: p } }
+sinks:
+  js: { type: nats_jetstream, config: { stream: S, subjects: ["s.>"] } }
+routes:
+  - sinks: [js]
+`), 0o644))
+	code, out, _ = execCLI(t, "plugins", "-c", cfg)
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "configured WebAssembly modules ("+cfg+"):\n  none\n")
+}
