@@ -268,7 +268,7 @@ func ddlEventsKill9(t *testing.T, plugin string) {
 				select {
 				case <-stop:
 					return
-				case <-time.After(300 * time.Millisecond):
+				case <-time.After(100 * time.Millisecond): // several while the writers write (-short: about a second)
 				}
 				if _, err := conn.Exec(context.Background(), "SET lock_timeout = '2s'"); err != nil {
 					t.Logf("SET lock_timeout: %v", err)
