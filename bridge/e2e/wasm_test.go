@@ -220,14 +220,15 @@ func TestPluginsListsWASM(t *testing.T) {
 	cfg := filepath.Join(dir, "bridge.yaml")
 	bad := strings.Repeat("0", 64)
 	missing := filepath.Join(dir, "nosuch.wasm")
-	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`name: p
+	const head = `name: p
 sources:
   app: { type: pgoutput, config: { dsn: "postgres://localhost/x", slot: s, publication: p } }
 sinks:
   js: { type: nats_jetstream, config: { stream: S, subjects: ["s.>"] } }
 routes:
   - sinks: [js]
-    wasm_filter: { module: %s, sha256: "%s", timeout: 250ms, max_memory_mib: 32 }
+`
+	require.NoError(t, os.WriteFile(cfg, []byte(head+fmt.Sprintf(`    wasm_filter: { module: %s, sha256: "%s", timeout: 250ms, max_memory_mib: 32 }
   - sinks: [js]
     wasm_transform: { module: %s, sha256: "%s" }
   - sinks: [js]
@@ -245,14 +246,7 @@ routes:
 	require.Contains(t, lines[2], fmt.Sprintf("  routes[2].wasm_filter: %q: error: routes[2].wasm_filter.module: ", missing))
 
 	// No module: none.
-	require.NoError(t, os.WriteFile(cfg, []byte(`name: p
-sources:
-  app: { type: pgoutput, config: { dsn: "postgres://localhost/x", slot: s, publication: p } }
-sinks:
-  js: { type: nats_jetstream, config: { stream: S, subjects: ["s.>"] } }
-routes:
-  - sinks: [js]
-`), 0o644))
+	require.NoError(t, os.WriteFile(cfg, []byte(head), 0o644))
 	code, out, _ = execCLI(t, "plugins", "-c", cfg)
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, "configured WebAssembly modules ("+cfg+"):\n  none\n")
