@@ -292,6 +292,15 @@ func (c *Change) ID() string {
 // (Change.Dest). Route names cannot hold it.
 const DestSep = "@"
 
+// TombstoneDest ends the destination (Change.Dest) of a Debezium tombstone:
+// the copy of a delete, with an empty payload, that a route with
+// debezium.tombstones_on_delete publishes after it; "<route>~tombstone"
+// ("~tombstone" for an unnamed route). Route names cannot hold "~".
+const TombstoneDest = "~tombstone"
+
+// Tombstone reports whether c is a Debezium tombstone (TombstoneDest).
+func (c *Change) Tombstone() bool { return strings.HasSuffix(c.Dest, TombstoneDest) }
+
 // Pos returns the change's position in the producer's order, with its
 // destination.
 func (c *Change) Pos() Pos { return Pos{LSN: c.CommitLSN, Seq: c.Seq, Dest: c.Dest} }

@@ -13,9 +13,8 @@ import (
 
 // TombstoneDest ends the destination of a tombstone's message id:
 // "<producer>:<commit LSN>:<ordinal>@<route>~tombstone" for the delete at
-// that position ("~tombstone" for an unnamed route). Route names cannot
-// hold '~', so it never collides with a change's id.
-const TombstoneDest = "~tombstone"
+// that position ("~tombstone" for an unnamed route) (cdc.TombstoneDest).
+const TombstoneDest = cdc.TombstoneDest
 
 // IsDDLMessage reports whether c is a logical message of the DDL event
 // trigger (cdc.DDLPrefix): the pipeline publishes it as a DDL event

@@ -447,3 +447,37 @@ func TestConfigErrors(t *testing.T) {
 	_, err = natskv.New((*config.Config)(nil).Decoder("sinks.kv.config", map[string]any{}), sinks.Env{Name: "kv"})
 	require.ErrorContains(t, err, "sinks.kv.config.bucket")
 }
+
+// TestTombstones: a route's Debezium tombstone after a delete (a copy of
+// the delete with an empty payload, its destination "<route>~tombstone")
+// writes nothing: the delete's marker, with the delete's payload and id,
+// is the row's end, once, whether the tombstone comes in the delete's
+// Write or in the next.
+func TestTombstones(t *testing.T) {
+	for _, sameWrite := range []bool{true, false} {
+		t.Run(fmt.Sprintf("same_write=%v", sameWrite), func(t *testing.T) {
+			srv := natsembed.StartT(t, natsembed.Options{})
+			s := newSink(t, srv.URL(), map[string]any{"history": 5})
+			b := openBucket(t, srv.URL())
+			const p = "shop.main.e1"
+			write(t, s, chg(p, 0x100, 0, cdc.OpInsert, items, nil, []any{int64(1), "v1", "x"}))
+			del := chg(p, 0x200, 0, cdc.OpDelete, items, []any{int64(1), cdc.Absent, "x"}, nil)
+			tomb := del
+			tomb.Payload, tomb.TxSize, tomb.Dest = []byte{}, 0, "dbz"+cdc.TombstoneDest
+			if sameWrite {
+				write(t, s, del, tomb)
+			} else {
+				write(t, s, del)
+				write(t, s, tomb)
+			}
+			hist, err := b.kv.History(t.Context(), "public.items.1.x")
+			require.NoError(t, err)
+			require.Len(t, hist, 2, "the insert and one delete marker")
+			m, err := b.st.GetLastMsgForSubject(t.Context(), "$KV.ROWS.public.items.1.x")
+			require.NoError(t, err)
+			require.Equal(t, "DEL", m.Header.Get("KV-Operation"))
+			require.Equal(t, string(del.Payload), string(m.Data), "the marker carries the delete's payload")
+			require.Equal(t, del.ID(), m.Header.Get(natskv.HeaderID))
+		})
+	}
+}

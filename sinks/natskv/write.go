@@ -155,6 +155,13 @@ func (w *write) plan(from, end int) []*op {
 		default:
 			continue // a logical message or a control message: no row
 		}
+		if c.Tombstone() {
+			// A Debezium tombstone repeats its delete for Kafka's
+			// compaction: the delete's marker already ended the row (with
+			// the delete's payload, which the tombstone's empty one would
+			// replace in the same Write).
+			continue
+		}
 		keyErr := func(err error) {
 			fix := "route the table to another sink, or give it a primary key"
 			if errors.Is(err, errNoKey) {
