@@ -271,7 +271,8 @@ type Route struct {
 	// subjects, the other tables going on, until the operator resumes the
 	// source (bridge resume), which accepts the version: the table's next
 	// changes go to the route's subject again, after the event announced
-	// there.
+	// there. dead_letter is refused on a route to a sink that files changes
+	// by key rather than subject (nats_kv).
 	OnSchemaChange string `koanf:"on_schema_change"`
 	// DeadLetterSubject is where on_schema_change: dead_letter puts a held
 	// table's event and changes, a Go template over .Source .Schema .Table

@@ -71,6 +71,13 @@ type SubjectLimiter interface {
 	AcceptedSubjects() (set SubjectSet, ok bool)
 }
 
+// SubjectBlind is implemented by sinks that file each change by
+// something other than its subject (nats_kv: by its row's key). A route's
+// dead-letter subject (on_schema_change: dead_letter) cannot set a change
+// aside in such a sink, so the runtime refuses, and `bridge validate`
+// reports, a route with that policy to one. It does no I/O.
+type SubjectBlind interface{ SubjectBlind() bool }
+
 // Checker is implemented by sinks that can check their destination
 // without changing anything, for `bridge validate --connect`.
 type Checker interface {

@@ -164,6 +164,7 @@ func (a *App) check(cfg *config.Config) error {
 	}
 	sinkIndex := map[string]int{}
 	accepted := map[string]sinks.SubjectSet{} // routes must stay within these
+	blind := map[string]bool{}                // sinks that file changes by key, not subject
 	for i, n := range sortedKeys(cfg.Sinks) {
 		sinkIndex[n] = i
 		s, err := a.newSinkFrom(cfg, n, sinks.NATSEnv{})
@@ -176,6 +177,9 @@ func (a *App) check(cfg *config.Config) error {
 				accepted[n] = set
 			}
 		}
+		if sb, ok := s.(sinks.SubjectBlind); ok && sb.SubjectBlind() {
+			blind[n] = true
+		}
 		// Throwaway: a sink that started something (a plugin's process)
 		// stops it again; one that did nothing has nothing to close.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -187,6 +191,7 @@ func (a *App) check(cfg *config.Config) error {
 	} else if err := route.CheckSubjects(cfg, accepted); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, checkDeadLetterSinks(cfg, blind)...)
 	if cfg.Config.KV != "" && cfg.NATS.RunsEmbedded() {
 		errs = append(errs, &config.FieldError{Path: "config.kv", Msg: "needs nats.url: the shared configuration lives on a NATS server every bridge reaches, not on an embedded one"})
 	}
@@ -197,6 +202,27 @@ func (a *App) check(cfg *config.Config) error {
 		errs = append(errs, natsconn.Check("nats", n.URL, n.NATSClient, time.Now())...) // nats.context, the files of nats.creds, nats.tls...
 	}
 	return errors.Join(errs...)
+}
+
+// checkDeadLetterSinks refuses a route with on_schema_change: dead_letter
+// to a sink that files changes by key rather than subject (blind): the
+// held table's changes would land in it as if accepted.
+func checkDeadLetterSinks(cfg *config.Config, blind map[string]bool) []error {
+	var errs []error
+	for i, rc := range cfg.Routes {
+		if rc.OnSchemaChange != "dead_letter" {
+			continue
+		}
+		for _, n := range rc.Sinks {
+			if !blind[n] {
+				continue
+			}
+			errs = append(errs, &config.FieldError{Path: fmt.Sprintf("routes[%d].on_schema_change", i), Msg: fmt.Sprintf(
+				"dead_letter sets a held table's changes aside on another subject, but sink %q (%s) files changes by their row's key, not their subject: it would take them as if accepted; use pause for this route, or give %q a route of its own with on_schema_change: pause",
+				n, cfg.Sinks[n].Type, n)})
+		}
+	}
+	return errs
 }
 
 func (a *App) newSource(name string) (sources.Source, error) { return a.newSourceFrom(a.cfg, name) }

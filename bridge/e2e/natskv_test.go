@@ -453,3 +453,33 @@ func (e *env) openCheckpoints(t *testing.T) *checkpoint.Store {
 	require.NoError(t, err)
 	return st
 }
+
+// TestKVRefusesDeadLetter: a route with on_schema_change: dead_letter sets
+// a held table's changes aside on another subject, which a KV mirror does
+// not look at: `bridge validate` (and start) refuse such a route to a
+// nats_kv sink, naming the route, the sink and the fix; pause is fine.
+func TestKVRefusesDeadLetter(t *testing.T) {
+	defer parallel(t)()
+	p := filepath.Join(t.TempDir(), "bridge.yaml")
+	write := func(policy string) {
+		require.NoError(t, os.WriteFile(p, []byte(`name: kvdl
+sources:
+  app: { type: pgoutput, config: { dsn: "postgres://localhost/x", slot: s, publication: p } }
+sinks:
+  js: { type: nats_jetstream, config: { stream: S, subjects: ["cdc.>"] } }
+  rows: { type: nats_kv, config: { bucket: ROWS } }
+schemas: { enabled: true }
+routes:
+  - sinks: [js, rows]
+    on_schema_change: `+policy+`
+`), 0o644))
+	}
+	write("dead_letter")
+	code, out, errs := execCLI(t, "validate", "-c", p)
+	require.Equal(t, 1, code, "%s\n%s", out, errs)
+	require.Contains(t, errs, `routes[0].on_schema_change: dead_letter sets a held table's changes aside on another subject, but sink "rows" (nats_kv) files changes by their row's key, not their subject: it would take them as if accepted; use pause for this route, or give "rows" a route of its own with on_schema_change: pause`)
+	require.NotContains(t, errs, `sink "js"`, "a JetStream sink takes the dead-letter subject")
+	write("pause")
+	code, out, errs = execCLI(t, "validate", "-c", p)
+	require.Equal(t, 0, code, "%s\n%s", out, errs)
+}

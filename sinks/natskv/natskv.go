@@ -250,6 +250,10 @@ func (s *Sink) Close(ctx context.Context) error {
 // changes nothing (sinks.Deduplicator).
 func (s *Sink) Deduplicates() bool { return true }
 
+// SubjectBlind reports that the sink files changes by their row's key,
+// whatever their subject (sinks.SubjectBlind).
+func (s *Sink) SubjectBlind() bool { return true }
+
 var (
 	_ sinks.Sink         = (*Sink)(nil)
 	_ sinks.Deduplicator = (*Sink)(nil)
