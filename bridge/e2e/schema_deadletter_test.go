@@ -1,7 +1,9 @@
 package e2e_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bridgecdc/bridge/bridge/app"
+	"github.com/bridgecdc/bridge/bridge/feeds"
 	"github.com/bridgecdc/bridge/bridge/route"
 	"github.com/bridgecdc/bridge/bridge/schema"
 )
@@ -157,4 +160,34 @@ func TestSchemaChangeDeadLetter(t *testing.T) {
 	require.Equal(t, main, ms[12].Subject)
 	require.Equal(t, "insert", ms[12].Header.Get("Bridge-Op"))
 	require.Empty(t, r.app.Pipelines()[0].Status().Held)
+
+	// A feed over the stream serves what the route's consumers saw: the
+	// changes set aside are not in it.
+	js := natsJS(t, e)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	fs, err := feeds.New(ctx, js, feeds.Config{Stream: "CDC_sdl"})
+	require.NoError(t, err)
+	t.Cleanup(fs.Close)
+	from := fs.Position()
+	from.Seq = 0 // the stream's start
+	f, err := fs.Register(feeds.Filter{}, from)
+	require.NoError(t, err)
+	var served []string
+	for len(served) < 5 && ctx.Err() == nil {
+		b, err := f.Next(ctx)
+		require.NoError(t, err)
+		for _, c := range b.Changes {
+			var p struct {
+				Key map[string]any `json:"key"`
+			}
+			require.NoError(t, json.Unmarshal(c.JSON, &p))
+			served = append(served, fmt.Sprintf("%s %v", c.Table, p.Key["id"]))
+		}
+	}
+	require.Equal(t, []string{"public.h 1", "public.other 1", "public.other 2", "public.h 5", "public.h 6"}, served)
+	short, cancelShort := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancelShort()
+	b, _ := f.Next(short)
+	require.Empty(t, b.Changes, "nothing after the last change")
 }

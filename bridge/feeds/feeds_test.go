@@ -515,3 +515,30 @@ func TestSnapshotReads(t *testing.T) {
 	require.Equal(t, []uint64{2, 4}, seqs(got))
 	require.Positive(t, other.Stats().CatchUps, "served from the stream")
 }
+
+// TestDeadLettersMatchNothing: a change set aside on a dead-letter subject
+// (a held table's, on_schema_change: dead_letter; or one the sink's server
+// would refuse), with Bridge-Dead-Letter-Reason, is not what the route's
+// consumers see: no feed gets it, while its transaction (whose size counts
+// it, even when it is the change that carries the size) is delivered whole
+// without it.
+func TestDeadLettersMatchNothing(t *testing.T) {
+	e := newEnv(t, nil)
+	fs := e.feeds(Config{})
+	f, err := fs.Register(Filter{}, Token{})
+	require.NoError(t, err)
+	aside := func(c *cdc.Change) {
+		c.Headers = map[string]string{"Bridge-Dead-Letter-Reason": "routes[0].on_schema_change: dead_letter: public.orders version 3 held",
+			"Bridge-Original-Subject": c.Subject}
+		c.Subject = "cdc._dead_letter.src.public.orders"
+	}
+	tx1 := e.gen.tx(ins(order{ID: 1, Tenant: 1}), ins(order{ID: 2, Tenant: 1}), ins(order{ID: 3, Tenant: 1}))
+	aside(&tx1[1])
+	tx2 := e.gen.tx(ins(order{ID: 4, Tenant: 1}), ins(order{ID: 5, Tenant: 1}))
+	tx2[0].TxSize = 0 // the size on the last change only, which is set aside
+	aside(&tx2[1])
+	e.write(tx1, tx2, e.gen.tx(ins(order{ID: 6, Tenant: 1})))
+	got, tok := collect(t, f, 4, 20*time.Second)
+	require.Equal(t, []uint64{1, 3, 4, 6}, seqs(got))
+	require.Equal(t, uint64(6), tok.Seq)
+}

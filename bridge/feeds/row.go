@@ -22,7 +22,10 @@ const (
 	headerMsgID  = "Nats-Msg-Id"
 	headerTxSize = "Bridge-Tx-Size" // absent while the transaction's size is not known
 	headerTable  = "Bridge-Table"
-	headerOp     = "Bridge-Op"
+	// headerDeadLetter is set on a change set aside on a dead-letter subject
+	// (route.HeaderDeadLetterReason, natsjs.HeaderDeadLetterReason).
+	headerDeadLetter = "Bridge-Dead-Letter-Reason"
+	headerOp         = "Bridge-Op"
 )
 
 // row is a decoded JSON object of column values, in the order of the
@@ -131,6 +134,13 @@ func decode(seq uint64, h nats.Header, data []byte, nm *names) (*change, error) 
 			return c, fmt.Errorf("message %d (%s): bad %s %q", seq, c.id, headerTxSize, v)
 		}
 		c.n = uint32(n)
+	}
+	if h.Get(headerDeadLetter) != "" {
+		// Set aside on a dead-letter subject, by its route (a held table,
+		// on_schema_change: dead_letter) or its sink (a message the server
+		// would refuse): not what the route's consumers see. It counts in
+		// its transaction, and matches no feed.
+		return c, nil
 	}
 	c.op = cdc.Op(h.Get(headerOp))
 	c.table = h.Get(headerTable)
