@@ -604,7 +604,8 @@ type Serve struct {
 	// Route, when set, names the route (routes[].name) whose messages the
 	// feeds serve, for a stream several routes write (continue); the
 	// stream's other messages match no feed. Empty: every message, for a
-	// stream one route writes.
+	// stream one route writes. The feeds read the native format: the route
+	// must have it.
 	Route string `koanf:"route"`
 	// Where is a condition ANDed with every request's filter, replayed
 	// history included, in the JSON form of a feeds condition written as

@@ -243,8 +243,10 @@ func (c *Config) validate(known Errors) Errors {
 		}
 	}
 	if c.Serve.Route != "" {
-		if _, ok := named[c.Serve.Route]; !ok {
+		if i, ok := named[c.Serve.Route]; !ok {
 			add("serve.route", "no route named %q (named routes: %s); set routes[].name on the route whose messages the feeds serve", c.Serve.Route, listOrNone(sortedKeys(named)))
+		} else if f := c.Routes[i].Format; f != "" && f != "native" {
+			add("serve.route", "route %q publishes the %s format, and the feeds read the native format; serve a route of format native (a second route with continue: true and a name of its own can publish the same changes natively into the same stream)", c.Serve.Route, f)
 		}
 	}
 	return errs

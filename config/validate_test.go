@@ -50,6 +50,8 @@ func TestValidation(t *testing.T) {
 			[]string{`routes[1].name: "masked" is also the name of routes[0]; names must be unique`}},
 		{"serve.route names no route", map[string]any{"serve.route": "masked", "routes": []any{route("name", "full")}},
 			[]string{`serve.route: no route named "masked" (named routes: full); set routes[].name on the route whose messages the feeds serve`}},
+		{"serve.route of another format", map[string]any{"serve.route": "dbz", "routes": []any{route("name", "dbz", "format", "debezium")}},
+			[]string{`serve.route: route "dbz" publishes the debezium format, and the feeds read the native format; serve a route of format native (a second route with continue: true and a name of its own can publish the same changes natively into the same stream)`}},
 		{"wasm block without module and sum", map[string]any{"routes": []any{route("wasm_filter", map[string]any{"timeout": "50ms"})}},
 			[]string{"routes[0].wasm_filter.module: must be set: the path of the .wasm file", "routes[0].wasm_filter.sha256: must be set: the module's sum, from `sha256sum <module>`, quoted"}},
 		{"wasm bad sum, function, limits", map[string]any{"routes": []any{route("wasm_transform", map[string]any{"module": "t.wasm", "sha256": "abc", "function": "my func", "timeout": "-1s", "max_memory_mib": 5000})}},

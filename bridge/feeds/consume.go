@@ -35,6 +35,10 @@ func (fs *Feeds) run(ctx context.Context) {
 	}
 }
 
+// badLogEvery is how often at most consume logs a message it did not
+// understand.
+const badLogEvery = time.Minute
+
 // consume reads from start with one ordered consumer until ctx ends.
 func (fs *Feeds) consume(ctx context.Context, start, gen uint64) error {
 	cons, err := fs.js.OrderedConsumer(ctx, fs.cfg.Stream, jetstream.OrderedConsumerConfig{
@@ -51,6 +55,10 @@ func (fs *Feeds) consume(ctx context.Context, start, gen uint64) error {
 	defer stop()
 	defer it.Stop()
 	nm := newNames()
+	// Messages not understood are logged at most once a minute, with how
+	// many there were: a stream of another format would flood the log.
+	var bad int
+	var badLogged time.Time
 	for {
 		msg, err := it.Next()
 		if err != nil {
@@ -65,7 +73,12 @@ func (fs *Feeds) consume(ctx context.Context, start, gen uint64) error {
 		}
 		c, derr := fs.decode(meta.Sequence.Stream, msg.Headers(), msg.Data(), nm)
 		if derr != nil {
-			fs.log.Warn("feeds: message not understood; it matches no feed", "stream", fs.cfg.Stream, "seq", meta.Sequence.Stream, "err", derr)
+			bad++
+			if now := time.Now(); now.Sub(badLogged) >= badLogEvery {
+				fs.log.Warn("feeds: message not understood; it matches no feed (the feeds read the bridge's native format: serve a stream or route of format native)",
+					"stream", fs.cfg.Stream, "seq", meta.Sequence.Stream, "err", derr, "not_understood_since_last_warning", bad)
+				bad, badLogged = 0, now
+			}
 		}
 		c.recv = time.Now()
 		fs.ingest(c, gen)

@@ -5,13 +5,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bridgecdc/bridge/bridge/cdc"
+	"github.com/bridgecdc/bridge/internal/syncbuf"
 )
 
 // TestRoutesMatchesOnly: each feed receives the changes its filter matches
@@ -541,4 +545,34 @@ func TestDeadLettersMatchNothing(t *testing.T) {
 	got, tok := collect(t, f, 4, 20*time.Second)
 	require.Equal(t, []uint64{1, 3, 4, 6}, seqs(got))
 	require.Equal(t, uint64(6), tok.Seq)
+}
+
+// TestNotUnderstoodLoggedOnce: messages whose payload is not the native
+// format (a route of another format) match no feed and are logged once a
+// minute with their count, not once each; the native changes around them
+// are served.
+func TestNotUnderstoodLoggedOnce(t *testing.T) {
+	e := newEnv(t, nil)
+	var logged syncbuf.Buffer
+	fs := e.feeds(Config{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	f, err := fs.Register(Filter{}, Token{})
+	require.NoError(t, err)
+	e.write(e.gen.tx(ins(order{ID: 1, Tenant: 1})))
+	for i := range 20 {
+		m := nats.NewMsg("cdc.src.public.orders")
+		m.Header.Set("Nats-Msg-Id", fmt.Sprintf("other.src.e1:%016X:0", 0x9000+i))
+		m.Header.Set("Bridge-Op", "insert")
+		m.Header.Set("Bridge-Table", "public.orders")
+		m.Header.Set("Bridge-Tx-Size", "1")
+		m.Data = []byte(`Struct{after=Struct{id=1}}`)
+		_, err := e.js.PublishMsg(t.Context(), m)
+		require.NoError(t, err)
+	}
+	e.write(e.gen.tx(ins(order{ID: 2, Tenant: 1})))
+	got, _ := collect(t, f, 2, 20*time.Second)
+	require.Equal(t, []uint64{1, 22}, seqs(got))
+	out := logged.String()
+	require.Equal(t, 1, strings.Count(out, "message not understood"), out)
+	require.Contains(t, out, "the feeds read the bridge's native format")
+	require.Contains(t, out, "not_understood_since_last_warning=1")
 }

@@ -108,7 +108,8 @@ func isSnapshot(producer string) bool { return strings.Contains(producer, ".snap
 
 // decode turns a stream message into a change. Messages that are not the
 // bridge's (no Bridge-Op header) become single-message transactions that
-// match nothing; so do payloads that are not the native JSON format.
+// match nothing; a change whose payload is not the native JSON format
+// counts in its transaction and matches nothing.
 func decode(seq uint64, h nats.Header, data []byte, nm *names) (*change, error) {
 	c := &change{seq: seq, n: 1, size: 200 + len(data)*2}
 	if !bridgeMsg(h) {
@@ -179,6 +180,8 @@ func decode(seq uint64, h nats.Header, data []byte, nm *names) (*change, error) 
 		}
 	}
 	if err != nil {
+		// It counts in its transaction and matches no feed.
+		c.op, c.table, c.key, c.before, c.after = "", "", nil, nil, nil
 		return c, fmt.Errorf("message %d (%s): decoding payload as native JSON: %w", seq, c.id, err)
 	}
 	c.old = c.before
