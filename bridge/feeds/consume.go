@@ -8,8 +8,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -35,9 +37,81 @@ func (fs *Feeds) run(ctx context.Context) {
 	}
 }
 
-// badLogEvery is how often at most consume logs a message it did not
+// badLogEvery is how often at most the feeds log a message they did not
 // understand.
 const badLogEvery = time.Minute
+
+// notUnderstood logs a message decode did not understand (it matches no
+// feed): at most once per badLogEvery, with how many there were since the
+// last time, as a stream of another format would flood the log otherwise.
+func (fs *Feeds) notUnderstood(seq uint64, err error) {
+	n := fs.badCount.Add(1)
+	now, last := time.Now().UnixNano(), fs.badLogged.Load()
+	if now-last < int64(badLogEvery) || !fs.badLogged.CompareAndSwap(last, now) {
+		return
+	}
+	fs.badCount.Add(-n)
+	hint := "the feeds read the bridge's native format: serve a stream or route of format native"
+	if errors.Is(err, errObjectGone) {
+		hint = "the change's payload was too large for one message, and its object is no longer in the object store"
+	}
+	fs.log.Warn("feeds: message not understood; it matches no feed", "stream", fs.cfg.Stream, "seq", seq, "err", err,
+		"hint", hint, "not_understood_since_last_warning", n)
+}
+
+// cmpErr returns the first error that is not nil.
+func cmpErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// errObjectGone is payloadOf's error for a payload whose object is no
+// longer in the object store.
+var errObjectGone = errors.New("the payload's object is gone from the object store")
+
+// payloadOf returns a message's payload: its data, or for a change whose
+// payload was too large for one message (the sink's large_payload_bucket:
+// the header Bridge-Payload-Object names "<bucket>/<object>" and the
+// message has no data), the object's bytes. An object that is gone
+// (deleted by hand, or the bucket's limits) gives errObjectGone: the change
+// matches no feed. Other errors are the server's: the caller reads the
+// message again.
+func (fs *Feeds) payloadOf(ctx context.Context, h nats.Header, data []byte) ([]byte, error) {
+	ref := h.Get(headerPayloadObject)
+	if ref == "" {
+		return data, nil
+	}
+	bucket, name, ok := strings.Cut(ref, "/")
+	if !ok || bucket == "" || name == "" {
+		return nil, fmt.Errorf("%s %q is not <bucket>/<object>: %w", headerPayloadObject, ref, errObjectGone)
+	}
+	var obs jetstream.ObjectStore
+	if v, ok := fs.objs.Load(bucket); ok {
+		obs = v.(jetstream.ObjectStore)
+	} else {
+		o, err := fs.js.ObjectStore(ctx, bucket)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			return nil, fmt.Errorf("object store %q (%s): %w", bucket, ref, errObjectGone)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("opening object store %q for the payload %s: %w", bucket, ref, err)
+		}
+		fs.objs.Store(bucket, o)
+		obs = o
+	}
+	b, err := obs.GetBytes(ctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, fmt.Errorf("%s: %w", ref, errObjectGone)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the payload %s from the object store: %w", ref, err)
+	}
+	return b, nil
+}
 
 // consume reads from start with one ordered consumer until ctx ends.
 func (fs *Feeds) consume(ctx context.Context, start, gen uint64) error {
@@ -55,10 +129,6 @@ func (fs *Feeds) consume(ctx context.Context, start, gen uint64) error {
 	defer stop()
 	defer it.Stop()
 	nm := newNames()
-	// Messages not understood are logged at most once a minute, with how
-	// many there were: a stream of another format would flood the log.
-	var bad int
-	var badLogged time.Time
 	for {
 		msg, err := it.Next()
 		if err != nil {
@@ -71,14 +141,13 @@ func (fs *Feeds) consume(ctx context.Context, start, gen uint64) error {
 		if err != nil {
 			return fmt.Errorf("reading metadata of a message on %q: %w", fs.cfg.Stream, err)
 		}
-		c, derr := fs.decode(meta.Sequence.Stream, msg.Headers(), msg.Data(), nm)
+		data, perr := fs.payloadOf(ctx, msg.Headers(), msg.Data())
+		if perr != nil && !errors.Is(perr, errObjectGone) {
+			return fmt.Errorf("message %d of %q: %w", meta.Sequence.Stream, fs.cfg.Stream, perr) // read again
+		}
+		c, derr := fs.decode(meta.Sequence.Stream, msg.Headers(), data, nm)
 		if derr != nil {
-			bad++
-			if now := time.Now(); now.Sub(badLogged) >= badLogEvery {
-				fs.log.Warn("feeds: message not understood; it matches no feed (the feeds read the bridge's native format: serve a stream or route of format native)",
-					"stream", fs.cfg.Stream, "seq", meta.Sequence.Stream, "err", derr, "not_understood_since_last_warning", bad)
-				bad, badLogged = 0, now
-			}
+			fs.notUnderstood(meta.Sequence.Stream, cmpErr(perr, derr))
 		}
 		c.recv = time.Now()
 		fs.ingest(c, gen)

@@ -254,6 +254,11 @@ type Feeds struct {
 
 	encBytes atomic.Int64 // bytes of the encodings of the window's changes (see countLocked)
 
+	objs sync.Map // bucket → jetstream.ObjectStore, for payloads stored there (payloadOf)
+	// Messages not understood: how many since the last warning, and when
+	// that was (unix ns); see notUnderstood.
+	badCount, badLogged atomic.Int64
+
 	serialisations, catchUps, catchUpMsgs, replays, backfills, gaps, recreates atomic.Int64
 
 	cancel context.CancelFunc

@@ -576,3 +576,41 @@ func TestNotUnderstoodLoggedOnce(t *testing.T) {
 	require.Contains(t, out, "the feeds read the bridge's native format")
 	require.Contains(t, out, "not_understood_since_last_warning=1")
 }
+
+// TestPayloadFromObjectStore: a change whose payload was too large for one
+// message (the sink's large_payload_bucket: no data, Bridge-Payload-Object
+// names the object) is served with the object's payload; one whose object
+// is gone matches no feed, with a warning saying so.
+func TestPayloadFromObjectStore(t *testing.T) {
+	e := newEnv(t, nil)
+	var logged syncbuf.Buffer
+	fs := e.feeds(Config{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	f, err := fs.Register(Filter{Where: Eq("tenant", 7).Ptr()}, Token{})
+	require.NoError(t, err)
+	obs, err := e.js.CreateObjectStore(t.Context(), jetstream.ObjectStoreConfig{Bucket: "cdc_payloads"})
+	require.NoError(t, err)
+	big := e.gen.tx(ins(order{ID: 1, Tenant: 7, Status: strings.Repeat("x", 200_000)}))[0]
+	gone := e.gen.tx(ins(order{ID: 2, Tenant: 7}))[0]
+	_, err = obs.PutBytes(t.Context(), big.ID(), big.Payload)
+	require.NoError(t, err)
+	for _, c := range []cdc.Change{big, gone} {
+		m := nats.NewMsg(c.Subject)
+		m.Header.Set("Nats-Msg-Id", c.ID())
+		m.Header.Set("Bridge-Op", string(c.Op))
+		m.Header.Set("Bridge-Table", "public.orders")
+		m.Header.Set("Bridge-Tx-Size", "1")
+		m.Header.Set("Bridge-Payload-Object", "cdc_payloads/"+c.ID())
+		m.Header.Set("Bridge-Payload-Bytes", fmt.Sprint(len(c.Payload)))
+		_, err := e.js.PublishMsg(t.Context(), m)
+		require.NoError(t, err)
+	}
+	e.write(e.gen.tx(ins(order{ID: 3, Tenant: 7})))
+	got, _ := collect(t, f, 2, 20*time.Second)
+	require.Equal(t, []uint64{1, 3}, seqs(got))
+	var p struct {
+		After map[string]any `json:"after"`
+	}
+	require.NoError(t, json.Unmarshal(got[0].JSON, &p))
+	require.Len(t, p.After["status"], 200_000, "the payload from the object store")
+	require.Contains(t, logged.String(), "its object is no longer in the object store")
+}

@@ -90,9 +90,13 @@ func (fs *Feeds) readHistory(ctx context.Context, first uint64, r historyRead) e
 		}
 		expect++
 		fs.catchUpMsgs.Add(1)
-		c, derr := fs.decode(seq, msg.Headers(), msg.Data(), r.names)
+		data, perr := fs.payloadOf(ctx, msg.Headers(), msg.Data())
+		if perr != nil && !errors.Is(perr, errObjectGone) {
+			return fmt.Errorf("reading %q at sequence %d: %w", fs.cfg.Stream, seq, perr)
+		}
+		c, derr := fs.decode(seq, msg.Headers(), data, r.names)
 		if derr != nil {
-			fs.log.Warn("feeds: message not understood; it matches no feed", "stream", fs.cfg.Stream, "seq", seq, "err", derr)
+			fs.notUnderstood(seq, cmpErr(perr, derr))
 		}
 		if seed && seq == start {
 			asm.seed(c)

@@ -25,7 +25,11 @@ const (
 	// headerDeadLetter is set on a change set aside on a dead-letter subject
 	// (route.HeaderDeadLetterReason, natsjs.HeaderDeadLetterReason).
 	headerDeadLetter = "Bridge-Dead-Letter-Reason"
-	headerOp         = "Bridge-Op"
+	// headerPayloadObject names the object ("<bucket>/<object>") holding
+	// the payload of a change too large for one message, which then has
+	// none (natsjs.HeaderPayloadObject).
+	headerPayloadObject = "Bridge-Payload-Object"
+	headerOp            = "Bridge-Op"
 )
 
 // row is a decoded JSON object of column values, in the order of the
