@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"testing"
@@ -11,12 +12,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/bridgecdc/bridge/bridge/feeds"
 )
 
 // TestHugeValueThroughBothSources sends one row with a text value far above
 // NATS' max_payload through pgoutput and wal2json: the payload goes to the
 // object store (large_payload_bucket) and the message refers to it, in
-// order with the rows around it. 20 MB by default, 100 MB with TEST_LONG=1.
+// order with the rows around it, and a feed serves it whole. 20 MB by default, 100 MB with TEST_LONG=1.
 // The bridge process's peak RSS is logged.
 func TestHugeValueThroughBothSources(t *testing.T) {
 	defer parallel(t)()
@@ -69,6 +72,29 @@ func TestHugeValueThroughBothSources(t *testing.T) {
 		v := body["after"].(map[string]any)["body"].(string)
 		require.Len(t, v, mb<<20/32*32, "source %s: the value arrives complete", src)
 		require.Equal(t, "c4ca4238a0b923820dcc509a6f75849b", v[:32]) // md5('1')
+
+		// A feed serves it whole, its payload read from the object store.
+		ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+		fs, err := feeds.New(ctx, js, feeds.Config{Stream: "CDC_huge_" + src, WindowBytes: 256 << 20})
+		require.NoError(t, err)
+		from := fs.Position()
+		from.Seq = 0
+		f, err := fs.Register(feeds.Filter{}, from)
+		require.NoError(t, err)
+		var served []feeds.Change
+		for len(served) < 3 && ctx.Err() == nil {
+			b, err := f.Next(ctx)
+			require.NoError(t, err, "source %s", src)
+			served = append(served, b.Changes...)
+		}
+		cancel()
+		fs.Close()
+		require.Len(t, served, 3, "source %s", src)
+		var fc struct {
+			After map[string]any `json:"after"`
+		}
+		require.NoError(t, json.Unmarshal(served[1].JSON, &fc))
+		require.Equal(t, v, fc.After["body"], "source %s: the feed serves the value whole", src)
 	}
 	peak := peakRSS(t, proc.cmd.Process.Pid)
 	proc.term(t)
