@@ -365,11 +365,20 @@ func TestThousandsOfFeedsAgainstOracle(t *testing.T) {
 }
 
 // TestOracleWithSmallWindow: feeds fall behind a small window and are
-// served from the stream, under the same oracle.
+// served from the stream, under the same oracle; one feed that reads
+// nothing until every change is written is behind it for sure.
 func TestOracleWithSmallWindow(t *testing.T) {
 	e := newEnv(t, nil)
 	fs := e.feeds(Config{WindowTxns: 20, MaxBatch: 50})
+	late, err := fs.Register(Filter{}, Token{})
+	require.NoError(t, err)
 	runOracle(t, e, fs, 100, 600, nil)
+	msgs := readStream(t, e.js)
+	var final atomic.Uint64
+	final.Store(msgs[len(msgs)-1].seq)
+	p := poll(late, rand.New(rand.NewPCG(7, 7)), &final, nil)
+	require.NoError(t, p.err)
+	require.Equal(t, expected(msgs, func(*order) bool { return true }), p.got, "the late feed")
 	require.Positive(t, fs.Stats().CatchUps)
 }
 
