@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"sort"
 
 	"github.com/spf13/cobra"
@@ -138,29 +140,34 @@ func printConfiguredWASM(stdout io.Writer, path string, cfg *config.Config) {
 			}
 			n++
 			at := fmt.Sprintf("routes[%d].%s", i, b.key)
-			_, err := wasm.Load(context.Background(), b.kind, wasm.Config{At: at, Module: b.w.Module, SHA256: b.w.SHA256,
-				Function: b.w.Function, Timeout: b.w.Timeout, MaxMemory: int64(b.w.MaxMemoryMiB) << 20})
+			m, err := wasm.Load(context.Background(), b.kind, wasm.Config{At: at, Module: b.w.Module, SHA256: b.w.SHA256,
+				Function: b.w.Function, Timeout: b.w.Timeout, MaxMemory: int64(b.w.MaxMemoryMiB) << 20,
+				CacheDir: wasmCache(cfg)})
 			if err != nil {
 				fmt.Fprintf(stdout, "  %s: %q: error: %v\n", at, b.w.Module, oneLine(err))
 				continue
 			}
-			fn, timeout, mem := b.w.Function, b.w.Timeout, int64(b.w.MaxMemoryMiB)<<20
-			if fn == "" {
-				fn = b.kind.String()
-			}
-			if timeout == 0 {
-				timeout = wasm.DefaultTimeout
-			}
-			if mem == 0 {
-				mem = wasm.DefaultMaxMemory
-			}
 			fmt.Fprintf(stdout, "  %s: %q: %s, contract v1, sha256 matches, timeout %s per call, at most %d MiB per instance\n",
-				at, b.w.Module, fn, timeout, mem>>20)
+				at, b.w.Module, m.Function(), m.Timeout(), m.MaxMemory()>>20)
 		}
 	}
 	if n == 0 {
 		fmt.Fprintln(stdout, "  none")
 	}
+}
+
+// wasmCache returns the compile cache a run of cfg keeps its modules in
+// (bridge/app) when a run made it already, so that listing them compiles
+// nothing again; "" (in memory) otherwise: a listing creates no directory.
+func wasmCache(cfg *config.Config) string {
+	if cfg.DataDir == "" {
+		return ""
+	}
+	dir := filepath.Join(cfg.DataDir, "wasm")
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return ""
+	}
+	return dir
 }
 
 func oneLine(err error) string {

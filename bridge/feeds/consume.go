@@ -5,6 +5,7 @@
 package feeds
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -57,16 +58,6 @@ func (fs *Feeds) notUnderstood(seq uint64, err error) {
 	}
 	fs.log.Warn("feeds: message not understood; it matches no feed", "stream", fs.cfg.Stream, "seq", seq, "err", err,
 		"hint", hint, "not_understood_since_last_warning", n)
-}
-
-// cmpErr returns the first error that is not nil.
-func cmpErr(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // errObjectGone is payloadOf's error for a payload whose object is no
@@ -147,7 +138,7 @@ func (fs *Feeds) consume(ctx context.Context, start, gen uint64) error {
 		}
 		c, derr := fs.decode(meta.Sequence.Stream, msg.Headers(), data, nm)
 		if derr != nil {
-			fs.notUnderstood(meta.Sequence.Stream, cmpErr(perr, derr))
+			fs.notUnderstood(meta.Sequence.Stream, cmp.Or(perr, derr))
 		}
 		c.recv = time.Now()
 		fs.ingest(c, gen)

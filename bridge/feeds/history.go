@@ -8,6 +8,7 @@
 package feeds
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -96,7 +97,7 @@ func (fs *Feeds) readHistory(ctx context.Context, first uint64, r historyRead) e
 		}
 		c, derr := fs.decode(seq, msg.Headers(), data, r.names)
 		if derr != nil {
-			fs.notUnderstood(seq, cmpErr(perr, derr))
+			fs.notUnderstood(seq, cmp.Or(perr, derr))
 		}
 		if seed && seq == start {
 			asm.seed(c)

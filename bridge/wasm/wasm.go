@@ -551,3 +551,12 @@ func (m *Module) Kind() Kind { return m.kind }
 
 // Path returns the module's file.
 func (m *Module) Path() string { return m.path }
+
+// Function returns the export m calls.
+func (m *Module) Function() string { return m.fn }
+
+// Timeout returns the bound on one call.
+func (m *Module) Timeout() time.Duration { return m.timeout }
+
+// MaxMemory returns the cap on an instance's memory, in bytes.
+func (m *Module) MaxMemory() int64 { return int64(m.maxMem) }
