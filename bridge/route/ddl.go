@@ -11,11 +11,6 @@ import (
 	"github.com/bridgecdc/bridge/config"
 )
 
-// TombstoneDest ends the destination of a tombstone's message id:
-// "<producer>:<commit LSN>:<ordinal>@<route>~tombstone" for the delete at
-// that position ("~tombstone" for an unnamed route) (cdc.TombstoneDest).
-const TombstoneDest = cdc.TombstoneDest
-
 // IsDDLMessage reports whether c is a logical message of the DDL event
 // trigger (cdc.DDLPrefix): the pipeline publishes it as a DDL event
 // (DDLDests) or not at all; no route publishes it as a message.
@@ -26,12 +21,12 @@ func IsDDLMessage(c *cdc.Change) bool {
 // tombstone returns the tombstone that follows d, a delete as route name
 // publishes it: its subject and headers, an empty payload, no
 // transaction size (it is not one of the transaction's changes), the
-// destination name + TombstoneDest.
+// destination name + cdc.TombstoneDest.
 func tombstone(d *cdc.Change, name string) *cdc.Change {
 	t := *d
 	t.Payload = []byte{}
 	t.TxSize = 0
-	t.Dest = name + TombstoneDest
+	t.Dest = name + cdc.TombstoneDest
 	return &t
 }
 

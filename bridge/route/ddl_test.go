@@ -91,7 +91,7 @@ func TestDebeziumOptions(t *testing.T) {
 	require.Equal(t, "3", got[0].Headers["Bridge-Schema-Version"])
 	require.Len(t, shared, 1, "shared headers are not written")
 	tomb := got[1]
-	require.Equal(t, "dbz"+TombstoneDest, tomb.Dest)
+	require.Equal(t, "dbz"+cdc.TombstoneDest, tomb.Dest)
 	require.Empty(t, tomb.Payload)
 	require.NotNil(t, tomb.Payload)
 	require.Zero(t, tomb.TxSize, "not one of the transaction's changes")

@@ -243,9 +243,9 @@ func (t *Tracker) Observe(ctx context.Context, c *cdc.Change) (v, ev, prev *Vers
 	use := func(x *Version) {
 		if x.Fingerprint == shape.Fingerprint {
 			// The same shape: the relation's next changes take x at once,
-			// up to a version an earlier run registered past c (the source
-			// may describe its change with this relation too).
-			// (vers ascend, and a producer's versions in commit order).
+			// up to the first version an earlier run registered past c (the
+			// source may describe that change with this relation too; vers
+			// ascend, a producer's in commit order).
 			st.rel, st.relVer, st.relUntil = c.Rel, x, nil
 			for _, y := range st.vers {
 				if y != x && y.after(c) {
