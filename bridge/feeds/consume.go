@@ -53,7 +53,10 @@ func (fs *Feeds) notUnderstood(seq uint64, err error) {
 	}
 	fs.badCount.Add(-n)
 	hint := "the feeds read the bridge's native format: serve a stream or route of format native"
-	if errors.Is(err, errObjectGone) {
+	switch {
+	case errors.Is(err, errTooLarge):
+		hint = "the change's payload is larger than half the feeds' window (Config.WindowBytes): it is not served"
+	case errors.Is(err, errObjectGone):
 		hint = "the change's payload was too large for one message, and its object is no longer in the object store"
 	}
 	fs.log.Warn("feeds: message not understood; it matches no feed", "stream", fs.cfg.Stream, "seq", seq, "err", err,
@@ -61,8 +64,12 @@ func (fs *Feeds) notUnderstood(seq uint64, err error) {
 }
 
 // errObjectGone is payloadOf's error for a payload whose object is no
-// longer in the object store.
+// longer in the object store (or not the change's).
 var errObjectGone = errors.New("the payload's object is gone from the object store")
+
+// errTooLarge is payloadOf's error for a payload larger than the feeds
+// hold. It wraps errObjectGone: the change matches no feed.
+var errTooLarge = fmt.Errorf("too large for the feeds: %w", errObjectGone)
 
 // payloadOf returns a message's payload: its data, or for a change whose
 // payload was too large for one message (the sink's large_payload_bucket:
@@ -77,8 +84,10 @@ func (fs *Feeds) payloadOf(ctx context.Context, h nats.Header, data []byte) ([]b
 		return data, nil
 	}
 	bucket, name, ok := strings.Cut(ref, "/")
-	if !ok || bucket == "" || name == "" {
-		return nil, fmt.Errorf("%s %q is not <bucket>/<object>: %w", headerPayloadObject, ref, errObjectGone)
+	if !ok || bucket == "" || name == "" || name != h.Get(headerMsgID) {
+		// The sink stores a payload under its change's id: any other
+		// object is not this change's, whoever named it.
+		return nil, fmt.Errorf("%s %q is not <bucket>/<the message's id>: %w", headerPayloadObject, ref, errObjectGone)
 	}
 	var obs jetstream.ObjectStore
 	if v, ok := fs.objs.Load(bucket); ok {
@@ -93,6 +102,18 @@ func (fs *Feeds) payloadOf(ctx context.Context, h nats.Header, data []byte) ([]b
 		}
 		fs.objs.Store(bucket, o)
 		obs = o
+	}
+	info, err := obs.GetInfo(ctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, fmt.Errorf("%s: %w", ref, errObjectGone)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the payload %s from the object store: %w", ref, err)
+	}
+	if int64(info.Size) > fs.cfg.WindowBytes/2 {
+		// It could not stay in the window (which holds its bytes and an
+		// encoding); reading it would only grow the process.
+		return nil, fmt.Errorf("%s holds %d bytes, more than half the feeds' window of %d: %w", ref, info.Size, fs.cfg.WindowBytes, errTooLarge)
 	}
 	b, err := obs.GetBytes(ctx, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {

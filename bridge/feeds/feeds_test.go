@@ -580,7 +580,8 @@ func TestNotUnderstoodLoggedOnce(t *testing.T) {
 // TestPayloadFromObjectStore: a change whose payload was too large for one
 // message (the sink's large_payload_bucket: no data, Bridge-Payload-Object
 // names the object) is served with the object's payload; one whose object
-// is gone matches no feed, with a warning saying so.
+// is gone, or names another change's object, or is larger than half the
+// feeds' window, matches no feed, with a warning saying so.
 func TestPayloadFromObjectStore(t *testing.T) {
 	e := newEnv(t, nil)
 	var logged syncbuf.Buffer
@@ -591,26 +592,40 @@ func TestPayloadFromObjectStore(t *testing.T) {
 	require.NoError(t, err)
 	big := e.gen.tx(ins(order{ID: 1, Tenant: 7, Status: strings.Repeat("x", 200_000)}))[0]
 	gone := e.gen.tx(ins(order{ID: 2, Tenant: 7}))[0]
+	forged := e.gen.tx(ins(order{ID: 4, Tenant: 7}))[0]
 	_, err = obs.PutBytes(t.Context(), big.ID(), big.Payload)
 	require.NoError(t, err)
-	for _, c := range []cdc.Change{big, gone} {
+	for _, c := range []cdc.Change{big, gone, forged} {
 		m := nats.NewMsg(c.Subject)
 		m.Header.Set("Nats-Msg-Id", c.ID())
 		m.Header.Set("Bridge-Op", string(c.Op))
 		m.Header.Set("Bridge-Table", "public.orders")
 		m.Header.Set("Bridge-Tx-Size", "1")
-		m.Header.Set("Bridge-Payload-Object", "cdc_payloads/"+c.ID())
+		ref := "cdc_payloads/" + c.ID()
+		if c.ID() == forged.ID() {
+			ref = "cdc_payloads/" + big.ID() // another change's object: not served as this one
+		}
+		m.Header.Set("Bridge-Payload-Object", ref)
 		m.Header.Set("Bridge-Payload-Bytes", fmt.Sprint(len(c.Payload)))
 		_, err := e.js.PublishMsg(t.Context(), m)
 		require.NoError(t, err)
 	}
 	e.write(e.gen.tx(ins(order{ID: 3, Tenant: 7})))
 	got, _ := collect(t, f, 2, 20*time.Second)
-	require.Equal(t, []uint64{1, 3}, seqs(got))
+	require.Equal(t, []uint64{1, 4}, seqs(got))
 	var p struct {
 		After map[string]any `json:"after"`
 	}
 	require.NoError(t, json.Unmarshal(got[0].JSON, &p))
 	require.Len(t, p.After["status"], 200_000, "the payload from the object store")
 	require.Contains(t, logged.String(), "its object is no longer in the object store")
+
+	// A payload larger than half the window is not read.
+	small := e.feeds(Config{WindowBytes: 256 << 10})
+	from := small.Position()
+	from.Seq = 0
+	sf, err := small.Register(Filter{Where: Eq("tenant", 7).Ptr()}, from)
+	require.NoError(t, err)
+	got, _ = collect(t, sf, 1, 20*time.Second)
+	require.Equal(t, []uint64{4}, seqs(got), "the 200 kB payload is not served by a 256 KiB window")
 }
