@@ -574,6 +574,20 @@ func (p *Pipeline) runOnce(ctx context.Context) (progressed bool, err error) {
 						return
 					}
 				}
+				if err != nil && isFatal(err) && rctx.Err() == nil {
+					// A change that no retry can route (a subject reading
+					// a column its table lacks, a filter's error, an event
+					// that cannot be encoded): the run stops at it, not at
+					// the batch it would have joined. What was routed
+					// before it goes to the writer, which writes and
+					// checkpoints it, and the run ends with this error
+					// once the writer is done (nothing of t's but parts of
+					// a large transaction handed over already is written).
+					if herr := handOver(); herr == nil {
+						readErr = err
+						return
+					}
+				}
 				if err == nil && (buf == nil || buf.Buffered() == 0) {
 					err = handOver()
 				}
