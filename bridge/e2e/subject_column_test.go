@@ -59,7 +59,7 @@ BEGIN; INSERT INTO accounts VALUES (3006, 'acme'); COMMIT;`)
 	r = e.start(p)
 	err := r.stopped(t, 60*time.Second, "after a change whose subject reads a missing column")
 	require.Error(t, err)
-	for _, want := range []string{"routes[0].subject", "public.orders", `column "tenant"`} {
+	for _, want := range []string{"routes[0].subject for public.orders (insert at commit LSN ", "change 2 of the transaction", `column "tenant"`} {
 		require.Contains(t, err.Error(), want)
 	}
 	ms := e.messages("CDC_col")

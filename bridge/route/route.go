@@ -335,7 +335,7 @@ func (rt *route) subjectFor(c *cdc.Change, out map[string]string) (string, error
 		}
 		var err error
 		if d.Key, d.Col, err = rt.rowTokens(c); err != nil {
-			return "", fmt.Errorf("routes[%d].subject for %s.%s: %w", rt.idx, c.Schema, c.Table, err)
+			return "", fmt.Errorf("routes[%d].subject for %s: %w", rt.idx, where(c), err)
 		}
 		if len(rt.outs) > 0 {
 			d.Out = make(map[string]string, len(rt.outs))
@@ -348,7 +348,7 @@ func (rt *route) subjectFor(c *cdc.Change, out map[string]string) (string, error
 		}
 		s, err := render(rt.subject, d)
 		if err != nil {
-			return "", fmt.Errorf("routes[%d].subject for %s.%s: %w", rt.idx, c.Schema, c.Table, err)
+			return "", fmt.Errorf("routes[%d].subject for %s: %w", rt.idx, where(c), err)
 		}
 		return s, nil
 	}
@@ -365,7 +365,7 @@ func (rt *route) subjectFor(c *cdc.Change, out map[string]string) (string, error
 	}
 	s, err := render(rt.subject, d)
 	if err != nil {
-		return "", fmt.Errorf("routes[%d].subject: %w", rt.idx, err)
+		return "", fmt.Errorf("routes[%d].subject for %s: %w", rt.idx, where(c), err)
 	}
 	rt.mu.Lock()
 	if len(rt.cache) > 10000 {
@@ -531,7 +531,8 @@ func (rt *route) native(c *cdc.Change) []byte {
 // policy is unrouted: error and no filter rejected it.
 func (r *Router) unroutedErr(c *cdc.Change, filtered bool) error {
 	if r.unrouted == "error" && !r.isContext(c) && !IsDDLMessage(c) && !filtered {
-		return fmt.Errorf("no route matches %s %s.%s (unrouted: error); add a route or set unrouted: drop", c.Op, c.Schema, c.Table)
+		return fmt.Errorf("no route matches %s %s.%s at commit LSN %s, change %d of the transaction (unrouted: error); add a route or set unrouted: drop",
+			c.Op, c.Schema, c.Table, c.CommitLSN, c.Seq+1)
 	}
 	return nil
 }

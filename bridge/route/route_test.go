@@ -58,7 +58,7 @@ func TestRouterMatchesAndRendersSubjects(t *testing.T) {
 	rel2 := &cdc.Relation{Schema: "public", Table: "orderlines", Columns: []cdc.Column{{Name: "id", Key: true}}}
 	bad := cdc.Change{Source: "shop", Schema: "public", Table: "orderlines", Op: cdc.OpInsert, Rel: rel2, After: []any{int64(1)}}
 	_, _, err = r.Route(&bad)
-	require.ErrorContains(t, err, `routes[1].subject for public.orderlines: column "tenant" ({{.Col.tenant}}) is not a column of public.orderlines (its columns: id)`)
+	require.ErrorContains(t, err, `routes[1].subject for public.orderlines (insert at commit LSN 0/0, change 1 of the transaction): column "tenant" ({{.Col.tenant}}) is not a column of public.orderlines (its columns: id)`)
 
 	// {{.Key.x}} of a column outside the key names the key.
 	rel3 := &cdc.Relation{Schema: "public", Table: "orders", Columns: []cdc.Column{{Name: "no", Key: true}, {Name: "id"}, {Name: "tenant"}}}

@@ -156,7 +156,7 @@ func TestFilterRejectedIsDropped(t *testing.T) {
 	require.True(t, ok)
 	users := &cdc.Relation{Schema: "public", Table: "users", Columns: []cdc.Column{{Name: "id", Type: "int4", Key: true}}}
 	_, _, err = r.Route(change(cdc.OpInsert, users, nil, []any{int64(1)}))
-	require.ErrorContains(t, err, "no route matches insert public.users (unrouted: error)")
+	require.ErrorContains(t, err, "no route matches insert public.users at commit LSN 0/16B37A0, change 3 of the transaction (unrouted: error)")
 }
 
 // TestShapingErrorsAtLoad: New reports each expression's mistakes at
