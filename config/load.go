@@ -67,6 +67,7 @@ func defaults() map[string]any {
 		"serve.write_timeout":   10 * time.Second,
 		"serve.max_lag":         100000,
 		"serve.window_txns":     100000,
+		"serve.window_bytes":    64 << 20,
 		"serve.max_projections": 1000,
 		"serve.max_columns":     256,
 		"serve.projection_idle": time.Minute,

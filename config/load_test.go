@@ -620,7 +620,7 @@ var (
 	defaultServe = Serve{
 		Listen: "127.0.0.1:8090", Stream: "CDC", MaxConns: 10000, MaxPerClient: 100,
 		Hold: 20 * time.Second, KeepAlive: 15 * time.Second, WriteTimeout: 10 * time.Second,
-		MaxLag: 100000, WindowTxns: 100000, MaxProjections: 1000, MaxColumns: 256, ProjectionIdle: time.Minute,
+		MaxLag: 100000, WindowTxns: 100000, WindowBytes: 64 << 20, MaxProjections: 1000, MaxColumns: 256, ProjectionIdle: time.Minute,
 		Auth:           ServeAuth{Leeway: 30 * time.Second, ScopeClaim: "scope"},
 		MaxHeaderBytes: 65536, MaxQueryBytes: 16384, MaxFilterDepth: 16,
 		ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,

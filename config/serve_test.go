@@ -32,6 +32,7 @@ serve:
   write_timeout: 2s
   max_lag: 500
   window_txns: 1000
+  window_bytes: 8388608
   max_projections: 50
   max_columns: 8
   projection_idle: 10s
@@ -64,7 +65,7 @@ serve:
 			Tables:   []string{"public.orders", "public.items"},
 			MaxConns: 50, MaxPerClient: 5, ClientHeader: "X-Client-Id",
 			Hold: 30 * time.Second, KeepAlive: 5 * time.Second, WriteTimeout: 2 * time.Second,
-			MaxLag: 500, WindowTxns: 1000, MaxProjections: 50, MaxColumns: 8, ProjectionIdle: 10 * time.Second,
+			MaxLag: 500, WindowTxns: 1000, WindowBytes: 8 << 20, MaxProjections: 50, MaxColumns: 8, ProjectionIdle: 10 * time.Second,
 			TokenSecret: "a-resume-token-secret-of-32-bytes-or-more",
 			TLS:         ServerTLS{CertFile: "/tls/crt.pem", KeyFile: "/tls/key.pem", ClientCAFile: "/tls/ca.pem"},
 			Auth: ServeAuth{
@@ -120,8 +121,9 @@ func TestServeValidation(t *testing.T) {
 		{"max_lag zero", "max_lag: 0", []string{"serve.max_lag: must be > 0, got 0"}},
 		{"max_lag negative", "max_lag: -5", []string{"serve.max_lag: expected a non-negative integer, got a negative one"}},
 		{"window_txns zero", "window_txns: 0", []string{"serve.window_txns: must be > 0, got 0"}},
+		{"window_bytes small", "window_bytes: 65536", []string{"serve.window_bytes: must be at least 1048576 (1 MiB), got 65536"}},
 		{"where not a mapping", `where: "tenant_id = 42"`, []string{"serve.where: expected a mapping, got a string"}},
-		{"unknown key", "max_conn: 5", []string{"serve.max_conn: unknown key (known: allowed_hosts, auth, client_header, hold, idle_timeout, keep_alive, listen, max_columns, max_conns, max_filter_depth, max_header_bytes, max_lag, max_per_client, max_projections, max_query_bytes, projection_idle, read_header_timeout, route, stream, tables, tls, token_secret, where, window_txns, write_timeout)"}},
+		{"unknown key", "max_conn: 5", []string{"serve.max_conn: unknown key (known: allowed_hosts, auth, client_header, hold, idle_timeout, keep_alive, listen, max_columns, max_conns, max_filter_depth, max_header_bytes, max_lag, max_per_client, max_projections, max_query_bytes, projection_idle, read_header_timeout, route, stream, tables, tls, token_secret, where, window_bytes, window_txns, write_timeout)"}},
 		{"max_projections zero", "max_projections: 0", []string{"serve.max_projections: must be > 0, got 0"}},
 		{"max_columns negative", "max_columns: -1", []string{"serve.max_columns: must be > 0, got -1"}},
 		{"projection_idle zero", "projection_idle: 0s", []string{"serve.projection_idle: must be > 0, got 0s"}},

@@ -645,6 +645,11 @@ type Serve struct {
 	// WindowTxns bounds the transactions kept in memory to serve resumes
 	// without reading the stream. Default 100000.
 	WindowTxns int `koanf:"window_txns"`
+	// WindowBytes bounds the memory of that window: the changes kept and
+	// their encodings, in bytes. A change whose payload (a payload stored
+	// in a large_payload_bucket included) is larger than half of it is not
+	// served. Default 67108864 (64 MiB).
+	WindowBytes int64 `koanf:"window_bytes"`
 	// MaxProjections bounds the distinct column sets (columns=) in use at
 	// once: each keeps its own encoding of the changes it serves (counted
 	// in the window's memory). A request for one more gets 503 with

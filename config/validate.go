@@ -404,6 +404,9 @@ func (s *Serve) validate(add func(p, format string, args ...any)) {
 	if s.WindowTxns <= 0 {
 		add("serve.window_txns", "must be > 0, got %d", s.WindowTxns)
 	}
+	if s.WindowBytes < 1<<20 {
+		add("serve.window_bytes", "must be at least 1048576 (1 MiB), got %d", s.WindowBytes)
+	}
 	if s.MaxProjections <= 0 {
 		add("serve.max_projections", "must be > 0, got %d", s.MaxProjections)
 	}

@@ -41,7 +41,7 @@ func serveOverrides(cmd *cobra.Command, v config.Serve, tables string) (map[stri
 		"listen": v.Listen, "stream": v.Stream, "tables": append([]any{}, list...),
 		"max-conns": v.MaxConns, "max-per-client": v.MaxPerClient, "client-header": v.ClientHeader,
 		"hold": v.Hold, "keep-alive": v.KeepAlive, "write-timeout": v.WriteTimeout,
-		"max-lag": v.MaxLag, "window-txns": v.WindowTxns,
+		"max-lag": v.MaxLag, "window-txns": v.WindowTxns, "window-bytes": v.WindowBytes,
 	}
 	over, flags := map[string]any{}, map[string]string{}
 	for name, val := range vals {
@@ -241,5 +241,6 @@ ignored, and bridge validate reports it. See docs/feeds.md.`,
 	fl.DurationVar(&fv.WriteTimeout, "write-timeout", 0, "SSE write deadline before a slow client is disconnected; overrides serve.write_timeout (default 10s)")
 	fl.Uint64Var(&fv.MaxLag, "max-lag", 0, "stream messages an SSE client may fall behind before it is disconnected; overrides serve.max_lag (default 100000)")
 	fl.IntVar(&fv.WindowTxns, "window-txns", 0, "transactions kept in memory for resumes; overrides serve.window_txns (default 100000)")
+	fl.Int64Var(&fv.WindowBytes, "window-bytes", 0, "bytes of changes and encodings kept in memory for resumes; a payload over half of it is not served; overrides serve.window_bytes (default 67108864)")
 	return cmd
 }

@@ -55,7 +55,7 @@ func (fs *Feeds) notUnderstood(seq uint64, err error) {
 	hint := "the feeds read the bridge's native format: serve a stream or route of format native"
 	switch {
 	case errors.Is(err, errTooLarge):
-		hint = "the change's payload is larger than half the feeds' window (Config.WindowBytes): it is not served"
+		hint = "the change's payload is larger than half the feeds' window (Config.WindowBytes; serve.window_bytes in bridge serve): it is not served; raise the window to serve it"
 	case errors.Is(err, errObjectGone):
 		hint = "the change's payload was too large for one message, and its object is no longer in the object store"
 	}

@@ -242,6 +242,6 @@ func FromConfig(ctx context.Context, s config.Serve, log *slog.Logger) (Config, 
 			return Config{}, feeds.Config{}, err
 		}
 	}
-	return sc, feeds.Config{Stream: s.Stream, Route: s.Route, WindowTxns: s.WindowTxns, Logger: log,
+	return sc, feeds.Config{Stream: s.Stream, Route: s.Route, WindowTxns: s.WindowTxns, WindowBytes: s.WindowBytes, Logger: log,
 		MaxProjections: s.MaxProjections, MaxColumns: s.MaxColumns, ProjectionIdle: s.ProjectionIdle}, nil
 }
