@@ -79,6 +79,7 @@ func TestServeFlagErrors(t *testing.T) {
 		{[]string{"--max-conns", "0"}, 1, "serve.max_conns: must be > 0, got 0 (set by flag --max-conns)"},
 		{[]string{"--tables", "public.orders,orders"}, 1, `serve.tables[1]: must be a schema.table name such as public.orders (globs are not supported), got "orders" (set by flag --tables)`},
 		{[]string{"--hold", "-1s"}, 1, "serve.hold: must be > 0, got -1s (set by flag --hold)"},
+		{[]string{"--window-bytes", "1000"}, 1, "serve.window_bytes: must be at least 1048576 (1 MiB), got 1000 (set by flag --window-bytes)"},
 		{[]string{"--stream", "a.b"}, 1, `serve.stream: "a.b" is not a valid stream name`},
 		{[]string{"--where", `{"eq":["a"]}`}, 2, ""},
 		{[]string{"--hold", "soon"}, 2, ""},
