@@ -25,8 +25,9 @@
 // after a backoff (bridge/retry). A fatal one (a fenced checkpoint, a
 // permanent sink error, a setup error, a deleted bucket) stops the pipeline
 // with the error; a change the router cannot route stops it at its
-// transaction, after the writer wrote what was routed before. control.go handles the breaks of continuity (a lost slot,
-// an operator's resync) with a resync control message under a new epoch.
+// transaction, after the writer wrote what was routed before. control.go
+// handles the breaks of continuity (a lost slot, an operator's resync) with
+// a resync control message under a new epoch.
 //
 // ops.go holds the operator's controls, each taking effect at a
 // transaction boundary (the reader stops between two transactions, the
