@@ -19,7 +19,8 @@ type Config struct {
 	Name string `koanf:"name"`
 	// DataDir holds local state: the embedded NATS server's store, its
 	// address and the key its clients authenticate with
-	// (embedded-nats.nk, mode 0600). Created with mode 0700 when missing.
+	// (embedded-nats.nk, mode 0600), and the compile cache of routes'
+	// WebAssembly modules (wasm/). Created with mode 0700 when missing.
 	// Default "./data".
 	DataDir string `koanf:"data_dir"`
 	// NATS is the default NATS connection for the checkpoint store and NATS sinks.

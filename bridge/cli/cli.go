@@ -170,7 +170,7 @@ func NewCommand(stdout, stderr io.Writer, opts ...app.Option) *cobra.Command {
 		},
 	}
 	run.Flags().StringVar(&fleetName, "fleet", "", "share the configuration's sources with the other processes run with this fleet name (docs/fleet.md)")
-	run.Flags().DurationVar(&fleetLease, "fleet-lease", 0, "with --fleet: how long a source's lease lasts unrenewed (default 5s): a dead member's sources are taken over after it")
+	run.Flags().DurationVar(&fleetLease, "fleet-lease", 0, "with --fleet: how long a source's lease lasts unrenewed (default 5s): the other members take a dead member's sources over once its leases are 3/4 of it old")
 	validate := newValidateCommand(load, printErrs, stdout, &cfgPath, opts) // validate.go: --connect checks the servers
 	plugins := &cobra.Command{
 		Use:   "plugins",

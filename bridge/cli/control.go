@@ -166,7 +166,11 @@ follow it.`
 	if pause {
 		cmd.Flags().StringVar(&reason, "reason", "", "why, recorded with the pause")
 	}
-	cmd.Flags().DurationVar(&wait, "wait", 30*time.Second, "how long the bridge may take to reach a transaction boundary")
+	waitHelp := "how long the bridge may take to reach a transaction boundary"
+	if !pause {
+		waitHelp = "how long the bridge may take to stream the source again"
+	}
+	cmd.Flags().DurationVar(&wait, "wait", 30*time.Second, waitHelp)
 	return cmd
 }
 

@@ -33,9 +33,10 @@ func newFleetCommand(load func() (*config.Config, error), stdout io.Writer) *cob
 configuration: every member (its instance id, when it started, the sources it
 holds, how long ago it last wrote its heartbeat) and every source's lease (its
 owner, "" when released, the epoch, which grows at each change of owner, and
-how long ago it was renewed). A member or lease not renewed for more than the
-lease (5s unless --fleet-lease) belongs to a member that is gone; the other
-members take its sources over. Ages come from the writers' clocks.
+how long ago it was renewed). A member not renewed for more than the lease
+(5s unless --fleet-lease) is shown gone; the other members take a source over
+once its lease is 3/4 of the lease old without renewal. Ages come from the
+writers' clocks.
 ` + "`bridge status`" + ` shows what each member's sources are doing.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -147,8 +147,12 @@ func printConfiguredWASM(stdout io.Writer, path string, cfg *config.Config) {
 				fmt.Fprintf(stdout, "  %s: %q: error: %v\n", at, b.w.Module, oneLine(err))
 				continue
 			}
-			fmt.Fprintf(stdout, "  %s: %q: %s, contract v1, sha256 matches, timeout %s per call, at most %d MiB per instance\n",
-				at, b.w.Module, m.Function(), m.Timeout(), m.MaxMemory()>>20)
+			how := ""
+			if m.Interpreted() {
+				how = ", interpreted (this process may not map executable memory: MemoryDenyWriteExecute)"
+			}
+			fmt.Fprintf(stdout, "  %s: %q: %s, contract v1, sha256 matches, timeout %s per call, at most %d MiB per instance%s\n",
+				at, b.w.Module, m.Function(), m.Timeout(), m.MaxMemory()>>20, how)
 		}
 	}
 	if n == 0 {

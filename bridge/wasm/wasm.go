@@ -113,6 +113,9 @@ type Module struct {
 	timeout time.Duration
 	maxMem  uint32 // bytes, a whole number of pages
 	log     *slog.Logger
+	// interpreted: the process may not map executable memory, so the
+	// module runs in wazero's interpreter instead of compiled.
+	interpreted bool
 
 	rt   wazero.Runtime
 	cm   wazero.CompiledModule
@@ -184,7 +187,19 @@ func Load(ctx context.Context, kind Kind, cfg Config) (*Module, error) {
 		return nil, ferr("max_memory_mib", "must be at most 4096 (a 32-bit module's memory), got %d", maxMem>>20)
 	}
 	m.maxMem = uint32(pages * 65536)
-	m.rt = wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().
+	rc := wazero.NewRuntimeConfig()
+	if err := execMemoryAllowed(); err != nil {
+		// wazero's compiler maps the machine code it makes executable, which
+		// systemd's MemoryDenyWriteExecute (prctl PR_SET_MDWE) refuses, and
+		// wazero panics then: run the module interpreted instead.
+		m.interpreted = true
+		rc = wazero.NewRuntimeConfigInterpreter()
+		if m.log != nil {
+			m.log.Warn("this process may not map executable memory, so the WebAssembly module runs in wazero's interpreter, several times slower than compiled; "+
+				"allow it (systemd: MemoryDenyWriteExecute=no) to compile the module", "at", cfg.At, "module", cfg.Module, "err", err)
+		}
+	}
+	m.rt = wazero.NewRuntimeWithConfig(ctx, rc.
 		WithCompilationCache(cacheFor(cfg.CacheDir)).
 		WithCloseOnContextDone(true).
 		WithMemoryLimitPages(uint32(pages)))
@@ -560,3 +575,7 @@ func (m *Module) Timeout() time.Duration { return m.timeout }
 
 // MaxMemory returns the cap on an instance's memory, in bytes.
 func (m *Module) MaxMemory() int64 { return int64(m.maxMem) }
+
+// Interpreted reports whether the module runs in wazero's interpreter
+// because the process may not map executable memory (Load logs why).
+func (m *Module) Interpreted() bool { return m.interpreted }

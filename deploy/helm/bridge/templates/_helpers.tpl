@@ -179,9 +179,10 @@ message names the value to change.
 {{- end -}}
 
 {{/*
-bridge serve never connects to Postgres but checks every section of
-bridge.yaml, sources too: it gets a DSN without credentials, so that the
-pod the feeds' clients reach holds no replication password.
+bridge serve never connects to Postgres, and only logs problems in the
+sections it does not read (sources among them): it gets a DSN without
+credentials, so that the pod the feeds' clients reach holds no replication
+password and logs no unset variable at each start.
 */}}
 {{- define "bridge.serveDSNEnv" -}}
 {{- range $src, $d := .Values.postgres.dsn }}
