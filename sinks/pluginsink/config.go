@@ -17,8 +17,11 @@ type Config struct {
 	SHA256 string `koanf:"sha256"`
 	// Args are the executable's arguments. Optional.
 	Args []string `koanf:"args"`
-	// Env is added to the plugin's environment (which is the bridge's).
-	// Optional; values are never logged.
+	// Env is the plugin's environment beyond the few variables it gets
+	// from the bridge's (PATH, HOME, USER, LOGNAME, LANG, LC_ALL, LC_CTYPE,
+	// TZ, TMPDIR): nothing else of the bridge's environment, which holds its
+	// secrets, reaches the plugin; pass what it needs here, e.g.
+	// TOKEN: "${TOKEN}". Optional; values are never logged.
 	Env map[string]string `koanf:"env"`
 	// Config is the plugin's own block, handed to it as JSON (Configure);
 	// the plugin checks it. Optional.

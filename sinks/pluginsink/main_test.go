@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -37,6 +38,13 @@ func TestMain(m *testing.M) {
 		n, _ := strconv.Atoi(os.Getenv("PLUGINSINK_SLOW_AFTER"))
 		d, _ := time.ParseDuration(os.Getenv("PLUGINSINK_SLOW_DELAY"))
 		s := &slow{Sink: filesink.New(), after: n, delay: d, late: os.Getenv("PLUGINSINK_SLOW_LATE") != ""}
+		pluginv1.Serve(s, s)
+	case "env": // filesink that first writes its environment to PLUGINSINK_ENV_OUT
+		if err := os.WriteFile(os.Getenv("PLUGINSINK_ENV_OUT"), []byte(strings.Join(os.Environ(), "\n")), 0o600); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		s := filesink.New()
 		pluginv1.Serve(s, s)
 	case "version99":
 		s := filesink.New()

@@ -310,3 +310,29 @@ func TestLargeWrite(t *testing.T) {
 		})
 	}
 }
+
+// TestPluginEnvironment: a plugin gets from the bridge's environment only
+// what finding programs and the locale need (PATH, HOME, LANG, TZ, ...),
+// its configured env (which wins over those) and go-plugin's handshake;
+// nothing else of the bridge's environment, where its secrets are.
+func TestPluginEnvironment(t *testing.T) {
+	t.Setenv("BRIDGE_SOURCES__APP__CONFIG__DSN", "postgres://bridge:s3cret@db/app")
+	t.Setenv("PG_PASSWORD", "s3cret")
+	t.Setenv("TZ", "Europe/Paris")
+	require.NotEmpty(t, os.Getenv("PATH"))
+	out := filepath.Join(t.TempDir(), "env")
+	_, err := build(t, "envsink", block(t, "env", map[string]string{"PLUGINSINK_ENV_OUT": out, "TZ": "UTC"},
+		map[string]any{"path": filepath.Join(t.TempDir(), "o.jsonl")}))
+	require.NoError(t, err)
+	b, err := os.ReadFile(out)
+	require.NoError(t, err)
+	env := strings.Split(string(b), "\n")
+	for _, kv := range env {
+		require.NotContains(t, kv, "s3cret", "the bridge's secrets stay out of the plugin's environment")
+	}
+	require.Contains(t, env, "PATH="+os.Getenv("PATH"))
+	require.Contains(t, env, "TZ=UTC", "the configured env wins")
+	require.NotContains(t, env, "TZ=Europe/Paris")
+	require.Contains(t, env, "PLUGINSINK_TEST_MODE=env")
+	require.Contains(t, env, "BRIDGE_PLUGIN_MAGIC_COOKIE=bridge-sink-plugin-7c5f1e2a")
+}

@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 
@@ -117,10 +119,7 @@ func start(cfg *Config, name string) (*proc, error) {
 	sum, _ := hex.DecodeString(got)
 	cmd := exec.Command(cfg.Command, cfg.Args...)
 	dieWithParent(cmd)
-	cmd.Env = os.Environ()
-	for k, v := range cfg.Env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
+	cmd.Env = pluginEnv(cfg.Env)
 	t := &tail{}
 	client := goplugin.NewClient(&goplugin.ClientConfig{
 		HandshakeConfig: pluginv1.Handshake,
@@ -128,6 +127,7 @@ func start(cfg *Config, name string) (*proc, error) {
 			pluginv1.ProtocolVersion: {pluginv1.PluginName: &pluginv1.GRPCPlugin{}},
 		},
 		Cmd:              cmd,
+		SkipHostEnv:      true, // cmd.Env is the plugin's whole environment (pluginEnv)
 		SecureConfig:     &goplugin.SecureConfig{Checksum: sum, Hash: sha256.New()},
 		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
 		StartTimeout:     cfg.StartTimeout,
@@ -210,4 +210,25 @@ func (p *proc) describeAndConfigure(ctx context.Context, name string, cfgJSON []
 		return nil, fmt.Errorf("describing: %w", err)
 	}
 	return d, nil
+}
+
+// pluginEnv is a plugin's environment: the variables of the bridge's that
+// finding programs, files and the locale need, when set, then its
+// configured env (which wins). The rest of the bridge's environment (DSNs,
+// credentials, tokens) is not the plugin's. go-plugin adds its handshake
+// variables to it.
+func pluginEnv(extra map[string]string) []string {
+	inherited := [...]string{"PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR"}
+	env := make([]string, 0, len(inherited)+len(extra))
+	for _, k := range inherited {
+		if v, ok := os.LookupEnv(k); ok {
+			if _, over := extra[k]; !over {
+				env = append(env, k+"="+v)
+			}
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(extra)) {
+		env = append(env, k+"="+extra[k])
+	}
+	return env
 }
