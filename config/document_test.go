@@ -120,14 +120,14 @@ func TestDocumentReadsNoSecrets(t *testing.T) {
 	t.Run("variables not listed", func(t *testing.T) {
 		for _, ref := range []string{"${PG_PASSWORD}", "${PG_PASSWORD:-none}", "${REGION:-${PG_PASSWORD}}", "${UNSET:-x}"} {
 			_, err := load(t, "config: { kv: bridge_config/shop, kv_env: [REGION] }\n",
-				"sources:\n  shop:\n    config: { dsn: \"postgres://app:"+ref+"@db/shop\" }\n")
+				"routes:\n  - sinks: [main]\n    subject: \"x.{{.Table}}."+ref+"\"\n")
 			lines := problems(t, err)
 			require.Len(t, lines, 1, ref)
 			v := "PG_PASSWORD"
 			if ref == "${UNSET:-x}" {
 				v = "UNSET"
 			}
-			require.Equal(t, "sources.shop.config.dsn: "+name+" may not read environment variable "+v+" (${"+v+"}): whoever can write that entry would read it on every bridge; "+
+			require.Equal(t, "routes[0].subject: "+name+" may not read environment variable "+v+" (${"+v+"}): whoever can write that entry would read it on every bridge; "+
 				"set this key in the local file or a BRIDGE_* variable and leave it out of the entry, or, if "+v+" holds no secret, list it in config.kv_env of the local file", lines[0], ref)
 			noSecret(t, err)
 		}
@@ -164,4 +164,93 @@ func TestDocumentReadsNoSecrets(t *testing.T) {
 			`config.kv_env[2]: "A-B" is not a variable name: a letter or _, then letters, digits and _ (the NAME of ${NAME})`,
 		}, problems(t, err))
 	})
+}
+
+// TestDocumentSetsNothingLocal: the entry may not set what is each
+// machine's own (its name, data_dir, NATS connection, listeners, serve and
+// telemetry), nor, in a source or sink, where it connects, with what
+// credentials, or what it runs or writes (a dsn, a url, TLS, credentials,
+// a spill_dir, a plugin's command), nor any sink of type plugin: with
+// those, whoever writes the entry would run programs on every bridge or
+// send a machine's credentials, merged from its file, to a host of its
+// choosing. Each is refused at its key, naming the entry and the fix; the
+// rest of the entry is read.
+func TestDocumentSetsNothingLocal(t *testing.T) {
+	const name = "kv bridge_config/shop revision 9"
+	file := `
+name: shop
+sources:
+  shop:
+    type: pgoutput
+    config: { dsn: "postgres://db/shop", slot: bridge_shop }
+routes:
+  - sinks: [main]
+nats: { url: "tls://nats:4222", user: bridge, password: hunter2 }
+sinks:
+  main:
+    type: nats_jetstream
+    config: { stream: CDC }
+  archive:
+    type: nats_jetstream
+    config: { stream: ARCHIVE, url: "tls://archive:4222", user: archiver, password: hunter3 }
+  files:
+    type: plugin
+    config: { command: /usr/local/lib/bridge/go-sink, sha256: "00", config: { path: /var/lib/cdc/out.jsonl } }
+`
+	doc := `
+name: other
+data_dir: /tmp/x
+nats: { url: "nats://evil:4222", tls: { insecure_skip_verify: true } }
+http: { listen: "0.0.0.0:8080", allow_public: true }
+serve: { auth: { mode: none } }
+telemetry: { tracing: { endpoint: "http://evil:4318" } }
+sources:
+  shop:
+    config: { dsn: "postgres://bridge@evil/shop?sslmode=disable", spill_dir: /tmp, slot: bridge_shop2 }
+sinks:
+  archive:
+    config: { url: "nats://evil:4222", tls: { insecure_skip_verify: true }, max_pending: 100 }
+  files:
+    config: { config: { path: /etc/cron.d/x } }
+  run:
+    type: plugin
+    config: { command: /bin/sh, args: ["-c", "id"], sha256: "00" }
+  hook:
+    type: webhook
+    config: { url: "https://evil.example/in" }
+routes:
+  - sinks: [main]
+    subject: "y.{{.Table}}"
+`
+	_, err := loadYAML(t, file, WithDocument(name, []byte(doc)))
+	lines := problems(t, err)
+	for _, at := range []string{"name", "data_dir", "nats", "http", "serve", "telemetry",
+		"sources.shop.config.dsn", "sources.shop.config.spill_dir", "sinks.archive.config.url", "sinks.archive.config.tls",
+		"sinks.files", "sinks.run", "sinks.hook.config.url"} {
+		found := false
+		for _, l := range lines {
+			if strings.HasPrefix(l, at+": "+name+" sets ") {
+				found = true
+				require.Contains(t, l, "set it in each machine's local file and leave it out of the entry")
+			}
+		}
+		require.True(t, found, "%s refused:\n%s", at, strings.Join(lines, "\n"))
+	}
+	require.NotContains(t, err.Error(), "hunter")
+
+	// What the entry may set is read: routes, a sink's other keys, a source's slot.
+	cfg, err := loadYAML(t, file, WithDocument(name, []byte(`
+sources:
+  shop:
+    config: { slot: bridge_shop2 }
+sinks:
+  archive:
+    config: { max_pending: 100 }
+routes:
+  - sinks: [main, archive]
+    subject: "y.{{.Table}}"
+`)))
+	require.NoError(t, err)
+	require.Equal(t, "y.{{.Table}}", cfg.Routes[0].Subject)
+	require.Equal(t, "tls://nats:4222", cfg.NATS.URL, "the file's connection stays")
 }

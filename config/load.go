@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -246,6 +247,7 @@ func load(path string, o options) (*Config, error) {
 			l.errs.add("config", "%s sets config, the source of the configuration: only the local file may; remove it from %s", d.name, d.name)
 			delete(m, "config")
 		}
+		l.refuseLocalKeys(d.name, m, func(sink string) string { return k.String("sinks." + sink + ".type") })
 		if lines == nil {
 			lines = map[string]int{}
 		}
@@ -533,5 +535,63 @@ func setDefault(m map[string]any, v any, keys ...string) {
 	}
 	if cur, present := m[keys[len(keys)-1]]; !present || cur == nil {
 		m[keys[len(keys)-1]] = v
+	}
+}
+
+// The keys a config.kv entry may not set: the machine's own (who it is,
+// where its state lives, its NATS connection, its listeners and their
+// secrets, where its telemetry goes) and, in a source's or sink's config,
+// where it connects, with which credentials, and what it runs or writes
+// on the machine. Whoever can write the entry decides what every bridge
+// publishes and where; with these it would also run programs on every
+// machine (a plugin sink's command), or send a machine's credentials,
+// merged from its file, to a host of its choosing (a new url or dsn, or
+// TLS verification off).
+var (
+	localSections  = []string{"name", "data_dir", "nats", "http", "serve", "telemetry"}
+	localBlockKeys = []string{"dsn", "url", "urls", "context", "creds", "nkey_seed_file", "user", "password", "token", "tls",
+		"spill_dir", "command", "args", "env", "sha256"}
+)
+
+// refuseLocalKeys reports and removes from an entry's map m the keys it
+// may not set (localSections, localBlockKeys, and any key of a sink of
+// type plugin); fileType gives a sink's type in the layers below the
+// entry.
+func (l *loader) refuseLocalKeys(name string, m map[string]any, fileType func(sink string) string) {
+	const why = "whoever can write that entry would %s on every bridge; set it in each machine's local file and leave it out of the entry"
+	for _, sec := range localSections {
+		if _, ok := m[sec]; ok {
+			l.errs.add(sec, "%s sets %s, which is this machine's own: "+why, name, sec, "decide it")
+			delete(m, sec)
+		}
+	}
+	for _, kind := range []string{"sources", "sinks"} {
+		blocks, _ := m[kind].(map[string]any)
+		for _, b := range slices.Sorted(maps.Keys(blocks)) {
+			block, _ := blocks[b].(map[string]any)
+			if block == nil {
+				continue
+			}
+			at := kind + "." + b
+			if kind == "sinks" {
+				typ, _ := block["type"].(string)
+				if typ == "" {
+					typ = fileType(b)
+				}
+				if typ == "plugin" {
+					l.errs.add(at, "%s sets sink %q of type plugin, which runs a program: "+why, name, b, "run a program of its choosing")
+					delete(blocks, b)
+					continue
+				}
+			}
+			cfg, _ := block["config"].(map[string]any)
+			for _, key := range localBlockKeys {
+				if _, ok := cfg[key]; ok {
+					l.errs.add(at+".config."+key, "%s sets %s, where this machine connects, with what credentials, or what it runs or writes: "+why,
+						name, key, "send this machine's credentials or data where it chooses")
+					delete(cfg, key)
+				}
+			}
+		}
 	}
 }

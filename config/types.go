@@ -776,9 +776,14 @@ type ConfigSource struct {
 	// variables and flags win over both). `bridge run` watches the key and
 	// reloads when it changes; a version that fails validation is refused
 	// whole and the running configuration goes on. The entry cannot itself
-	// set config, and it never reads this machine's files or environment:
-	// a ${file:...} in it is refused, and so is a ${VAR} (or ${VAR:-default})
-	// whose VAR kv_env does not list. Default "" (none).
+	// set config, nor what is each machine's own: name, data_dir, nats,
+	// http, serve, telemetry, and in a source or sink where it connects,
+	// with what credentials, or what it runs or writes (dsn, url, urls,
+	// context, creds, nkey_seed_file, user, password, token, tls,
+	// spill_dir, command, args, env, sha256, and any sink of type plugin).
+	// It never reads this machine's files or environment: a ${file:...} in
+	// it is refused, and so is a ${VAR} (or ${VAR:-default}) whose VAR
+	// kv_env does not list. Default "" (none).
 	KV string `koanf:"kv"`
 	// KVEnv lists the environment variables the config.kv entry may
 	// reference with ${VAR} or ${VAR:-default}, each expanded with this

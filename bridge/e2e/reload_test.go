@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/bridgecdc/bridge/bridge/cdc"
 	"github.com/bridgecdc/bridge/bridge/pipeline"
 	"github.com/bridgecdc/bridge/config"
+	"github.com/bridgecdc/bridge/sinks/pluginsink"
 )
 
 // Hot reconfiguration against real servers: routes changed under load
@@ -340,7 +342,7 @@ func TestReloadConfigKV(t *testing.T) {
 		return fmt.Sprintf(`sources:
   app:
     type: pgoutput
-    config: { dsn: "%s", slot: slot_kvc, publication: pub_kvc }
+    config: { slot: slot_kvc, publication: pub_kvc }
 sinks:
   js:
     type: nats_jetstream
@@ -348,13 +350,15 @@ sinks:
 routes:
   - sinks: [%s]
     subject: "cdc.kvc.v%d.{{.Schema}}.{{.Table}}"
-`, e.pg.DSN(""), sink, v)
+`, sink, v)
 	}
 	_, err = kv.Put(ctx, "kvc", []byte(shared(1, "js")))
 	require.NoError(t, err)
 	local := filepath.Join(e.dir, "kvc.yaml")
-	require.NoError(t, os.WriteFile(local, []byte(fmt.Sprintf("name: kvc\ndata_dir: %s\nnats:\n  url: %s\nconfig:\n  kv: bridge_config/kvc\ncheckpoint:\n  interval: 200ms\nhttp:\n  listen: \"127.0.0.1:0\"\n",
-		filepath.Join(e.dir, "data"), e.natsURL())), 0o644))
+	// Where the source connects is the machine's own: in the file (an
+	// entry may not set a dsn).
+	require.NoError(t, os.WriteFile(local, []byte(fmt.Sprintf("name: kvc\ndata_dir: %s\nnats:\n  url: %s\nconfig:\n  kv: bridge_config/kvc\ncheckpoint:\n  interval: 200ms\nhttp:\n  listen: \"127.0.0.1:0\"\nsources:\n  app:\n    config: { dsn: %q }\n",
+		filepath.Join(e.dir, "data"), e.natsURL(), e.pg.DSN(""))), 0o644))
 
 	// Started as `bridge run` does: the entry layered over the file.
 	cfg, from, rev, err := app.LoadConfig(ctx, local, app.ConfigOptions()...)
@@ -418,4 +422,39 @@ routes:
 	// An entry that cannot set config.
 	_, err = config.Load(local, config.WithDocument("kv bridge_config/kvc", []byte("config: { kv: x/y }\n")))
 	require.ErrorContains(t, err, "kv bridge_config/kvc sets config")
+
+	// A revision that would run a program on every bridge (a plugin sink:
+	// its sha256 pins nothing an attacker cannot hash) is refused by the
+	// running bridge and the CLI, and the program never runs.
+	marker := filepath.Join(e.dir, "ran")
+	sh, err := exec.LookPath("sh")
+	require.NoError(t, err)
+	sum, err := pluginsink.FileSHA256(sh)
+	require.NoError(t, err)
+	_, err = kv.Put(ctx, "kvc", []byte(fmt.Sprintf(`sources:
+  app:
+    type: pgoutput
+    config: { slot: slot_kvc, publication: pub_kvc }
+sinks:
+  js:
+    type: nats_jetstream
+    config: { stream: CDC_kvc, subjects: ["cdc.kvc.>"], duplicate_window: 1s }
+  run:
+    type: plugin
+    config: { command: %q, sha256: %q, args: ["-c", "touch %s"] }
+routes:
+  - sinks: [js, run]
+    subject: "cdc.kvc.v5.{{.Schema}}.{{.Table}}"
+`, sh, sum, marker)))
+	require.NoError(t, err)
+	code, out, _ = execCLI(t, "reload", "-c", local)
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, `sinks.run: kv bridge_config/kvc revision 5 sets sink "run" of type plugin, which runs a program`)
+	code, _, errs = execCLI(t, "validate", "-c", local)
+	require.Equal(t, 1, code)
+	require.Contains(t, errs, `sinks.run: kv bridge_config/kvc revision 5 sets sink "run" of type plugin`)
+	e.pg.ExecT(t, `INSERT INTO k VALUES (5)`)
+	ms = e.waitCount("CDC_kvc", 5, 30*time.Second)
+	require.Equal(t, "cdc.kvc.v2.public.k", ms[4].Subject, "the running configuration goes on")
+	require.NoFileExists(t, marker, "the entry's program never ran")
 }
