@@ -20,8 +20,10 @@ type Config struct {
 	// Env is the plugin's environment beyond the few variables it gets
 	// from the bridge's (PATH, HOME, USER, LOGNAME, LANG, LC_ALL, LC_CTYPE,
 	// TZ, TMPDIR): nothing else of the bridge's environment, which holds its
-	// secrets, reaches the plugin; pass what it needs here, e.g.
-	// TOKEN: "${TOKEN}". Optional; values are never logged.
+	// secrets, is handed to the plugin; pass what it needs here, e.g.
+	// TOKEN: "${TOKEN}". (The plugin runs as the bridge's OS user, so it can
+	// still read what that user can: it is trusted code.) Optional; values
+	// are never logged.
 	Env map[string]string `koanf:"env"`
 	// Config is the plugin's own block, handed to it as JSON (Configure);
 	// the plugin checks it. Optional.
@@ -29,6 +31,11 @@ type Config struct {
 	// StartTimeout bounds the start of the process up to its handshake, a
 	// duration. Default 10s.
 	StartTimeout time.Duration `koanf:"start_timeout"`
+	// WriteTimeout bounds each Write, with the Delivered question before
+	// it: a plugin that has not answered by then is taken for hung,
+	// stopped and started again (it counts as a crash), and the batch is
+	// written again once it runs, after asking what it holds. Default 1m.
+	WriteTimeout time.Duration `koanf:"write_timeout"`
 	// RestartInitial and RestartMax shape the backoff between restarts
 	// after a crash: the first restart waits RestartInitial (default
 	// 250ms), each next one twice as long up to RestartMax (default 10s),
@@ -43,7 +50,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{StartTimeout: 10 * time.Second, RestartInitial: 250 * time.Millisecond, RestartMax: 10 * time.Second, MaxCrashes: 5}
+	return Config{StartTimeout: 10 * time.Second, WriteTimeout: time.Minute, RestartInitial: 250 * time.Millisecond, RestartMax: 10 * time.Second, MaxCrashes: 5}
 }
 
 // Validate reports every invalid field, each naming its key.
@@ -57,6 +64,9 @@ func (c *Config) Validate() error {
 	}
 	if c.StartTimeout <= 0 {
 		errs = append(errs, config.Field("start_timeout", "must be > 0, got %s", c.StartTimeout))
+	}
+	if c.WriteTimeout <= 0 {
+		errs = append(errs, config.Field("write_timeout", "must be > 0, got %s", c.WriteTimeout))
 	}
 	if c.RestartInitial <= 0 {
 		errs = append(errs, config.Field("restart_initial", "must be > 0, got %s", c.RestartInitial))

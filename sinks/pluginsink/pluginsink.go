@@ -307,9 +307,22 @@ func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
 	if p == nil || p.exited() {
 		return fmt.Errorf("%s: not running: %w", who(s.name, s.cfg.Command), sinks.ErrNotConnected)
 	}
+	// A plugin that does not answer within write_timeout is hung: it is
+	// stopped below and started again, as after a crash.
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+	defer cancel()
+	hung := func(what string) error {
+		s.crashed(p, fmt.Sprintf("no answer within write_timeout (%s) %s", s.cfg.WriteTimeout, what))
+		return fmt.Errorf("%s: did not answer within write_timeout (%s) %s; stopped and started again, it is asked what it holds and given the rest: %w",
+			who(s.name, s.cfg.Command), s.cfg.WriteTimeout, what, sinks.ErrNotConnected)
+	}
 	send := make([]int, 0, len(batch)) // indexes of batch sent
 	if s.unsure && s.desc.GetResumes() {
 		held, err := s.held(ctx, p, batch)
+		if err != nil && parent.Err() == nil && ctx.Err() != nil {
+			return hung("reading what it holds")
+		}
 		if err != nil {
 			return err
 		}
@@ -341,7 +354,10 @@ func (s *Sink) Write(ctx context.Context, batch []cdc.Change) error {
 		s.unsure = true
 	}
 	if err != nil {
-		if cerr := ctxErr(ctx, err); cerr != nil {
+		if parent.Err() == nil && ctx.Err() != nil {
+			return hung(fmt.Sprintf("writing %d changes (first %s)", len(send), batch[send[0]].ID()))
+		}
+		if cerr := ctxErr(parent, err); cerr != nil {
 			return fmt.Errorf("%s: writing %d changes (first %s): %w", who(s.name, s.cfg.Command), len(send), batch[send[0]].ID(), cerr)
 		}
 		if transport(err) || p.exited() {

@@ -201,6 +201,40 @@ func TestWriteTimeoutAsksFirst(t *testing.T) {
 	}
 }
 
+// TestWriteTimeoutRestartsAHungPlugin: a plugin that does not answer a
+// Write within write_timeout is hung: the Write fails as a crash does
+// (not connected), the process is stopped, and after Connect starts it
+// again the batch goes to the new process, which is asked first what it
+// holds: every change once, in order, whether the hung process wrote the
+// batch before hanging or never did (dedupe: false: only that question
+// keeps each change once).
+func TestWriteTimeoutRestartsAHungPlugin(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		t.Run(map[bool]string{false: "hung after writing", true: "hung before writing"}[late], func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "out.jsonl")
+			env := map[string]string{"PLUGINSINK_SLOW_AFTER": "10", "PLUGINSINK_SLOW_DELAY": "1h"}
+			if late {
+				env["PLUGINSINK_SLOW_LATE"] = "1"
+			}
+			raw := block(t, "slow", env, map[string]any{"path": path, "dedupe": false})
+			raw["write_timeout"] = "300ms"
+			s, err := build(t, "hung", raw)
+			require.NoError(t, err)
+			require.NoError(t, s.Connect(t.Context()))
+			all := sinktest.Changes(30, "shop.main.e1")
+			require.NoError(t, s.Write(t.Context(), all[:10]))
+
+			err = s.Write(t.Context(), all[10:20])
+			require.ErrorIs(t, err, sinks.ErrNotConnected, "a hung plugin is restarted like a crashed one")
+			require.ErrorContains(t, err, "did not answer within write_timeout (300ms) writing 10 changes")
+
+			require.NoError(t, s.Connect(t.Context()), "a new process")
+			require.NoError(t, s.Write(t.Context(), all[10:]), "the retry, and the rest")
+			require.Equal(t, ids(all), fileIDs(t, path), "every change once, in order")
+		})
+	}
+}
+
 func ids(cs []cdc.Change) []string {
 	out := make([]string, len(cs))
 	for i := range cs {
