@@ -355,12 +355,31 @@ func TestPluginEnvironment(t *testing.T) {
 	t.Setenv("TZ", "Europe/Paris")
 	require.NotEmpty(t, os.Getenv("PATH"))
 	out := filepath.Join(t.TempDir(), "env")
-	_, err := build(t, "envsink", block(t, "env", map[string]string{"PLUGINSINK_ENV_OUT": out, "TZ": "UTC"},
+	s, err := build(t, "envsink", block(t, "env", map[string]string{"PLUGINSINK_ENV_OUT": out, "TZ": "UTC"},
 		map[string]any{"path": filepath.Join(t.TempDir(), "o.jsonl")}))
 	require.NoError(t, err)
 	b, err := os.ReadFile(out)
 	require.NoError(t, err)
 	env := strings.Split(string(b), "\n")
+
+	// Its socket's directory: its own, reachable by the bridge's user
+	// only, gone once it stops.
+	var sockDir string
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PLUGIN_UNIX_SOCKET_DIR="); ok {
+			sockDir = v
+		}
+	}
+	require.NotEmpty(t, sockDir, "PLUGIN_UNIX_SOCKET_DIR")
+	st, err := os.Stat(sockDir)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o700), st.Mode().Perm())
+	ents, err := os.ReadDir(sockDir)
+	require.NoError(t, err)
+	require.Len(t, ents, 1, "the plugin's socket")
+	require.Equal(t, os.ModeSocket, ents[0].Type())
+	require.NoError(t, s.Close(t.Context()))
+	require.NoDirExists(t, sockDir)
 	for _, kv := range env {
 		require.NotContains(t, kv, "s3cret", "the bridge's secrets stay out of the plugin's environment")
 	}

@@ -30,6 +30,11 @@ type proc struct {
 	sink   pluginv1.SinkClient
 	conf   pluginv1.ConformanceClient
 	stderr *tail
+	// sockDir is the process's own directory (mode 0700) for its unix
+	// socket (PLUGIN_UNIX_SOCKET_DIR), removed when it stops: a socket
+	// there is reachable by the bridge's user only, where a TCP port on
+	// loopback is reachable by every process of the machine.
+	sockDir string
 }
 
 // tail keeps the last bytes the plugin wrote to stderr, for error messages.
@@ -117,9 +122,22 @@ func start(cfg *Config, name string) (*proc, error) {
 		return nil, sinks.Permanent(&ChecksumError{Name: name, Command: cfg.Command, Want: strings.ToLower(cfg.SHA256), Got: got})
 	}
 	sum, _ := hex.DecodeString(got)
+	sockDir, err := os.MkdirTemp("", "bridge-plugin-")
+	if err != nil {
+		return nil, fmt.Errorf("%s: making the directory for its socket: %w", id, err)
+	}
+	started := false
+	defer func() {
+		if !started {
+			_ = os.RemoveAll(sockDir)
+		}
+	}()
 	cmd := exec.Command(cfg.Command, cfg.Args...)
 	dieWithParent(cmd)
-	cmd.Env = pluginEnv(cfg.Env)
+	// Its socket goes in a directory of its own (go-plugin's servers, and
+	// the examples in other languages, listen there); a configured
+	// PLUGIN_UNIX_SOCKET_DIR comes later and wins.
+	cmd.Env = append([]string{goplugin.EnvUnixSocketDir + "=" + sockDir}, pluginEnv(cfg.Env)...)
 	t := &tail{}
 	client := goplugin.NewClient(&goplugin.ClientConfig{
 		HandshakeConfig: pluginv1.Handshake,
@@ -145,7 +163,8 @@ func start(cfg *Config, name string) (*proc, error) {
 		return nil, sinks.Permanent(fmt.Errorf("%s: the plugin serves no %q: serve it with pluginv1.Serve or register the bridge.plugin.v1.Sink gRPC service", id, pluginv1.PluginName))
 	}
 	c := raw.(*pluginv1.Clients)
-	return &proc{client: client, cmd: cmd, sink: c.Sink, conf: c.Conformance, stderr: t}, nil
+	started = true
+	return &proc{client: client, cmd: cmd, sink: c.Sink, conf: c.Conformance, stderr: t, sockDir: sockDir}, nil
 }
 
 // handshakeError turns go-plugin's start errors into one line with the fix.
@@ -162,7 +181,7 @@ func handshakeError(id string, cfg *Config, err error, t *tail) error {
 	case strings.Contains(msg, "timeout while waiting for plugin to start"):
 		return fmt.Errorf("%s: no handshake within start_timeout %s%s: the plugin must print go-plugin's handshake line on stdout when it starts (docs/plugins.md), or raise start_timeout", id, cfg.StartTimeout, stderr)
 	case strings.Contains(msg, "Unrecognized remote plugin message"), strings.Contains(msg, "unsupported") && strings.Contains(msg, "protocol"):
-		return sinks.Permanent(fmt.Errorf("%s: not a bridge plugin: its first stdout line is not a go-plugin gRPC handshake (%s): serve with pluginv1.Serve, or print \"1|%d|tcp|<addr>|grpc\" first and nothing else on stdout", id, firstLine(msg), pluginv1.ProtocolVersion))
+		return sinks.Permanent(fmt.Errorf("%s: not a bridge plugin: its first stdout line is not a go-plugin gRPC handshake (%s): serve with pluginv1.Serve, or print \"1|%d|unix|<socket in PLUGIN_UNIX_SOCKET_DIR>|grpc\" first and nothing else on stdout", id, firstLine(msg), pluginv1.ProtocolVersion))
 	case strings.Contains(msg, "checksums did not match"):
 		return sinks.Permanent(fmt.Errorf("%s: the executable changed while starting (%s): pin the sha256 of the build you run", id, msg))
 	case errors.Is(err, goplugin.ErrProcessNotFound), strings.Contains(msg, "exited before we could connect"), strings.Contains(msg, "plugin exited"):
@@ -183,6 +202,7 @@ func (p *proc) stop() {
 		_ = p.cmd.Process.Kill()
 	}
 	p.client.Kill()
+	_ = os.RemoveAll(p.sockDir)
 }
 
 // exited reports whether the process has ended.

@@ -9,13 +9,16 @@ plugin in any language through gRPC once the plugin has
    PLUGIN_PROTOCOL_VERSIONS; the plugin answers with the one it serves,
 3. served gRPC's health service, with "plugin" SERVING,
 4. printed the handshake line on stdout:
-   ``1|<app protocol version>|tcp|127.0.0.1:<port>|grpc``.
+   ``1|<app protocol version>|unix|<socket path>|grpc``, the socket in the
+   directory PLUGIN_UNIX_SOCKET_DIR names (the bridge makes one per
+   process, mode 0700).
 
 serve() does those four steps around the servicers a plugin registers.
 """
 
 import os
 import sys
+import tempfile
 import threading
 from concurrent import futures
 
@@ -70,11 +73,15 @@ def serve(register, *, cookie_key, cookie_value, version, workers=4):
     )
     health_pb2_grpc.add_HealthServicer_to_server(_Health(), server)
     register(server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    if port == 0:
-        _refuse("cannot listen on 127.0.0.1")
+    # A unix socket in the directory the bridge made for this process
+    # (mode 0700): only the bridge's user reaches it, where a port on
+    # loopback would let every process of the machine read and write.
+    sock_dir = os.environ.get("PLUGIN_UNIX_SOCKET_DIR") or tempfile.mkdtemp(prefix="bridge-plugin-")
+    sock = os.path.join(sock_dir, "plugin.sock")
+    if server.add_insecure_port("unix:" + sock) == 0:
+        _refuse("cannot listen on %s" % sock)
     server.start()
-    sys.stdout.write("%d|%d|tcp|127.0.0.1:%d|grpc\n" % (CORE_PROTOCOL_VERSION, version, port))
+    sys.stdout.write("%d|%d|unix|%s|grpc\n" % (CORE_PROTOCOL_VERSION, version, sock))
     sys.stdout.flush()
     # The bridge stops the process (SIGKILL, or its death: PR_SET_PDEATHSIG)
     # after its Close RPC; nothing to wait for but that.

@@ -9,10 +9,14 @@
 //     PLUGIN_PROTOCOL_VERSIONS; the plugin answers with the one it serves,
 //  3. served gRPC's health service, with "plugin" SERVING,
 //  4. printed the handshake line on stdout:
-//     `1|<app protocol version>|tcp|127.0.0.1:<port>|grpc`.
+//     `1|<app protocol version>|unix|<socket path>|grpc`, the socket in the
+//     directory PLUGIN_UNIX_SOCKET_DIR names (the bridge makes one per
+//     process, mode 0700).
 //
 // serve() does those four steps around the services a plugin registers.
 
+import * as fs from "node:fs";
+import * as os from "node:os";
 import * as path from "node:path";
 
 import * as grpc from "@grpc/grpc-js";
@@ -99,12 +103,17 @@ export function serve(opts: ServeOptions): void {
     },
   });
   opts.register(server);
-  server.bindAsync("127.0.0.1:0", grpc.ServerCredentials.createInsecure(), (err, port) => {
+  // A unix socket in the directory the bridge made for this process (mode
+  // 0700): only the bridge's user reaches it, where a port on loopback would
+  // let every process of the machine read and write.
+  const dir = process.env.PLUGIN_UNIX_SOCKET_DIR || fs.mkdtempSync(path.join(os.tmpdir(), "bridge-plugin-"));
+  const sock = path.join(dir, "plugin.sock");
+  server.bindAsync(`unix:${sock}`, grpc.ServerCredentials.createInsecure(), (err) => {
     if (err) {
-      refuse(`cannot listen on 127.0.0.1: ${err.message}`);
+      refuse(`cannot listen on ${sock}: ${err.message}`);
     }
     // On Linux a write to a pipe is synchronous: the line is out at once.
-    process.stdout.write(`${CORE_PROTOCOL_VERSION}|${opts.version}|tcp|127.0.0.1:${port}|grpc\n`);
+    process.stdout.write(`${CORE_PROTOCOL_VERSION}|${opts.version}|unix|${sock}|grpc\n`);
   });
 }
 
