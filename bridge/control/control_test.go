@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -246,6 +247,20 @@ func TestHolderAnswers(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "400", m.Header.Get("Nats-Service-Error-Code"))
 	require.Contains(t, m.Header.Get("Nats-Service-Error"), `"soon" is not a positive duration`)
+
+	// Free texts are bounded: they are logged, kept in the checkpoint
+	// bucket and echoed in every status (a megabyte reason would make
+	// status replies too large to send).
+	_, err = c.Pause(ctx, "orders", control.PauseRequest{Reason: strings.Repeat("r", 1025)})
+	var big *control.Error
+	require.ErrorAs(t, err, &big)
+	require.Equal(t, "400", big.Code)
+	require.Contains(t, big.Description, "reason is 1025 bytes, more than 1024")
+	require.NotEqual(t, strings.Repeat("r", 1025), fa.paused["orders"], "not applied")
+	m, err = nc.Request("bridge.shop.resync.orders", []byte(`{"reason": "`+strings.Repeat("x", 70<<10)+`"}`), 2*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "400", m.Header.Get("Nats-Service-Error-Code"))
+	require.Contains(t, m.Header.Get("Nats-Service-Error"), "more than 65536")
 
 	_, err = c.Snapshot(ctx, "orders", control.SnapshotRequest{Where: "bad"})
 	var ce *control.Error

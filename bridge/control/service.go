@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -271,8 +273,20 @@ func bound(ctx context.Context, wait string) (context.Context, context.CancelFun
 	return ctx, cancel, nil
 }
 
-// decode reads a request body; an empty body is the zero request.
+// Bounds on what a request may carry: its body, and each free text in
+// it (reason, by, where), which is logged, kept in the checkpoint bucket
+// and echoed in every status.
+const (
+	maxBody = 64 << 10
+	maxText = 1 << 10
+)
+
+// decode reads a request body; an empty body is the zero request. A body
+// over maxBody, or a reason, by or where over maxText bytes, is refused.
 func decode(body []byte, v any) error {
+	if len(body) > maxBody {
+		return Errorf(CodeBadRequest, "the request body is %d bytes, more than %d", len(body), maxBody)
+	}
 	if len(strings.TrimSpace(string(body))) == 0 {
 		return nil
 	}
@@ -280,6 +294,22 @@ func decode(body []byte, v any) error {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return Errorf(CodeBadRequest, "the request body must be JSON (docs/control.md): %v", err)
+	}
+	var texts map[string]string
+	switch r := v.(type) {
+	case *PauseRequest:
+		texts = map[string]string{"reason": r.Reason, "by": r.By}
+	case *ResumeRequest:
+		texts = map[string]string{"by": r.By}
+	case *SnapshotRequest:
+		texts = map[string]string{"where": r.Where, "by": r.By}
+	case *ResyncRequest:
+		texts = map[string]string{"reason": r.Reason}
+	}
+	for _, k := range slices.Sorted(maps.Keys(texts)) {
+		if n := len(texts[k]); n > maxText {
+			return Errorf(CodeBadRequest, "%s is %d bytes, more than %d", k, n, maxText)
+		}
 	}
 	return nil
 }
