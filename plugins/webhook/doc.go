@@ -25,7 +25,12 @@
 // permanent too: redirects are not followed, set url to the final
 // location. 408, 429, 5xx, timeouts and network errors are retried with
 // backoff. With batch: false a failure is reported per change (the one
-// that failed, and every later one, which was not sent).
+// that failed, and every later one, which was not sent). The start of a
+// refusing answer (256 bytes) is quoted in the error, with the configured
+// headers' values and the url's password replaced by xxxxx, should the
+// receiver echo them. An http:// url to a host other than this machine is
+// warned about at start: rows and headers would cross the network in
+// clear.
 //
 // Example (bridge.yaml):
 //

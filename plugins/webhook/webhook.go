@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -80,6 +81,10 @@ func New(decode config.Decoder, env sinks.Env) (sinks.Sink, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if u, err := url.Parse(cfg.URL); err == nil && u.Scheme == "http" && !loopback(u.Hostname()) {
+		log.Warn("webhook url is http:// to a host beyond this machine: every row, and the configured headers (an Authorization), cross the network in clear; use https",
+			"sink", env.Name, "url", redact(cfg.URL))
+	}
 	return &Sink{
 		cfg:    cfg,
 		log:    log,
@@ -198,7 +203,7 @@ func (s *Sink) post(ctx context.Context, body []byte, key string, extra map[stri
 		return nil
 	}
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
-	err = fmt.Errorf("the receiver answered %s%s", resp.Status, quoteBody(snippet))
+	err = fmt.Errorf("the receiver answered %s%s", resp.Status, quoteBody(s.scrub(snippet)))
 	switch {
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests:
 		return err
@@ -275,3 +280,40 @@ func (s *Sink) Close(ctx context.Context) error {
 
 // Interface guard.
 var _ sinks.Sink = (*Sink)(nil)
+
+// scrub replaces in a receiver's answer what it may echo of the request's
+// secrets: the configured headers' values (an Authorization, and the
+// token in it) and the URL's password, so that they reach no error or log.
+func (s *Sink) scrub(b []byte) []byte {
+	var secrets []string
+	for _, v := range s.cfg.Headers {
+		secrets = append(secrets, v)
+		for _, f := range strings.Fields(v) {
+			if len(f) >= 6 {
+				secrets = append(secrets, f)
+			}
+		}
+	}
+	if u, err := url.Parse(s.cfg.URL); err == nil && u.User != nil {
+		if p, ok := u.User.Password(); ok && p != "" {
+			secrets = append(secrets, p)
+		}
+	}
+	out := string(b)
+	for _, v := range secrets {
+		if v != "" {
+			out = strings.ReplaceAll(out, v, "xxxxx")
+		}
+	}
+	return []byte(out)
+}
+
+// loopback reports whether host is this machine: localhost or a loopback
+// address.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"go/parser"
 	"go/token"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -380,6 +382,39 @@ func TestSecretsNotEchoed(t *testing.T) {
 	require.NotContains(t, err.Error(), "hunter2")
 	require.NotContains(t, err.Error(), "s3cret")
 	require.Contains(t, err.Error(), "http://127.0.0.1:1/hook")
+}
+
+// TestAnswerScrubbed: a receiver that echoes the request in its error
+// answer (the Authorization header, or the token alone) does not put the
+// secret into the bridge's errors and logs.
+func TestAnswerScrubbed(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusUnauthorized)
+		auth := r.Header.Get("Authorization")
+		_, _ = fmt.Fprintf(w, "bad auth %q, token %s", auth, strings.TrimPrefix(auth, "Bearer "))
+	}))
+	t.Cleanup(srv.Close)
+	s := newSink(t, map[string]any{"url": srv.URL, "headers": map[string]any{"Authorization": "Bearer tok-s3cret-123"}})
+	err := s.Write(t.Context(), sinktest.Changes(1, producer))
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "s3cret")
+	require.Contains(t, err.Error(), "bad auth")
+}
+
+// TestPlainHTTPWarned: an http:// url to another machine is warned about
+// at start (rows and headers in clear); loopback is not.
+func TestPlainHTTPWarned(t *testing.T) {
+	for _, tc := range []struct {
+		url  string
+		warn bool
+	}{{"http://hooks.example.com/in", true}, {"http://10.0.0.7:8080/in", true}, {"https://hooks.example.com/in", false},
+		{"http://127.0.0.1:9/in", false}, {"http://localhost:9/in", false}, {"http://[::1]:9/in", false}} {
+		var logs bytes.Buffer
+		sk, err := New(decoder(map[string]any{"url": tc.url}), sinks.Env{Name: "hooks", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		require.NoError(t, err)
+		require.NoError(t, sk.Close(t.Context()))
+		require.Equal(t, tc.warn, strings.Contains(logs.String(), "cross the network in clear"), "%s: %s", tc.url, logs.String())
+	}
 }
 
 func TestInstancesIndependent(t *testing.T) {
