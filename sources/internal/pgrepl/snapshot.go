@@ -188,22 +188,30 @@ func (s *Source) SnapshotTables(ctx context.Context, names []string) ([]sources.
 	// connection (ALTER TABLE, ALTER PUBLICATION).
 	clear(st.tables)
 	pgoutput := s.plugin.Name() == "pgoutput"
-	var published map[string]bool
+	// published holds the publication's tables as (schema, table) pairs:
+	// "a.b.c" names no table without saying where the schema ends, and a
+	// published "a.b".c must not let a request for a."b.c" through.
+	var published map[[2]string]bool
+	var pairs [][2]string // the tables to read, when the publication's
 	if pgoutput {
-		rows, err := c.Query(ctx, `SELECT schemaname::text || '.' || tablename::text FROM pg_publication_tables WHERE pubname = $1 ORDER BY 1`, s.cfg.Publication)
+		rows, err := c.Query(ctx, `SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1 ORDER BY 1, 2`, s.cfg.Publication)
 		if err != nil {
 			return nil, fmt.Errorf("listing the tables of publication %q: %w", s.cfg.Publication, err)
 		}
-		list, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([2]string, error) {
+			var p [2]string
+			err := r.Scan(&p[0], &p[1])
+			return p, err
+		})
 		if err != nil {
 			return nil, fmt.Errorf("listing the tables of publication %q: %w", s.cfg.Publication, err)
 		}
-		published = map[string]bool{}
-		for _, n := range list {
-			published[n] = true
+		published = map[[2]string]bool{}
+		for _, p := range list {
+			published[p] = true
 		}
 		if len(names) == 0 {
-			names = list
+			pairs = list
 		}
 	}
 	// Without a publication (wal2json) what streams is tables, its
@@ -215,10 +223,10 @@ func (s *Source) SnapshotTables(ctx context.Context, names []string) ([]sources.
 			configured[n] = true
 		}
 	}
-	if len(names) == 0 {
+	if len(names) == 0 && pairs == nil {
 		names = s.cfg.Tables
 	}
-	if len(names) == 0 {
+	if len(names) == 0 && pairs == nil {
 		// Unlogged and temporary tables write no WAL: nothing of theirs streams.
 		rows, err := c.Query(ctx, `SELECT n.nspname::text || '.' || c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 			WHERE c.relkind = 'r' AND c.relpersistence = 'p' AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%' ORDER BY 1`)
@@ -231,12 +239,18 @@ func (s *Source) SnapshotTables(ctx context.Context, names []string) ([]sources.
 	}
 	var out []sources.SnapshotTable
 	var errs []error
-	for _, n := range names {
-		schema, table, ok := strings.Cut(n, ".")
-		if !ok {
-			schema, table = "public", n
+	if pairs == nil {
+		for _, n := range names {
+			schema, table, ok := strings.Cut(n, ".")
+			if !ok {
+				schema, table = "public", n
+			}
+			pairs = append(pairs, [2]string{schema, table})
 		}
-		if published != nil && !published[schema+"."+table] {
+	}
+	for _, p := range pairs {
+		schema, table := p[0], p[1]
+		if published != nil && !published[p] {
 			errs = append(errs, &SetupError{
 				What: fmt.Sprintf("table %s.%s is not in publication %q, so its changes are not streamed and a snapshot of it could not be kept consistent", schema, table, s.cfg.Publication),
 				Fix:  fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s;", pgx.Identifier{s.cfg.Publication}.Sanitize(), pgx.Identifier{schema, table}.Sanitize()),
