@@ -72,7 +72,7 @@ func ConfigOptions(opts ...Option) []config.Option {
 // sources.Default otherwise), for what needs the plugins before a config
 // is loaded, such as `bridge plugins`.
 func Registries(opts ...Option) (*sinks.Registry, *sources.Registry) {
-	a := &App{sinkReg: sinks.Default, srcReg: sources.Default}
+	a := &App{sinkReg: sinks.Default, srcReg: sources.Default, snapChecks: make(chan struct{}, 1)}
 	for _, o := range opts {
 		o(a)
 	}
@@ -86,6 +86,10 @@ type App struct {
 	srcReg  *sources.Registry
 	log     *slog.Logger
 	run     string
+	// snapChecks lets one snapshot check at a time open its connection to
+	// the source (checkSnapshot): a burst of requests on the control
+	// plane waits in line instead of taking the database's connections.
+	snapChecks chan struct{}
 
 	embedded *natsembed.Server
 	conn     natsconn.Conn // the nats section, resolved; set by startNATS
@@ -135,7 +139,8 @@ type App struct {
 // New validates cfg against the registries and builds the App without any
 // network I/O. Every problem is reported at once, each naming its YAML path.
 func New(cfg *config.Config, opts ...Option) (*App, error) {
-	a := &App{cfg: cfg, sinkReg: sinks.Default, srcReg: sources.Default, run: checkpoint.NewEpoch(), rev: cfg.Revision(), cfgFrom: "the configuration given"}
+	a := &App{cfg: cfg, sinkReg: sinks.Default, srcReg: sources.Default, run: checkpoint.NewEpoch(), rev: cfg.Revision(), cfgFrom: "the configuration given",
+		snapChecks: make(chan struct{}, 1)}
 	for _, o := range opts {
 		o(a)
 	}

@@ -36,6 +36,12 @@ func (a *App) checkSnapshot(ctx context.Context, cfg *config.Config, source stri
 	if err != nil {
 		return nil, err
 	}
+	select {
+	case a.snapChecks <- struct{}{}:
+		defer func() { <-a.snapChecks }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for the snapshot requests checked before this one: %w", ctx.Err())
+	}
 	src, err := a.newSourceFrom(cfg, source)
 	if err != nil {
 		return nil, err
