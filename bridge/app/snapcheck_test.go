@@ -15,8 +15,8 @@ import (
 	"github.com/bridgecdc/bridge/bridge/app"
 	"github.com/bridgecdc/bridge/config"
 	"github.com/bridgecdc/bridge/internal/pgtest"
-	"github.com/bridgecdc/bridge/sources"
 	_ "github.com/bridgecdc/bridge/sinks/natscore" // the sink type of the config
+	"github.com/bridgecdc/bridge/sources"
 )
 
 // countingSnap is the real pgoutput source, counting the snapshot checks
