@@ -338,7 +338,9 @@ func TestReloadConfigKV(t *testing.T) {
 	defer cancel()
 	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "bridge_config", History: 10})
 	require.NoError(t, err)
-	shared := func(v int, sink string) string {
+	// shared is revision v of the entry: its route writes to sinks, and
+	// more adds sinks to the entry's.
+	shared := func(v int, sinks string, more ...string) string {
 		return fmt.Sprintf(`sources:
   app:
     type: pgoutput
@@ -347,10 +349,10 @@ sinks:
   js:
     type: nats_jetstream
     config: { stream: CDC_kvc, subjects: ["cdc.kvc.>"], duplicate_window: 1s }
-routes:
+%sroutes:
   - sinks: [%s]
     subject: "cdc.kvc.v%d.{{.Schema}}.{{.Table}}"
-`, sink, v)
+`, strings.Join(more, ""), sinks, v)
 	}
 	_, err = kv.Put(ctx, "kvc", []byte(shared(1, "js")))
 	require.NoError(t, err)
@@ -431,21 +433,8 @@ routes:
 	require.NoError(t, err)
 	sum, err := pluginsink.FileSHA256(sh)
 	require.NoError(t, err)
-	_, err = kv.Put(ctx, "kvc", []byte(fmt.Sprintf(`sources:
-  app:
-    type: pgoutput
-    config: { slot: slot_kvc, publication: pub_kvc }
-sinks:
-  js:
-    type: nats_jetstream
-    config: { stream: CDC_kvc, subjects: ["cdc.kvc.>"], duplicate_window: 1s }
-  run:
-    type: plugin
-    config: { command: %q, sha256: %q, args: ["-c", "touch %s"] }
-routes:
-  - sinks: [js, run]
-    subject: "cdc.kvc.v5.{{.Schema}}.{{.Table}}"
-`, sh, sum, marker)))
+	_, err = kv.Put(ctx, "kvc", []byte(shared(5, "js, run",
+		fmt.Sprintf("  run:\n    type: plugin\n    config: { command: %q, sha256: %q, args: [\"-c\", \"touch %s\"] }\n", sh, sum, marker))))
 	require.NoError(t, err)
 	code, out, _ = execCLI(t, "reload", "-c", local)
 	require.Equal(t, 1, code, out)
