@@ -538,26 +538,21 @@ func setDefault(m map[string]any, v any, keys ...string) {
 	}
 }
 
-// The keys a config.kv entry may not set: the machine's own (who it is,
-// where its state lives, its NATS connection, its listeners and their
-// secrets, where its telemetry goes) and, in a source's or sink's config,
-// where it connects, with which credentials, and what it runs or writes
-// on the machine. Whoever can write the entry decides what every bridge
-// publishes and where; with these it would also run programs on every
-// machine (a plugin sink's command), or send a machine's credentials,
-// merged from its file, to a host of its choosing (a new url or dsn, or
-// TLS verification off).
-var (
-	localSections  = []string{"name", "data_dir", "nats", "http", "serve", "telemetry"}
-	localBlockKeys = []string{"dsn", "url", "urls", "context", "creds", "nkey_seed_file", "user", "password", "token", "tls",
-		"spill_dir", "command", "args", "env", "sha256"}
-)
-
-// refuseLocalKeys reports and removes from an entry's map m the keys it
-// may not set (localSections, localBlockKeys, and any key of a sink of
-// type plugin); fileType gives a sink's type in the layers below the
-// entry.
+// refuseLocalKeys reports and removes from a config.kv entry's map m the
+// keys it may not set: what is the machine's own (who it is, where its
+// state lives, its NATS connection, its listeners and their secrets, where
+// its telemetry goes) and, in a source's or sink's config, where it
+// connects, with which credentials, and what it runs or writes on the
+// machine, and any key of a sink of type plugin. Whoever can write the
+// entry decides what every bridge publishes and where; with these it would
+// also run programs on every machine (a plugin sink's command), or send a
+// machine's credentials, merged from its file, to a host of its choosing
+// (a new url or dsn, or TLS verification off). fileType gives a sink's
+// type in the layers below the entry.
 func (l *loader) refuseLocalKeys(name string, m map[string]any, fileType func(sink string) string) {
+	localSections := [...]string{"name", "data_dir", "nats", "http", "serve", "telemetry"}
+	localBlockKeys := [...]string{"dsn", "url", "urls", "context", "creds", "nkey_seed_file", "user", "password", "token", "tls",
+		"spill_dir", "command", "args", "env", "sha256"}
 	const why = "whoever can write that entry would %s on every bridge; set it in each machine's local file and leave it out of the entry"
 	for _, sec := range localSections {
 		if _, ok := m[sec]; ok {

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"maps"
 	"regexp"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -295,20 +293,21 @@ func decode(body []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return Errorf(CodeBadRequest, "the request body must be JSON (docs/control.md): %v", err)
 	}
-	var texts map[string]string
+	type text struct{ name, v string }
+	var texts []text
 	switch r := v.(type) {
 	case *PauseRequest:
-		texts = map[string]string{"reason": r.Reason, "by": r.By}
+		texts = []text{{"reason", r.Reason}, {"by", r.By}}
 	case *ResumeRequest:
-		texts = map[string]string{"by": r.By}
+		texts = []text{{"by", r.By}}
 	case *SnapshotRequest:
-		texts = map[string]string{"where": r.Where, "by": r.By}
+		texts = []text{{"where", r.Where}, {"by", r.By}}
 	case *ResyncRequest:
-		texts = map[string]string{"reason": r.Reason}
+		texts = []text{{"reason", r.Reason}}
 	}
-	for _, k := range slices.Sorted(maps.Keys(texts)) {
-		if n := len(texts[k]); n > maxText {
-			return Errorf(CodeBadRequest, "%s is %d bytes, more than %d", k, n, maxText)
+	for _, t := range texts {
+		if len(t.v) > maxText {
+			return Errorf(CodeBadRequest, "%s is %d bytes, more than %d", t.name, len(t.v), maxText)
 		}
 	}
 	return nil
